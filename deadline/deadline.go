@@ -1,0 +1,91 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultBudget is the budget [DefaultPolicy] gives to a context that has no deadline.
+const DefaultBudget = 30 * time.Second
+
+// ErrInsufficientBudget is the sentinel for a budget that cannot pay for the work:
+// nothing is left, or less than the floor. Match it with [errors.Is]; the concrete
+// error is a [*BudgetError].
+var ErrInsufficientBudget = errors.New("insufficient time budget")
+
+// BudgetError reports that the time left (Remaining) is less than the time the next
+// step needs (Needed). Remaining is zero or negative when the deadline has passed.
+//
+// errors.Is(err, ErrInsufficientBudget) and errors.Is(err, context.DeadlineExceeded)
+// both hold for a *BudgetError.
+type BudgetError struct {
+	Remaining time.Duration // time left on the context when the check was made
+	Needed    time.Duration // the least the step needs (a floor or an explicit need)
+}
+
+func (e *BudgetError) Error() string {
+	if e.Remaining <= 0 {
+		return fmt.Sprintf("insufficient time budget: deadline passed %v ago, need %v", -e.Remaining, e.Needed)
+	}
+	return fmt.Sprintf("insufficient time budget: %v left, need %v", e.Remaining, e.Needed)
+}
+
+// Is reports whether target is [ErrInsufficientBudget] or [context.DeadlineExceeded].
+func (e *BudgetError) Is(target error) bool {
+	return target == ErrInsufficientBudget || target == context.DeadlineExceeded
+}
+
+// Remaining returns the time left before ctx's deadline and whether ctx has one. The
+// result is negative once the deadline has passed. It uses the monotonic clock reading
+// kept in the deadline, so wall-clock steps do not move it.
+func Remaining(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return time.Until(d), true
+}
+
+// Check returns a [*BudgetError] when ctx has a deadline and less than need is left
+// before it (always when the deadline has passed). A context without a deadline has
+// room for anything.
+func Check(ctx context.Context, need time.Duration) error {
+	left, ok := Remaining(ctx)
+	if !ok {
+		return nil
+	}
+	if left <= 0 || left < need {
+		return &BudgetError{Remaining: left, Needed: need}
+	}
+	return nil
+}
+
+// AttemptTimeout returns the timeout for one attempt of a call: min(limit, time left).
+// A limit of zero or less means "no per-attempt limit". ok is false when neither the
+// limit nor a deadline bounds the attempt. The result is zero or negative when the
+// deadline has already passed.
+func AttemptTimeout(ctx context.Context, limit time.Duration) (timeout time.Duration, ok bool) {
+	left, has := Remaining(ctx)
+	switch {
+	case limit <= 0:
+		return left, has
+	case !has || limit < left:
+		return limit, true
+	default:
+		return left, true
+	}
+}
+
+// WithAttemptTimeout returns a context for one attempt, bounded by
+// min(limit, time left) ([AttemptTimeout]). With no limit (limit ≤ 0) it returns a
+// cancelable child of ctx with the same deadline.
+func WithAttemptTimeout(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+	if limit <= 0 {
+		return context.WithCancel(ctx)
+	}
+	// context.WithTimeout keeps the parent's deadline when it is earlier, which is
+	// exactly min(limit, time left).
+	return context.WithTimeout(ctx, limit)
+}

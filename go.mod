@@ -1,0 +1,3 @@
+module github.com/deadlinekit/deadlinekit
+
+go 1.26

@@ -1,0 +1,148 @@
+package propagate
+
+import (
+	"context"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// DefaultMaxTimeout is the largest inbound budget a server accepts before clamping it
+// ([WithMaxTimeout]). Inbound deadline headers are untrusted input: without a clamp, a
+// caller could ask a server to hold resources for years.
+const DefaultMaxTimeout = 5 * time.Minute
+
+// Option configures the adapters of this package. Options that concern only one side
+// (client or server) are documented as such and ignored by the other.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	// client side
+	policy      deadline.Policy
+	sendConnect bool
+	// server side
+	maxTimeout      time.Duration
+	serverDefault   time.Duration
+	ignoreMalformed bool
+	trustEnvoy      bool
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{
+		maxTimeout:    DefaultMaxTimeout,
+		serverDefault: deadline.DefaultBudget,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(c)
+		}
+	}
+	return c
+}
+
+// WithReserve keeps d of the time left for the caller's own work after the downstream
+// answers: the downstream is sent (time left − d). Client side. Default 0.
+func WithReserve(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.policy.Reserve = d })
+}
+
+// WithReserveFraction keeps a fraction f (in [0, 1]) of the time left for the caller,
+// in addition to [WithReserve]. Client side. Default 0.
+func WithReserveFraction(f float64) Option {
+	return optionFunc(func(c *config) { c.policy.ReserveFraction = f })
+}
+
+// WithMaxPerHop caps the budget sent to any one downstream call at d, and shortens the
+// call's own deadline to match. Client side. Default: no cap.
+func WithMaxPerHop(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.policy.MaxPerHop = d })
+}
+
+// WithFloor makes a call fail at once, without sending anything, when the budget it
+// would send is below d: the downstream could not do useful work with it. The error is
+// a *deadline.BudgetError (gRPC DeadlineExceeded). Client side. Default 0: any
+// positive budget is sent.
+func WithFloor(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.policy.Floor = d })
+}
+
+// WithDefaultTimeout sets the budget used when none is known. Client side: a call whose
+// context has no deadline gets d (default: none, the call goes out without a deadline
+// header). Server side: a request that carried no deadline gets d (default
+// [deadline.DefaultBudget], 30 s). Zero or less means no default on either side.
+func WithDefaultTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.policy.Default = max(d, 0)
+		c.serverDefault = max(d, 0)
+	})
+}
+
+// WithConnectTimeoutHeader makes the HTTP client transport also send
+// Connect-Timeout-Ms (whole milliseconds, rounded down) beside grpc-timeout, for
+// Connect-protocol servers. Client side. Default: off.
+func WithConnectTimeoutHeader() Option {
+	return optionFunc(func(c *config) { c.sendConnect = true })
+}
+
+// WithMaxTimeout clamps inbound budgets to d. Server side. Default
+// [DefaultMaxTimeout] (5 minutes). Zero or less disables the clamp.
+func WithMaxTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxTimeout = d })
+}
+
+// WithIgnoreMalformed makes the server treat a malformed deadline header as absent
+// (the next header in precedence order, or the default, applies) instead of answering
+// HTTP 400 / gRPC InvalidArgument. Server side. Default: malformed headers are refused.
+func WithIgnoreMalformed() Option {
+	return optionFunc(func(c *config) { c.ignoreMalformed = true })
+}
+
+// WithTrustEnvoy makes the server read X-Envoy-Expected-Rq-Timeout-Ms, the budget an
+// Envoy proxy in front of it expects the request to take. Enable it only when every
+// request passes through a proxy you run: the header is otherwise as untrusted as any
+// other. Server side. Default: off.
+func WithTrustEnvoy() Option {
+	return optionFunc(func(c *config) { c.trustEnvoy = true })
+}
+
+// Inbound describes the deadline a server applied to a request: what budget it got,
+// where from, and whether the clamp cut it. Read it with [InboundFromContext] in a
+// handler or a later middleware.
+type Inbound struct {
+	Budget  time.Duration // the budget applied to the request's context
+	Source  string        // where it came from: one of the Source constants
+	Clamped bool          // the inbound budget was above the maximum and was cut to it
+}
+
+// Values of [Inbound].Source: the lower-case name of the header the budget came from,
+// or SourceDefault when none came and the server's default applied.
+const (
+	SourceGRPCTimeout    = "grpc-timeout"
+	SourceConnectTimeout = "connect-timeout-ms"
+	SourceEnvoyTimeout   = "x-envoy-expected-rq-timeout-ms"
+	SourceDefault        = "default"
+)
+
+type inboundKey struct{}
+
+// InboundFromContext returns the inbound deadline the server middleware or interceptor
+// applied to ctx.
+func InboundFromContext(ctx context.Context) (Inbound, bool) {
+	in, ok := ctx.Value(inboundKey{}).(*Inbound)
+	if !ok {
+		return Inbound{}, false
+	}
+	return *in, true
+}
+
+// clamp applies the server's maximum to an inbound budget.
+func (c *config) clamp(in *Inbound) {
+	if c.maxTimeout > 0 && in.Budget > c.maxTimeout {
+		in.Budget = c.maxTimeout
+		in.Clamped = true
+	}
+}

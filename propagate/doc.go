@@ -1,0 +1,51 @@
+// Package propagate carries a request's deadline on the wire, so that every hop of a
+// service chain works to the same clock: when the first caller gives up, the last hop
+// stops too.
+//
+// # Where it sits
+//
+// On a server, the middleware or interceptor of this package runs right after the
+// user's tracing and before package shortcircuit and the handler: it reads the caller's
+// budget from the request, clamps it, and sets it as the deadline of the request's
+// context. On a client, it is the innermost layer, beneath retry and hedge: it writes
+// the budget left at the moment each attempt is sent.
+//
+//	server: otelhttp/otelgrpc → propagate → shortcircuit → handler
+//	client: otelhttp/otelgrpc → retry → hedge → propagate → transport
+//
+// # Wire format
+//
+// The budget travels as grpc-timeout, on gRPC (grpc-go writes it from the context's
+// deadline) and on HTTP (this package writes it): 1 to 8 digits and a unit
+// ([EncodeGRPCTimeout], [DecodeGRPCTimeout]). Outbound values are rounded down, so no
+// hop is handed time it does not have. Servers also understand Connect-Timeout-Ms
+// (Connect protocol, milliseconds), and X-Envoy-Expected-Rq-Timeout-Ms when the proxy
+// in front is trusted ([WithTrustEnvoy]). The HTTP client sends Connect-Timeout-Ms on
+// request ([WithConnectTimeoutHeader]).
+//
+// # Client side
+//
+// [NewTransport], [UnaryClientInterceptor] and [StreamClientInterceptor] pass the time
+// left unchanged by default. [WithReserve] and [WithReserveFraction] keep time back
+// for the caller's own work after the answer, [WithMaxPerHop] caps what one hop may be
+// given, and [WithFloor] refuses to send a call whose budget is too small to be of use.
+// A call with nothing left fails at once with an error that matches
+// context.DeadlineExceeded and deadline.ErrInsufficientBudget (gRPC: DeadlineExceeded),
+// without being sent.
+//
+// # Server side
+//
+// [NewMiddleware], [UnaryServerInterceptor] and [StreamServerInterceptor] treat the
+// inbound budget as untrusted input: it is clamped to [WithMaxTimeout] (default 5
+// minutes), a default budget applies when none came ([WithDefaultTimeout], default
+// 30 s), a malformed header is answered with HTTP 400 or gRPC InvalidArgument naming
+// the header (unless [WithIgnoreMalformed]), and a request that arrives with no time
+// left is answered with HTTP 504 or gRPC DeadlineExceeded without running the handler.
+// The handler reads what was applied with [InboundFromContext].
+//
+// # Errors on the wire
+//
+//	condition                      gRPC               HTTP
+//	no time left, below the floor  DeadlineExceeded   504
+//	malformed deadline header      InvalidArgument    400
+package propagate

@@ -1,0 +1,193 @@
+package propagate
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// UnaryClientInterceptor returns a client interceptor that derives each call's context
+// from the caller's following the options ([WithReserve], [WithReserveFraction],
+// [WithMaxPerHop], [WithFloor], [WithDefaultTimeout]); grpc-go then writes
+// grpc-timeout from that context, so what goes downstream is what is really left. A
+// call with no time left, or less than the floor, fails with codes.DeadlineExceeded
+// without being sent; the error also matches deadline.ErrInsufficientBudget under
+// errors.Is.
+//
+// grpc-go encodes grpc-timeout itself and rounds up to its unit; in the units it picks
+// (nanoseconds below 100 ms, microseconds below 100 s) that is at most one microsecond
+// for budgets under 100 s.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	c := newConfig(opts)
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		child, cancel, err := c.clientContext(ctx)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		return invoker(child, method, req, reply, cc, callOpts...)
+	}
+}
+
+// StreamClientInterceptor is the streaming form of [UnaryClientInterceptor]. When the
+// options shorten the deadline, the derived context lives until the stream ends (an
+// error or io.EOF from RecvMsg) or its own deadline passes.
+func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
+	c := newConfig(opts)
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+		child, cancel, err := c.clientContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s, err := streamer(child, desc, cc, method, callOpts...)
+		if child == ctx {
+			return s, err
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &cancelStream{ClientStream: s, cancel: cancel}, nil
+	}
+}
+
+func (c *config) clientContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	child, cancel, err := c.policy.Derive(ctx)
+	if be := (*deadline.BudgetError)(nil); errors.As(err, &be) {
+		return ctx, cancel, budgetStatus(be)
+	}
+	if left, has := deadline.Remaining(child); has && left <= 0 {
+		cancel()
+		return ctx, cancel, budgetStatus(&deadline.BudgetError{Remaining: left, Needed: c.policy.Floor})
+	}
+	return child, cancel, nil
+}
+
+// cancelStream releases a stream's derived context when the stream ends.
+type cancelStream struct {
+	grpc.ClientStream
+	cancel context.CancelFunc
+}
+
+func (s *cancelStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.cancel()
+	}
+	return err
+}
+
+// statusError is a *deadline.BudgetError that grpc-go and status.FromError see as a
+// gRPC status with codes.DeadlineExceeded.
+type statusError struct {
+	*deadline.BudgetError
+}
+
+func budgetStatus(be *deadline.BudgetError) error { return statusError{be} }
+
+func (e statusError) Error() string { return "deadlinekit: " + e.BudgetError.Error() }
+func (e statusError) Unwrap() error { return e.BudgetError }
+func (e statusError) GRPCStatus() *status.Status {
+	return status.New(codes.DeadlineExceeded, e.Error())
+}
+
+// UnaryServerInterceptor returns a server interceptor that applies the server's rules
+// to the deadline grpc-go already parsed from grpc-timeout: the budget is clamped to
+// [WithMaxTimeout] (default 5 minutes); with no deadline, X-Envoy-Expected-Rq-Timeout-Ms
+// is read when [WithTrustEnvoy] is set, and otherwise the default budget applies
+// ([WithDefaultTimeout], default 30 s). A request that arrives with no time left is
+// refused with codes.DeadlineExceeded without calling the handler; a malformed Envoy
+// header with codes.InvalidArgument (unless [WithIgnoreMalformed]).
+//
+// The handler finds the applied budget with [InboundFromContext].
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	c := newConfig(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, cancel, err := c.serverContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer cancel()
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor is the streaming form of [UnaryServerInterceptor].
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	c := newConfig(opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, cancel, err := c.serverContext(ss.Context())
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+const envoyMetadataKey = "x-envoy-expected-rq-timeout-ms"
+
+func (c *config) serverContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	in := &Inbound{}
+	if left, has := deadline.Remaining(ctx); has {
+		in.Budget, in.Source = left, SourceGRPCTimeout
+	} else if d, ok, err := c.envoyMetadata(ctx); err != nil {
+		return ctx, nil, status.Error(codes.InvalidArgument, "deadlinekit: "+err.Error())
+	} else if ok {
+		in.Budget, in.Source = d, SourceEnvoyTimeout
+	} else if c.serverDefault > 0 {
+		in.Budget, in.Source = c.serverDefault, SourceDefault
+	} else {
+		return ctx, noop, nil
+	}
+	c.clamp(in)
+	if in.Budget <= 0 {
+		return ctx, nil, status.Errorf(codes.DeadlineExceeded, "deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget)
+	}
+	cancel := noop
+	if in.Source != SourceGRPCTimeout || in.Clamped {
+		// grpc-go's own deadline stands unless the clamp cut it or none came.
+		ctx, cancel = context.WithTimeout(ctx, in.Budget)
+	}
+	return context.WithValue(ctx, inboundKey{}, in), cancel, nil
+}
+
+func (c *config) envoyMetadata(ctx context.Context) (time.Duration, bool, error) {
+	if !c.trustEnvoy {
+		return 0, false, nil
+	}
+	vs := metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)
+	switch {
+	case len(vs) == 0:
+		return 0, false, nil
+	case len(vs) > 1:
+		if c.ignoreMalformed {
+			return 0, false, nil
+		}
+		return 0, false, malformed(HeaderEnvoyTimeout, vs[0], "header repeated")
+	}
+	d, err := DecodeEnvoyTimeout(vs[0])
+	if err != nil {
+		if c.ignoreMalformed {
+			return 0, false, nil
+		}
+		return 0, false, err
+	}
+	return d, true, nil
+}
+
+func noop() {}

@@ -1,0 +1,206 @@
+package propagate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptrace"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// NewTransport returns an http.RoundTripper that writes the request's budget into
+// every request it sends: grpc-timeout (and Connect-Timeout-Ms with
+// [WithConnectTimeoutHeader]) carries the time left on the request's context at the
+// moment of sending, minus the reserve ([WithReserve], [WithReserveFraction]), capped
+// by [WithMaxPerHop], rounded down. With no option it passes exactly the time left.
+//
+// When nothing is left, or less than [WithFloor], RoundTrip returns an error wrapping
+// context.DeadlineExceeded (a *deadline.BudgetError) without sending, whatever base
+// would have done. A request whose context has no deadline goes out without a header,
+// unless [WithDefaultTimeout] is set.
+//
+// The caller's request is never modified: the header is set on a shallow copy with its
+// own header map. A nil base means http.DefaultTransport.
+func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &transport{base: base, cfg: newConfig(opts)}
+}
+
+type transport struct {
+	base http.RoundTripper
+	cfg  *config
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	child, cancel, err := t.cfg.policy.Derive(ctx)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	left, has := deadline.Remaining(child)
+	if !has {
+		return t.base.RoundTrip(req)
+	}
+	if left <= 0 {
+		cancel()
+		closeBody(req)
+		return nil, &deadline.BudgetError{Remaining: left, Needed: t.cfg.policy.Floor}
+	}
+	h := make(http.Header, len(req.Header)+2)
+	maps.Copy(h, req.Header)
+	st := &stamp{ctx: child, grpc: []string{EncodeGRPCTimeout(left)}}
+	h[HeaderGRPCTimeout] = st.grpc
+	if t.cfg.sendConnect {
+		st.connect = []string{EncodeConnectTimeout(left)}
+		h[HeaderConnectTimeout] = st.connect
+	}
+	// The values above are right if the connection is ready; when the transport
+	// first has to dial (and shake hands), GotConn writes them again, so that the
+	// time spent connecting is not handed to the downstream.
+	out := req.WithContext(httptrace.WithClientTrace(child, &httptrace.ClientTrace{GotConn: st.gotConn}))
+	out.Header = h
+	resp, err := t.base.RoundTrip(out)
+	if child == ctx {
+		return resp, err
+	}
+	// The call runs under a shorter deadline than the caller's: keep it alive until
+	// the response body is done with.
+	if err != nil || resp == nil || resp.Body == nil {
+		cancel()
+		return resp, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// stamp rewrites the budget headers of one request when its connection is ready.
+type stamp struct {
+	ctx           context.Context
+	grpc, connect []string
+}
+
+// gotConn runs on the sending goroutine after the transport obtained a connection and
+// before it writes the request's headers.
+func (s *stamp) gotConn(info httptrace.GotConnInfo) {
+	if info.Reused {
+		return // no dial happened: the value written before sending stands
+	}
+	left, _ := deadline.Remaining(s.ctx)
+	s.grpc[0] = EncodeGRPCTimeout(left)
+	if s.connect != nil {
+		s.connect[0] = EncodeConnectTimeout(left)
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// cancelBody releases the derived context of a call when its response body is closed
+// or read to the end.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// NewMiddleware returns HTTP middleware that applies the caller's budget to the
+// request's context before the next handler runs.
+//
+// Headers are read in this order of precedence, the first present one winning:
+//
+//  1. grpc-timeout (gRPC spec grammar; what this package's transport sends)
+//  2. Connect-Timeout-Ms (Connect protocol)
+//  3. X-Envoy-Expected-Rq-Timeout-Ms, only with [WithTrustEnvoy]
+//
+// The budget is clamped to [WithMaxTimeout] (default 5 minutes). With no header, the
+// default budget applies ([WithDefaultTimeout], default 30 s). A malformed header, or
+// the same header repeated, is answered with 400 Bad Request naming the header, unless
+// [WithIgnoreMalformed] is set. A request that arrives with no time left is answered
+// with 504 Gateway Timeout without calling the handler.
+//
+// The handler finds the applied budget with [InboundFromContext]; its context is
+// cancelled when the budget runs out.
+func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
+	c := newConfig(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			in, found, err := c.readHTTP(r.Header)
+			if err != nil {
+				http.Error(w, "deadlinekit: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			if !found {
+				if c.serverDefault <= 0 {
+					next.ServeHTTP(w, r)
+					return
+				}
+				in = Inbound{Budget: c.serverDefault, Source: SourceDefault}
+			}
+			c.clamp(&in)
+			if in.Budget <= 0 {
+				http.Error(w, fmt.Sprintf("deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget), http.StatusGatewayTimeout)
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)
+			defer cancel()
+			ctx = context.WithValue(ctx, inboundKey{}, &in)
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}
+
+// readHTTP finds the inbound budget in h, in precedence order.
+func (c *config) readHTTP(h http.Header) (Inbound, bool, error) {
+	for _, src := range [...]struct {
+		name, source string
+		decode       func(string) (time.Duration, error)
+		on           bool
+	}{
+		{HeaderGRPCTimeout, SourceGRPCTimeout, DecodeGRPCTimeout, true},
+		{HeaderConnectTimeout, SourceConnectTimeout, DecodeConnectTimeout, true},
+		{HeaderEnvoyTimeout, SourceEnvoyTimeout, DecodeEnvoyTimeout, c.trustEnvoy},
+	} {
+		vs := h[src.name]
+		if !src.on || len(vs) == 0 {
+			continue
+		}
+		var d time.Duration
+		var err error
+		if len(vs) > 1 {
+			err = malformed(src.name, vs[0], fmt.Sprintf("header repeated %d times", len(vs)))
+		} else {
+			d, err = src.decode(vs[0])
+		}
+		if err != nil {
+			if c.ignoreMalformed {
+				continue
+			}
+			return Inbound{}, false, err
+		}
+		return Inbound{Budget: d, Source: src.source}, true, nil
+	}
+	return Inbound{}, false, nil
+}

@@ -1,0 +1,182 @@
+package propagate_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/propagate"
+)
+
+// hopLog collects what each hop of the chain observed.
+type hopLog struct {
+	mu        sync.Mutex
+	budget    map[string]time.Duration
+	cEnded    time.Time
+	cDeadline time.Time
+}
+
+func (l *hopLog) saw(hop string, ctx context.Context) {
+	left, _ := deadline.Remaining(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.budget[hop] = left
+}
+
+// chainB is hop B: a gRPC service that calls C over HTTP.
+type chainB struct {
+	testgrpc.UnimplementedTestServiceServer
+	log  *hopLog
+	cURL string
+	http *http.Client
+}
+
+func (b *chainB) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	b.log.saw("B", ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.cURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	return &testpb.SimpleResponse{}, nil
+}
+
+// TestChainHTTPGRPCHTTP runs client → A (HTTP) → B (gRPC) → C (HTTP) on loopback with
+// real servers. Every hop reports the budget it saw; the budgets decrease hop by hop;
+// the last hop's context carries the client's deadline (it travelled as grpc-timeout
+// over two protocols) and ends at it.
+func TestChainHTTPGRPCHTTP(t *testing.T) {
+	log := &hopLog{budget: map[string]time.Duration{}}
+
+	// C: waits for its context to end.
+	c := httptest.NewServer(propagate.NewMiddleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log.saw("C", r.Context())
+		<-r.Context().Done()
+		log.mu.Lock()
+		log.cEnded = time.Now()
+		log.cDeadline, _ = r.Context().Deadline()
+		log.mu.Unlock()
+		w.WriteHeader(http.StatusGatewayTimeout)
+	})))
+	defer c.Close()
+	hopClient := &http.Client{Transport: propagate.NewTransport(nil)}
+	defer hopClient.CloseIdleConnections()
+
+	// B: gRPC.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(propagate.UnaryServerInterceptor()))
+	testgrpc.RegisterTestServiceServer(gs, &chainB{log: log, cURL: c.URL, http: hopClient})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(propagate.UnaryClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bClient := testgrpc.NewTestServiceClient(conn)
+
+	// A: HTTP, calls B.
+	a := httptest.NewServer(propagate.NewMiddleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log.saw("A", r.Context())
+		if _, err := bClient.UnaryCall(r.Context(), &testpb.SimpleRequest{}); err != nil {
+			http.Error(w, err.Error(), http.StatusGatewayTimeout)
+		}
+	})))
+	defer a.Close()
+
+	const budget = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	clientDeadline, _ := ctx.Deadline()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
+	client := &http.Client{Transport: propagate.NewTransport(nil)}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
+	switch {
+	case err == nil:
+		// A hop's deadline may fire a hair before the client's: then the 504 of
+		// the chain reaches the client just in time.
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Fatalf("client got %s; want 504 or its own deadline", resp.Status)
+		}
+	case !errors.Is(err, context.DeadlineExceeded):
+		t.Fatalf("client: %v; want its own deadline to end the call", err)
+	}
+	c.Close() // waits for C's handler to return
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	a0, b0, c0 := log.budget["A"], log.budget["B"], log.budget["C"]
+	t.Logf("budgets seen: A %v, B %v, C %v; C's deadline %v from the client's; C ended %v after the client's deadline",
+		a0, b0, c0, log.cDeadline.Sub(clientDeadline), log.cEnded.Sub(clientDeadline))
+	if !(budget > a0 && a0 > b0 && b0 > c0 && c0 > 0) {
+		t.Errorf("budgets do not decrease hop by hop: client %v, A %v, B %v, C %v", budget, a0, b0, c0)
+	}
+	if d := log.cEnded.Sub(clientDeadline); d < -10*time.Millisecond || d > 10*time.Millisecond {
+		t.Errorf("C's context ended %v from the client's deadline; want within 10ms", d)
+	}
+	// The deadline itself travelled: C's is the client's. A relative timeout starts
+	// again when each hop reads it, so every hop adds its transit time (tens of µs on
+	// loopback, a few ms under -race on busy cores); rounding down takes a little
+	// off. Without propagation it would be C's 30 s default.
+	if d := log.cDeadline.Sub(clientDeadline); d < -25*time.Millisecond || d > 25*time.Millisecond {
+		t.Errorf("C's deadline is %v from the client's; want within 25ms", d)
+	}
+}
+
+// TestTransportDoesNotHandOutDialTime: when the transport has to dial first, the time
+// spent connecting is not part of the budget sent downstream.
+func TestTransportDoesNotHandOutDialTime(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Get("Grpc-Timeout")
+	}))
+	defer srv.Close()
+	const dialDelay = 30 * time.Millisecond
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		select { // a slow handshake
+		case <-time.After(dialDelay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	defer base.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	resp, err := (&http.Client{Transport: propagate.NewTransport(base)}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sent, err := propagate.DecodeGRPCTimeout(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent > time.Second-dialDelay {
+		t.Fatalf("sent %v after a %v dial from a 1s budget; want at most %v", sent, dialDelay, time.Second-dialDelay)
+	}
+}

@@ -55,16 +55,18 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	h := make(http.Header, len(req.Header)+2)
 	maps.Copy(h, req.Header)
-	st := &stamp{ctx: child, grpc: []string{EncodeGRPCTimeout(left)}}
-	h[HeaderGRPCTimeout] = st.grpc
+	st := &stamp{ctx: child}
+	st.grpc[0] = EncodeGRPCTimeout(left)
+	h[HeaderGRPCTimeout] = st.grpc[:]
 	if t.cfg.sendConnect {
-		st.connect = []string{EncodeConnectTimeout(left)}
-		h[HeaderConnectTimeout] = st.connect
+		st.connect[0] = EncodeConnectTimeout(left)
+		h[HeaderConnectTimeout] = st.connect[:]
 	}
 	// The values above are right if the connection is ready; when the transport
 	// first has to dial (and shake hands), GotConn writes them again, so that the
 	// time spent connecting is not handed to the downstream.
-	out := req.WithContext(httptrace.WithClientTrace(child, &httptrace.ClientTrace{GotConn: st.gotConn}))
+	st.trace.GotConn = st.gotConn
+	out := req.WithContext(httptrace.WithClientTrace(child, &st.trace))
 	out.Header = h
 	resp, err := t.base.RoundTrip(out)
 	if child == ctx {
@@ -81,9 +83,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // stamp rewrites the budget headers of one request when its connection is ready.
+// It holds the values and the trace in one allocation.
 type stamp struct {
 	ctx           context.Context
-	grpc, connect []string
+	trace         httptrace.ClientTrace
+	grpc, connect [1]string
 }
 
 // gotConn runs on the sending goroutine after the transport obtained a connection and
@@ -94,7 +98,7 @@ func (s *stamp) gotConn(info httptrace.GotConnInfo) {
 	}
 	left, _ := deadline.Remaining(s.ctx)
 	s.grpc[0] = EncodeGRPCTimeout(left)
-	if s.connect != nil {
+	if s.connect[0] != "" {
 		s.connect[0] = EncodeConnectTimeout(left)
 	}
 }

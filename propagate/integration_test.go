@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -42,7 +41,7 @@ type chainB struct {
 	http *http.Client
 }
 
-func (b *chainB) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+func (b *chainB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	b.log.saw("B", ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.cURL, nil)
 	if err != nil {
@@ -53,7 +52,7 @@ func (b *chainB) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testp
 		return nil, err
 	}
 	resp.Body.Close()
-	return &testpb.SimpleResponse{}, nil
+	return &testgrpc.SimpleResponse{}, nil
 }
 
 // TestChainHTTPGRPCHTTP runs client → A (HTTP) → B (gRPC) → C (HTTP) on loopback with
@@ -98,7 +97,7 @@ func TestChainHTTPGRPCHTTP(t *testing.T) {
 	// A: HTTP, calls B.
 	a := httptest.NewServer(propagate.NewMiddleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		log.saw("A", r.Context())
-		if _, err := bClient.UnaryCall(r.Context(), &testpb.SimpleRequest{}); err != nil {
+		if _, err := bClient.UnaryCall(r.Context(), &testgrpc.SimpleRequest{}); err != nil {
 			http.Error(w, err.Error(), http.StatusGatewayTimeout)
 		}
 	})))

@@ -43,6 +43,13 @@
 // left is answered with HTTP 504 or gRPC DeadlineExceeded without running the handler.
 // The handler reads what was applied with [InboundFromContext].
 //
+// # Traces
+//
+// With an OTel SDK installed, the server records the budget it applied, its source
+// and whether it was clamped on the server span, and the client records the budget it
+// sent on the client (or attempt) span; see package otelattr for the keys. Without an
+// SDK this costs nothing.
+//
 // # Errors on the wire
 //
 //	condition                      gRPC               HTTP

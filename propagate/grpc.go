@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // UnaryClientInterceptor returns a client interceptor that derives each call's context
@@ -63,9 +64,13 @@ func (c *config) clientContext(ctx context.Context) (context.Context, context.Ca
 	if be := (*deadline.BudgetError)(nil); errors.As(err, &be) {
 		return ctx, cancel, budgetStatus(be)
 	}
-	if left, has := deadline.Remaining(child); has && left <= 0 {
+	left, has := deadline.Remaining(child)
+	if has && left <= 0 {
 		cancel()
 		return ctx, cancel, budgetStatus(&deadline.BudgetError{Remaining: left, Needed: c.policy.Floor})
+	}
+	if has {
+		otelattr.RecordBudgetSent(child, left)
 	}
 	return child, cancel, nil
 }
@@ -156,6 +161,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	}
 	c.clamp(in)
 	if in.Budget <= 0 {
+		otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
 		return ctx, nil, status.Errorf(codes.DeadlineExceeded, "deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget)
 	}
 	cancel := noop
@@ -163,6 +169,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 		// grpc-go's own deadline stands unless the clamp cut it or none came.
 		ctx, cancel = context.WithTimeout(ctx, in.Budget)
 	}
+	otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
 	return context.WithValue(ctx, inboundKey{}, in), cancel, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // NewTransport returns an http.RoundTripper that writes the request's budget into
@@ -68,6 +69,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st.trace.GotConn = st.gotConn
 	out := req.WithContext(httptrace.WithClientTrace(child, &st.trace))
 	out.Header = h
+	otelattr.RecordBudgetSent(child, left)
 	resp, err := t.base.RoundTrip(out)
 	if child == ctx {
 		return resp, err
@@ -165,11 +167,13 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			}
 			c.clamp(&in)
 			if in.Budget <= 0 {
+				otelattr.RecordInbound(r.Context(), in.Budget, in.Source, in.Clamped)
 				http.Error(w, fmt.Sprintf("deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget), http.StatusGatewayTimeout)
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)
 			defer cancel()
+			otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
 			ctx = context.WithValue(ctx, inboundKey{}, &in)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})

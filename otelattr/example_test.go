@@ -1,0 +1,51 @@
+package otelattr_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// A hedged call: the primary is slow, the hedge answers, the primary is cancelled.
+// The SDK here stands in for the one a service installs at start-up.
+func ExampleStartAttempt() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	ctx, call := tp.Tracer("example").Start(context.Background(), "GET /price")
+
+	_, primary := otelattr.StartAttempt(ctx, otelattr.HTTP, otelattr.KindPrimary, 1)
+	hctx, hedge := otelattr.StartAttempt(ctx, otelattr.HTTP, otelattr.KindHedge, 2)
+	otelattr.RecordBudgetSent(hctx, 180*time.Millisecond)
+	hedge.End(otelattr.OutcomeSuccess, nil)
+	primary.End(otelattr.OutcomeCancelled, context.Canceled)
+	otelattr.RecordHedgeCall(ctx, 2, 1, true)
+	call.End()
+
+	for _, s := range rec.Ended() {
+		fmt.Println(s.Name())
+		for _, kv := range s.Attributes() {
+			fmt.Printf("  %s=%s\n", kv.Key, kv.Value.String())
+		}
+	}
+	// Output:
+	// attempt hedge
+	//   deadlinekit.attempt.number=2
+	//   deadlinekit.attempt.kind=hedge
+	//   http.request.resend_count=1
+	//   deadlinekit.budget.sent_ms=180
+	//   deadlinekit.attempt.outcome=success
+	// attempt primary
+	//   deadlinekit.attempt.number=1
+	//   deadlinekit.attempt.kind=primary
+	//   http.request.resend_count=0
+	//   deadlinekit.attempt.outcome=cancelled
+	// GET /price
+	//   deadlinekit.attempts=2
+	//   deadlinekit.hedge.count=1
+	//   deadlinekit.hedge.won=true
+}

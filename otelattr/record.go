@@ -1,0 +1,196 @@
+package otelattr
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instruments are made once, from the global MeterProvider. Until an SDK is
+// installed they are the API's delegating no-ops; installing one later (SetMeterProvider)
+// switches them over.
+type instrumentSet struct {
+	retries        metric.Int64Counter
+	budgetRefusals metric.Int64Counter
+	hedgesSent     metric.Int64Counter
+	hedgeWins      metric.Int64Counter
+	rejections     metric.Int64Counter
+	serverBudget   metric.Float64Histogram
+	overrun        metric.Float64Histogram
+}
+
+var instruments = sync.OnceValue(func() *instrumentSet { return newInstruments(otel.GetMeterProvider()) })
+
+func newInstruments(mp metric.MeterProvider) *instrumentSet {
+	m := mp.Meter(ScopeName)
+	s := &instrumentSet{}
+	// Errors from instrument creation are reported to the OTel error handler by
+	// the SDK and leave a usable no-op instrument behind.
+	s.retries, _ = m.Int64Counter("deadlinekit.retry.retries",
+		metric.WithUnit("{retry}"), metric.WithDescription("Retries sent: attempts after the first, by package retry."))
+	s.budgetRefusals, _ = m.Int64Counter("deadlinekit.retry.budget_refusals",
+		metric.WithUnit("{refusal}"), metric.WithDescription("Retries not sent because the retry budget was empty."))
+	s.hedgesSent, _ = m.Int64Counter("deadlinekit.hedge.sent",
+		metric.WithUnit("{hedge}"), metric.WithDescription("Hedged (backup) attempts sent."))
+	s.hedgeWins, _ = m.Int64Counter("deadlinekit.hedge.wins",
+		metric.WithUnit("{hedge}"), metric.WithDescription("Calls answered by a hedge rather than the primary."))
+	s.rejections, _ = m.Int64Counter("deadlinekit.shortcircuit.rejections",
+		metric.WithUnit("{request}"), metric.WithDescription("Requests refused before their handler ran, for lack of budget."))
+	s.serverBudget, _ = m.Float64Histogram("deadlinekit.server.budget",
+		metric.WithUnit("s"), metric.WithDescription("Budget applied to inbound requests."))
+	s.overrun, _ = m.Float64Histogram("deadlinekit.server.overrun",
+		metric.WithUnit("s"), metric.WithDescription("Time handlers kept running after their deadline."))
+	return s
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// RecordInbound records, on the server span in ctx, the budget the server applied to
+// a request, where it came from and whether the clamp cut it; and the budget in the
+// deadlinekit.server.budget histogram.
+func RecordInbound(ctx context.Context, budget time.Duration, source string, clamped bool) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			BudgetReceivedKey.Float64(millis(budget)),
+			BudgetSourceKey.String(source),
+			BudgetClampedKey.Bool(clamped),
+		)
+	}
+	instruments().serverBudget.Record(ctx, budget.Seconds())
+}
+
+// RecordGuard records the short-circuit guard's decision on the server span in ctx:
+// the floor, the budget left, and whether the request was refused. A refusal also
+// counts in deadlinekit.shortcircuit.rejections.
+func RecordGuard(ctx context.Context, rejected bool, remaining, floor time.Duration) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			ShortCircuitedKey.Bool(rejected),
+			FloorKey.Float64(millis(floor)),
+			RemainingKey.Float64(millis(remaining)),
+		)
+		if rejected {
+			span.SetStatus(codes.Error, "refused before the handler ran: budget below the floor")
+		}
+	}
+	if rejected {
+		instruments().rejections.Add(ctx, 1)
+	}
+}
+
+// RecordOverrun records how long a handler kept running after its deadline (zero
+// when it finished in time) on the server span in ctx, and in the
+// deadlinekit.server.overrun histogram.
+func RecordOverrun(ctx context.Context, overrun time.Duration) {
+	overrun = max(overrun, 0)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(OverrunKey.Float64(millis(overrun)))
+	}
+	instruments().overrun.Record(ctx, overrun.Seconds())
+}
+
+// RecordBudgetSent records the budget written into an outbound request on the span in
+// ctx (the attempt span when the call has one, else the client span).
+func RecordBudgetSent(ctx context.Context, budget time.Duration) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(BudgetSentKey.Float64(millis(budget)))
+	}
+}
+
+// RecordRetryCall records a finished call's attempts, retries and the reason it
+// stopped on the call span in ctx. StopBudgetEmpty also counts in
+// deadlinekit.retry.budget_refusals.
+func RecordRetryCall(ctx context.Context, attempts int, stop StopReason) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			AttemptsKey.Int(attempts),
+			RetriesKey.Int(max(attempts-1, 0)),
+			RetryStopReasonKey.String(string(stop)),
+		)
+	}
+	if stop == StopBudgetEmpty {
+		instruments().budgetRefusals.Add(ctx, 1)
+	}
+}
+
+// RecordHedgeCall records a finished call's attempts, the hedges it sent and whether
+// a hedge won on the call span in ctx. A winning hedge also counts in
+// deadlinekit.hedge.wins.
+func RecordHedgeCall(ctx context.Context, attempts, hedges int, won bool) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			AttemptsKey.Int(attempts),
+			HedgesKey.Int(hedges),
+			HedgeWonKey.Bool(won),
+		)
+	}
+	if won {
+		instruments().hedgeWins.Add(ctx, 1)
+	}
+}
+
+// Attempt is the span of one attempt of a call. Its zero value (returned when the
+// call's span is not recording) does nothing.
+type Attempt struct {
+	span trace.Span
+}
+
+// StartAttempt starts the span of attempt n (1-based) of the call whose span is in
+// ctx, and returns a context carrying it: send the attempt with that context so that
+// the downstream's span is its child. A retry counts in deadlinekit.retry.retries and
+// a hedge in deadlinekit.hedge.sent, whether or not the call is traced.
+func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (context.Context, Attempt) {
+	switch kind {
+	case KindRetry:
+		instruments().retries.Add(ctx, 1)
+	case KindHedge:
+		instruments().hedgesSent.Add(ctx, 1)
+	}
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, Attempt{}
+	}
+	attrs := make([]attribute.KeyValue, 2, 3)
+	attrs[0], attrs[1] = AttemptNumberKey.Int(n), AttemptKindKey.String(string(kind))
+	switch p {
+	case HTTP:
+		attrs = append(attrs, HTTPResendCountKey.Int(n-1))
+	case GRPC:
+		attrs = append(attrs, PreviousRPCAttemptsKey.Int(n-1))
+	}
+	ctx, span := parent.TracerProvider().Tracer(ScopeName).Start(ctx, "attempt "+string(kind),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	return ctx, Attempt{span: span}
+}
+
+// End ends the attempt's span with its outcome; err, when not nil, is recorded on the
+// span and sets its status to Error (a cancelled loser is not an error).
+func (a Attempt) End(outcome Outcome, err error) {
+	if a.span == nil {
+		return
+	}
+	a.span.SetAttributes(AttemptOutcomeKey.String(string(outcome)))
+	if err != nil && outcome == OutcomeFailure {
+		a.span.RecordError(err)
+		a.span.SetStatus(codes.Error, err.Error())
+	}
+	a.span.End()
+}
+
+// InjectHTTP writes the trace context of ctx into h with the global propagator
+// ([otel.GetTextMapPropagator]) when ctx's span is recording. Layers that make several
+// attempts of one HTTP request call it on each attempt's own header, so that the
+// downstream's span is a child of the attempt span rather than of the call's.
+func InjectHTTP(ctx context.Context, h http.Header) {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+	}
+}

@@ -1,0 +1,257 @@
+package otelattr
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// withSDK installs a span recorder and a manual metric reader for one test. Metrics
+// go through instruments made from the test's own provider, so the global
+// MeterProvider stays the API's no-op for TestNoSDKAllocs.
+func withSDK(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder, *sdkmetric.ManualReader) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	set := newInstruments(mp)
+	old := instruments
+	instruments = func() *instrumentSet { return set }
+	t.Cleanup(func() { instruments = old; tp.Shutdown(context.Background()); mp.Shutdown(context.Background()) })
+	return tp, rec, reader
+}
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue) {
+	t.Helper()
+	got := attrs(s)
+	for _, kv := range want {
+		if v, ok := got[kv.Key]; !ok || v != kv.Value {
+			t.Errorf("span %q: %s = %v (present %v); want %v", s.Name(), kv.Key, v.String(), ok, kv.Value.String())
+		}
+	}
+}
+
+// metricValues reads every counter's total and every histogram's count and sum.
+func metricValues(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] += float64(p.Value)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[m.Name+".count"] += float64(p.Count)
+					out[m.Name+".sum"] += p.Sum
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestServerSide(t *testing.T) {
+	tp, rec, reader := withSDK(t)
+	ctx, span := tp.Tracer("test").Start(context.Background(), "server")
+	RecordInbound(ctx, 250*time.Millisecond, "grpc-timeout", true)
+	RecordGuard(ctx, true, 4*time.Millisecond, 20*time.Millisecond)
+	RecordOverrun(ctx, 53*time.Millisecond)
+	span.End()
+
+	s := rec.Ended()[0]
+	wantAttrs(t, s,
+		BudgetReceivedKey.Float64(250), BudgetSourceKey.String("grpc-timeout"), BudgetClampedKey.Bool(true),
+		ShortCircuitedKey.Bool(true), FloorKey.Float64(20), RemainingKey.Float64(4),
+		OverrunKey.Float64(53))
+	if s.Status().Code.String() != "Error" {
+		t.Errorf("short-circuited span status %v; want Error", s.Status())
+	}
+	m := metricValues(t, reader)
+	for name, want := range map[string]float64{
+		"deadlinekit.shortcircuit.rejections": 1,
+		"deadlinekit.server.budget.count":     1,
+		"deadlinekit.server.budget.sum":       0.25,
+		"deadlinekit.server.overrun.count":    1,
+		"deadlinekit.server.overrun.sum":      0.053,
+	} {
+		if got := m[name]; got < want-1e-9 || got > want+1e-9 {
+			t.Errorf("metric %s = %v; want %v", name, got, want)
+		}
+	}
+}
+
+// A retried call: three attempts, the last one succeeds.
+func TestRetriedCall(t *testing.T) {
+	tp, rec, reader := withSDK(t)
+	ctx, call := tp.Tracer("test").Start(context.Background(), "GET /orders")
+	for n := 1; n <= 3; n++ {
+		kind := KindPrimary
+		if n > 1 {
+			kind = KindRetry
+		}
+		actx, a := StartAttempt(ctx, HTTP, kind, n)
+		RecordBudgetSent(actx, time.Duration(300-n*50)*time.Millisecond)
+		h := http.Header{}
+		InjectHTTP(actx, h)
+		if h.Get("Traceparent") != "" {
+			t.Error("InjectHTTP wrote a header with no propagator installed")
+		}
+		if n < 3 {
+			a.End(OutcomeFailure, errors.New("503 Service Unavailable"))
+		} else {
+			a.End(OutcomeSuccess, nil)
+		}
+	}
+	RecordRetryCall(ctx, 3, StopSucceeded)
+	call.End()
+
+	spans := rec.Ended()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans; want 3 attempts and the call", len(spans))
+	}
+	for i, s := range spans[:3] {
+		n := i + 1
+		kind, outcome := "retry", "failure"
+		if n == 1 {
+			kind = "primary"
+		}
+		if n == 3 {
+			outcome = "success"
+		}
+		if s.Parent().SpanID() != call.SpanContext().SpanID() {
+			t.Errorf("attempt %d is not a child of the call span", n)
+		}
+		if s.Name() != "attempt "+kind {
+			t.Errorf("attempt %d named %q", n, s.Name())
+		}
+		wantAttrs(t, s, AttemptNumberKey.Int(n), AttemptKindKey.String(kind), AttemptOutcomeKey.String(outcome),
+			HTTPResendCountKey.Int(n-1), BudgetSentKey.Float64(float64(300-n*50)))
+	}
+	wantAttrs(t, spans[3], AttemptsKey.Int(3), RetriesKey.Int(2), RetryStopReasonKey.String("succeeded"))
+	if got := metricValues(t, reader)["deadlinekit.retry.retries"]; got != 2 {
+		t.Errorf("retries counter %v; want 2", got)
+	}
+}
+
+// A hedged gRPC call whose hedge wins.
+func TestHedgedCall(t *testing.T) {
+	tp, rec, reader := withSDK(t)
+	ctx, call := tp.Tracer("test").Start(context.Background(), "/svc/Get")
+	_, primary := StartAttempt(ctx, GRPC, KindPrimary, 1)
+	_, hedge := StartAttempt(ctx, GRPC, KindHedge, 2)
+	hedge.End(OutcomeSuccess, nil)
+	primary.End(OutcomeCancelled, context.Canceled)
+	RecordHedgeCall(ctx, 2, 1, true)
+	call.End()
+
+	spans := rec.Ended()
+	wantAttrs(t, spans[0], AttemptKindKey.String("hedge"), PreviousRPCAttemptsKey.Int(1), AttemptOutcomeKey.String("success"))
+	wantAttrs(t, spans[1], AttemptKindKey.String("primary"), PreviousRPCAttemptsKey.Int(0), AttemptOutcomeKey.String("cancelled"))
+	if spans[1].Status().Code.String() == "Error" {
+		t.Error("a cancelled loser is marked as an error")
+	}
+	wantAttrs(t, spans[2], AttemptsKey.Int(2), HedgesKey.Int(1), HedgeWonKey.Bool(true))
+	m := metricValues(t, reader)
+	if m["deadlinekit.hedge.sent"] != 1 || m["deadlinekit.hedge.wins"] != 1 {
+		t.Errorf("hedge counters sent %v wins %v; want 1 and 1", m["deadlinekit.hedge.sent"], m["deadlinekit.hedge.wins"])
+	}
+}
+
+func TestBudgetRefusal(t *testing.T) {
+	tp, rec, reader := withSDK(t)
+	ctx, call := tp.Tracer("test").Start(context.Background(), "call")
+	RecordRetryCall(ctx, 1, StopBudgetEmpty)
+	call.End()
+	wantAttrs(t, rec.Ended()[0], AttemptsKey.Int(1), RetriesKey.Int(0), RetryStopReasonKey.String("budget_empty"))
+	if got := metricValues(t, reader)["deadlinekit.retry.budget_refusals"]; got != 1 {
+		t.Errorf("budget refusals %v; want 1", got)
+	}
+}
+
+func TestInjectHTTPParentsDownstreamOnAttempt(t *testing.T) {
+	tp, _, _ := withSDK(t)
+	ctx, call := tp.Tracer("test").Start(context.Background(), "call")
+	defer call.End()
+	actx, a := StartAttempt(ctx, HTTP, KindPrimary, 1)
+	defer a.End(OutcomeSuccess, nil)
+	h := http.Header{}
+	// The global propagator is the user's choice; install one for this test only.
+	prop := propagation.TraceContext{}
+	prop.Inject(actx, propagation.HeaderCarrier(h))
+	got := prop.Extract(context.Background(), propagation.HeaderCarrier(h))
+	if trace.SpanContextFromContext(got).SpanID() != trace.SpanContextFromContext(actx).SpanID() {
+		t.Fatal("the downstream would not be a child of the attempt span")
+	}
+}
+
+// With no SDK, every function is a no-op that does not allocate.
+func TestNoSDKAllocs(t *testing.T) {
+	ctx := context.Background()
+	h := http.Header{}
+	allocs := testing.AllocsPerRun(100, func() {
+		RecordInbound(ctx, time.Second, "grpc-timeout", false)
+		RecordGuard(ctx, true, time.Millisecond, 2*time.Millisecond)
+		RecordOverrun(ctx, time.Millisecond)
+		RecordBudgetSent(ctx, time.Second)
+		actx, a := StartAttempt(ctx, HTTP, KindHedge, 2)
+		InjectHTTP(actx, h)
+		a.End(OutcomeFailure, context.Canceled)
+		RecordRetryCall(ctx, 3, StopBudgetEmpty)
+		RecordHedgeCall(ctx, 2, 1, true)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per run with no SDK; want 0", allocs)
+	}
+}
+
+func BenchmarkRecordAttempt(b *testing.B) {
+	b.Run("no-sdk", func(b *testing.B) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			actx, a := StartAttempt(ctx, HTTP, KindRetry, 2)
+			RecordBudgetSent(actx, time.Second)
+			a.End(OutcomeSuccess, nil)
+		}
+	})
+	b.Run("recording", func(b *testing.B) {
+		// Spans are sampled and recorded, then dropped: the cost measured is
+		// the recording, not an exporter's.
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		defer tp.Shutdown(context.Background())
+		ctx, call := tp.Tracer("bench").Start(context.Background(), "call")
+		defer call.End()
+		b.ReportAllocs()
+		for b.Loop() {
+			actx, a := StartAttempt(ctx, HTTP, KindRetry, 2)
+			RecordBudgetSent(actx, time.Second)
+			a.End(OutcomeSuccess, nil)
+		}
+	})
+}

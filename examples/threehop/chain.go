@@ -7,116 +7,44 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
-	"time"
+	"strconv"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
-
-	"github.com/deadlinekit/deadlinekit/deadline"
-	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
-type mode int
+// hopFunc is one service's handler: its own work, then (for A and B) the call to the
+// next hop. ctx is the request's context as the service's middleware left it.
+type hopFunc func(ctx context.Context, next func(context.Context) error) error
 
-const (
-	modeIndependent mode = iota // per-hop timeouts, nothing propagated
-	modePropagated              // deadlinekit's propagate on every hop
-)
+// chainSpec describes one client → A (HTTP) → B (gRPC) → C (HTTP) chain: what each
+// hop does and which toolkit layers sit on each server and each outbound edge. Nil
+// layers mean "plain", as a service without the toolkit would be.
+type chainSpec struct {
+	a, b, c hopFunc
 
-// hopRecord is what one service recorded about the request it served.
-type hopRecord struct {
-	name      string
-	received  time.Time
-	budget    time.Duration // time left on arrival; 0 when no deadline came
-	hasBudget bool
-	workEnd   time.Time
-	leftAtEnd time.Duration
-	cancelled bool
+	serverA, serverC func(http.Handler) http.Handler
+	serverB          []grpc.UnaryServerInterceptor
+
+	clientToA func(http.RoundTripper) http.RoundTripper
+	aToB      []grpc.UnaryClientInterceptor
+	bToC      func(http.RoundTripper) http.RoundTripper
 }
 
-// describe says how the hop's work ended, on the client's time axis, and with what
-// budget left when the hop works under the client's deadline.
-func (h hopRecord) describe(start time.Time, m mode) string {
-	at := "+" + ms(h.workEnd.Sub(start))
-	switch {
-	case h.cancelled:
-		return "cancelled at " + at
-	case m == modePropagated:
-		return fmt.Sprintf("done at %s, %s left", at, ms(h.leftAtEnd))
-	default:
-		return "done at " + at
-	}
-}
-
-type result struct {
-	title  string
-	mode   mode
-	start  time.Time
-	hops   [3]hopRecord
-	wasted time.Duration // C's work after the client gave up
-}
-
-// recorder collects the hops' records; the services write to it as they go.
-type recorder struct {
-	mu    sync.Mutex
-	start time.Time
-	hops  map[string]hopRecord
-	done  chan struct{} // closed when C has recorded
-	log   io.Writer
-}
-
-func (r *recorder) record(h hopRecord) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.hops[h.name] = h
-	end := "finished"
-	if h.cancelled {
-		end = "cancelled"
-	}
-	budget := "none"
-	if h.hasBudget {
-		budget = msPrecise(h.budget)
-	}
-	fmt.Fprintf(r.log, "  %s: received at +%s with budget %s, work %s at +%s\n",
-		h.name, msPrecise(h.received.Sub(r.start)), budget, end, msPrecise(h.workEnd.Sub(r.start)))
-	if h.name == "C" {
-		close(r.done)
-	}
-}
-
-// work does a hop's 100 ms of work, stopping early if ctx ends. It records the hop.
-func (r *recorder) work(ctx context.Context, name string) error {
-	h := hopRecord{name: name, received: time.Now()}
-	h.budget, h.hasBudget = deadline.Remaining(ctx)
-	t := time.NewTimer(hopWork)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		h.cancelled = true
-	}
-	h.workEnd = time.Now()
-	h.leftAtEnd, _ = deadline.Remaining(ctx)
-	r.record(h)
-	if h.cancelled {
-		return ctx.Err()
-	}
-	return nil
-}
-
-// hopContext is the context a hop works under: in the independent scenario a fresh
-// 300 ms timeout that ignores the caller (the anti-pattern), otherwise the request's.
-func hopContext(m mode, req context.Context) (context.Context, context.CancelFunc) {
-	if m == modeIndependent {
-		return context.WithTimeout(context.Background(), ownTimeout)
-	}
-	return req, func() {}
+// chain is a running chain on loopback.
+type chain struct {
+	client *http.Client
+	aURL   string
+	stops  []func()
 }
 
 // hopService is B's gRPC service, registered by hand so the demo needs no generated
 // code: /threehop.Hop/Work takes and returns google.protobuf.Empty.
+const hopMethod = "/threehop.Hop/Work"
+
 var hopService = grpc.ServiceDesc{
 	ServiceName: "threehop.Hop",
 	HandlerType: (*any)(nil),
@@ -132,134 +60,90 @@ var hopService = grpc.ServiceDesc{
 			if interceptor == nil {
 				return call(ctx, in)
 			}
-			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/threehop.Hop/Work"}, call)
+			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: hopMethod}, call)
 		},
 	}},
 }
 
-// runChain starts A, B and C on loopback, sends one request under the client budget,
-// waits for C to record how its work ended, and stops everything.
-func runChain(m mode, log io.Writer) (result, error) {
-	rec := &recorder{hops: map[string]hopRecord{}, done: make(chan struct{}), log: log}
-	var stop []func()
-	defer func() {
-		for i := len(stop) - 1; i >= 0; i-- {
-			stop[i]()
-		}
-	}()
+func identity[T any](v T) T { return v }
 
-	// The toolkit's pieces, or the plain ones.
-	httpServer := func(h http.Handler) http.Handler { return h }
-	var outbound http.RoundTripper = http.DefaultTransport.(*http.Transport).Clone()
-	var grpcServerOpts []grpc.ServerOption
-	grpcDialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if m == modePropagated {
-		httpServer = propagate.NewMiddleware()
-		outbound = propagate.NewTransport(outbound)
-		grpcServerOpts = append(grpcServerOpts, grpc.UnaryInterceptor(propagate.UnaryServerInterceptor()))
-		grpcDialOpts = append(grpcDialOpts, grpc.WithUnaryInterceptor(propagate.UnaryClientInterceptor()))
+func orIdentity(f func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+	if f == nil {
+		return identity[http.Handler]
 	}
-	client := &http.Client{Transport: outbound}
-	stop = append(stop, client.CloseIdleConnections)
+	return f
+}
 
-	// C: HTTP, work only.
-	cURL, stopC, err := serveHTTP(httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := hopContext(m, r.Context())
-		defer cancel()
-		if err := rec.work(ctx, "C"); err != nil {
-			http.Error(w, err.Error(), http.StatusGatewayTimeout)
-		}
-	})))
+func orIdentityRT(f func(http.RoundTripper) http.RoundTripper) func(http.RoundTripper) http.RoundTripper {
+	if f == nil {
+		return identity[http.RoundTripper]
+	}
+	return f
+}
+
+// startChain starts C, B and A on 127.0.0.1 and returns the client side.
+func startChain(tel *telemetry, spec chainSpec) (*chain, error) {
+	ch := &chain{}
+	fail := func(err error) (*chain, error) { ch.stop(); return nil, err }
+
+	newTransport := func() *http.Transport {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		ch.stops = append(ch.stops, t.CloseIdleConnections)
+		return t
+	}
+
+	// C: HTTP.
+	cURL, stop, err := serveHTTP(tel.serverHandler(svcC, orIdentity(spec.serverC)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeResult(w, spec.c(r.Context(), nil))
+	}))))
 	if err != nil {
-		return result{}, err
+		return fail(err)
 	}
-	stop = append(stop, stopC)
+	ch.stops = append(ch.stops, stop)
 
-	// B: gRPC, works then calls C.
+	// B: gRPC, calls C over HTTP.
+	bToC := &http.Client{Transport: tel.transport(svcB, orIdentityRT(spec.bToC)(newTransport()))}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return result{}, err
+		return fail(err)
 	}
-	gs := grpc.NewServer(grpcServerOpts...)
-	gs.RegisterService(&hopService, func(reqCtx context.Context) error {
-		ctx, cancel := hopContext(m, reqCtx)
-		defer cancel()
-		if err := rec.work(ctx, "B"); err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cURL, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
+	gs := grpc.NewServer(append(tel.grpcServerOptions(svcB), grpc.ChainUnaryInterceptor(spec.serverB...))...)
+	gs.RegisterService(&hopService, func(ctx context.Context) error {
+		return spec.b(ctx, func(ctx context.Context) error { return httpGet(ctx, bToC, cURL) })
 	})
 	go gs.Serve(lis)
-	stop = append(stop, gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpcDialOpts...)
-	if err != nil {
-		return result{}, err
-	}
-	stop = append(stop, func() { conn.Close() })
+	ch.stops = append(ch.stops, gs.Stop)
 
-	// A: HTTP, works then calls B.
-	aURL, stopA, err := serveHTTP(httpServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := hopContext(m, r.Context())
-		defer cancel()
-		if err := rec.work(ctx, "A"); err != nil {
-			http.Error(w, err.Error(), http.StatusGatewayTimeout)
-			return
-		}
-		if err := conn.Invoke(ctx, "/threehop.Hop/Work", new(emptypb.Empty), new(emptypb.Empty)); err != nil {
-			http.Error(w, err.Error(), http.StatusGatewayTimeout)
-		}
-	})))
+	// A: HTTP, calls B over gRPC.
+	conn, err := grpc.NewClient(lis.Addr().String(), append(tel.grpcDialOptions(svcA),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(spec.aToB...))...)
 	if err != nil {
-		return result{}, err
+		return fail(err)
 	}
-	stop = append(stop, stopA)
-
-	// Warm the connections, so that the measured request pays no dial.
+	ch.stops = append(ch.stops, func() { conn.Close() })
 	conn.Connect()
-
-	// The client.
-	rec.start = time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), clientBudget)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, aURL, nil)
+	aURL, stop, err := serveHTTP(tel.serverHandler(svcA, orIdentity(spec.serverA)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeResult(w, spec.a(r.Context(), func(ctx context.Context) error {
+			return conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty))
+		}))
+	}))))
 	if err != nil {
-		return result{}, err
+		return fail(err)
 	}
-	resp, err := client.Do(req)
-	if err == nil {
-		resp.Body.Close()
-	} else if !errors.Is(err, context.DeadlineExceeded) {
-		return result{}, fmt.Errorf("client: %w", err)
-	}
-	gaveUp, _ := ctx.Deadline()
-	fmt.Fprintf(log, "  client: gave up at +%s\n", msPrecise(gaveUp.Sub(rec.start)))
+	ch.stops = append(ch.stops, stop)
+	ch.aURL = aURL
+	ch.client = &http.Client{Transport: tel.transport(svcClient, orIdentityRT(spec.clientToA)(newTransport()))}
+	return ch, nil
+}
 
-	select {
-	case <-rec.done:
-	case <-time.After(2 * time.Second):
-		return result{}, errors.New("hop C never recorded its work")
+// call sends one user request to A.
+func (ch *chain) call(ctx context.Context) error { return httpGet(ctx, ch.client, ch.aURL) }
+
+func (ch *chain) stop() {
+	for i := len(ch.stops) - 1; i >= 0; i-- {
+		ch.stops[i]()
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	res := result{mode: m, start: rec.start}
-	for i, name := range []string{"A", "B", "C"} {
-		h, ok := rec.hops[name]
-		if !ok {
-			return result{}, fmt.Errorf("hop %s never ran", name)
-		}
-		res.hops[i] = h
-	}
-	res.wasted = max(res.hops[2].workEnd.Sub(gaveUp), 0)
-	return res, nil
 }
 
 func serveHTTP(h http.Handler) (url string, stop func(), err error) {
@@ -270,4 +154,71 @@ func serveHTTP(h http.Handler) (url string, stop func(), err error) {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(lis)
 	return "http://" + lis.Addr().String(), func() { srv.Close() }, nil
+}
+
+// Errors travel between the hops as a status: an HTTP status on HTTP hops, a gRPC code
+// on B. These helpers translate, as a real service would.
+
+// httpStatusError is a non-200 answer of an HTTP hop.
+type httpStatusError struct{ code int }
+
+func (e httpStatusError) Error() string { return "HTTP " + strconv.Itoa(e.code) }
+
+// GRPCStatus lets B return an HTTP failure of C as the matching gRPC status.
+func (e httpStatusError) GRPCStatus() *status.Status {
+	c := codes.Unknown
+	switch e.code {
+	case http.StatusServiceUnavailable, http.StatusBadGateway:
+		c = codes.Unavailable
+	case http.StatusGatewayTimeout:
+		c = codes.DeadlineExceeded
+	case http.StatusTooManyRequests:
+		c = codes.ResourceExhausted
+	}
+	return status.New(c, e.Error())
+}
+
+func httpGet(ctx context.Context, client *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return httpStatusError{resp.StatusCode}
+	}
+	return nil
+}
+
+// writeResult answers an HTTP hop's request with the status matching err.
+func writeResult(w http.ResponseWriter, err error) {
+	if err == nil {
+		io.WriteString(w, "ok\n")
+		return
+	}
+	code := http.StatusInternalServerError
+	var he httpStatusError
+	switch {
+	case errors.As(err, &he):
+		code = he.code
+	case errors.Is(err, context.DeadlineExceeded):
+		code = http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		code = 499
+	default:
+		switch status.Code(err) {
+		case codes.Unavailable:
+			code = http.StatusServiceUnavailable
+		case codes.DeadlineExceeded:
+			code = http.StatusGatewayTimeout
+		case codes.Canceled:
+			code = 499
+		}
+	}
+	http.Error(w, fmt.Sprint(err), code)
 }

@@ -1,103 +1,152 @@
-// Command threehop runs a three-service chain on loopback and shows what deadlinekit
-// changes: client → A (HTTP) → B (gRPC) → C (HTTP), each hop doing 100 ms of work
-// before calling the next, under a client budget of 250 ms.
+// Command threehop runs a three-service chain on loopback and shows, scenario by
+// scenario, what deadlinekit changes: client → A (HTTP) → B (gRPC) → C (HTTP).
 //
-//	go run ./examples/threehop              # every scenario, one readings table
-//	go run ./examples/threehop -scenario propagated -v
+//	go run ./examples/threehop                       # every scenario, one readings table
+//	go run ./examples/threehop -scenario wasted -v   # one scenario, a line per hop
+//	go run ./examples/threehop -otlp 127.0.0.1:4317  # also export traces (e.g. to Jaeger)
 //
 // Scenarios:
 //
-//	independent  each hop sets its own 300 ms timeout for its work and its call, and
-//	             nothing travels downstream (the usual setup). The client gives up at
-//	             250 ms, but C goes on until it is done: wasted work.
-//	propagated   the deadline travels with the request (package propagate): each hop
-//	             works within what the client has left, and C is cancelled at the
-//	             client's deadline.
+//	wasted   100 ms of work per hop under a 250 ms client budget. Without the toolkit
+//	         every hop sets its own 300 ms timeout and C keeps working after the client
+//	         gave up; with the deadline propagated (package propagate) C is cancelled
+//	         at the client's deadline. A waterfall shows both runs on one time axis.
 //
 // The readings come from the services themselves: each hop records when it received
-// the request, with what budget, and when its work ended (finished or cancelled); the
-// client records when it gave up. Nothing is computed from the scenario's parameters.
+// the request, with what budget, and when its work ended; the client records when it
+// gave up. Nothing is computed from the scenario's parameters.
+//
+// With -otlp ADDR (or OTEL_EXPORTER_OTLP_ENDPOINT), each service exports its spans
+// over OTLP/gRPC under its own service name (threehop-client, threehop-a, threehop-b,
+// threehop-c), and the demo prints the trace ID of each scenario's representative
+// request, to open in Jaeger.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
-)
 
-const (
-	hopWork      = 100 * time.Millisecond // each hop's own work
-	clientBudget = 250 * time.Millisecond // what the client allows for the whole call
-	ownTimeout   = 300 * time.Millisecond // each hop's independent timeout (scenario independent)
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
 func main() {
-	scenario := flag.String("scenario", "", "run one scenario: independent or propagated (default: all)")
-	verbose := flag.Bool("v", false, "print a line per hop as it happens")
+	scenario := flag.String("scenario", "", "run one scenario: "+strings.Join(scenarioNames(), ", ")+" (default: all)")
+	otlp := flag.String("otlp", "", "export traces over OTLP/gRPC to this host:port (default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
+	verbose := flag.Bool("v", false, "print a line per hop and per request as they happen")
 	flag.Parse()
-	if err := run(os.Stdout, *scenario, *verbose); err != nil {
+	if err := run(os.Stdout, options{scenario: *scenario, otlp: *otlp, verbose: *verbose}); err != nil {
 		fmt.Fprintln(os.Stderr, "threehop:", err)
 		os.Exit(1)
 	}
 }
 
-type scenarioSpec struct {
-	name, title string
-	mode        mode
+type options struct {
+	scenario string
+	otlp     string
+	verbose  bool
 }
 
-var scenarios = []scenarioSpec{
-	{"independent", "own 300 ms timeout per hop", modeIndependent},
-	{"propagated", "deadline propagated (deadlinekit)", modePropagated},
+// A reading is one line of the table: what was measured, without and with the toolkit.
+type reading struct {
+	scenario, measure, without, with string
 }
 
-func run(w io.Writer, only string, verbose bool) error {
-	var chosen []scenarioSpec
+type scenario struct {
+	name string
+	run  func(*env) ([]reading, error)
+}
+
+var scenarios = []scenario{
+	{"wasted", runWasted},
+}
+
+func scenarioNames() []string {
+	var names []string
 	for _, s := range scenarios {
-		if only == "" || only == s.name {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// env is what a scenario runs with.
+type env struct {
+	tel     *telemetry
+	out     io.Writer // the scenario's own output (waterfalls)
+	verbose io.Writer // per-hop lines, io.Discard unless -v
+	traces  []string  // "label trace-id" lines, printed at the end when exporting
+}
+
+// trace notes the trace of a representative request, for the user to open in Jaeger.
+func (e *env) trace(label string, span trace.Span) {
+	if sc := span.SpanContext(); sc.IsValid() {
+		e.traces = append(e.traces, fmt.Sprintf("trace %s  %s", sc.TraceID(), label))
+	}
+}
+
+func run(w io.Writer, o options) error {
+	var chosen []scenario
+	for _, s := range scenarios {
+		if o.scenario == "" || o.scenario == s.name {
 			chosen = append(chosen, s)
 		}
 	}
 	if len(chosen) == 0 {
-		return fmt.Errorf("unknown scenario %q (want independent or propagated)", only)
+		return fmt.Errorf("unknown scenario %q (want one of %s)", o.scenario, strings.Join(scenarioNames(), ", "))
 	}
-	fmt.Fprintf(w, "client → A (HTTP) → B (gRPC) → C (HTTP); %v of work per hop; client budget %v\n\n", ms(hopWork), ms(clientBudget))
-	var results []result
+	ctx := context.Background()
+	tel, err := newTelemetry(ctx, o.otlp)
+	if err != nil {
+		return err
+	}
+	e := &env{tel: tel, out: w, verbose: io.Discard}
+	if o.verbose {
+		e.verbose = w
+	}
+	fmt.Fprintln(w, "deadlinekit three-hop demo: client → A (HTTP) → B (gRPC) → C (HTTP), all on 127.0.0.1")
+	var readings []reading
 	for _, s := range chosen {
-		var logw io.Writer = io.Discard
-		if verbose {
-			logw = w
-		}
-		r, err := runChain(s.mode, logw)
+		rs, err := s.run(e)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			return fmt.Errorf("scenario %s: %w", s.name, err)
 		}
-		r.title = s.title
-		results = append(results, r)
+		readings = append(readings, rs...)
 	}
-	printTable(w, results)
+	fmt.Fprintln(w)
+	printTable(w, readings)
+	if tel.enabled() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := tel.shutdown(sctx); err != nil {
+			return fmt.Errorf("flushing traces: %w", err)
+		}
+		fmt.Fprintln(w, "\nTraces exported (services threehop-client, threehop-a, threehop-b, threehop-c):")
+		for _, t := range e.traces {
+			fmt.Fprintln(w, "  "+t)
+		}
+	}
 	return nil
 }
 
-func printTable(w io.Writer, results []result) {
+func printTable(w io.Writer, readings []reading) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tA\tB\tC\tC's work after the client gave up")
-	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.title,
-			r.hops[0].describe(r.start, r.mode), r.hops[1].describe(r.start, r.mode), r.hops[2].describe(r.start, r.mode),
-			msPrecise(r.wasted))
+	fmt.Fprintln(tw, "scenario\tmeasured\twithout the toolkit\twith deadlinekit")
+	for _, r := range readings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.scenario, r.measure, r.without, r.with)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, `
-Times are from the client's start; the client gives up at +%s. Each service records
-its own readings. With the deadline propagated, what C still does after the client
-gave up is the request's transit time: a relative timeout (grpc-timeout) starts again
-when each hop reads it, so every hop adds the time the request spent on the way.
-`, ms(clientBudget))
 }
+
+// propagateTransport puts propagate's transport on an outbound HTTP edge.
+func propagateTransport(rt http.RoundTripper) http.RoundTripper { return propagate.NewTransport(rt) }
 
 // ms formats a duration in whole milliseconds.
 func ms(d time.Duration) string {

@@ -1,0 +1,147 @@
+package shortcircuit
+
+import (
+	"math"
+	"time"
+)
+
+// Option configures a guard built by [NewMiddleware], [UnaryServerInterceptor] or
+// [StreamServerInterceptor].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	floor     time.Duration
+	floorFunc func(route string) time.Duration
+	adaptive  *Adaptive
+	observers []Observer
+}
+
+func newConfig(opts []Option) config {
+	var c config
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// WithFloor sets a static floor for every request: a request with less than d left
+// is refused before the handler runs. The default is zero: only requests already past
+// their deadline are refused. Negative values count as zero.
+func WithFloor(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.floor = max(d, 0) })
+}
+
+// WithFloorFunc sets a floor per route, computed by f from the route key: the gRPC
+// full method ("/package.Service/Method"), or for HTTP the request's Pattern when a
+// [net/http.ServeMux] has set it, else its URL path. f is called once per request that
+// has a deadline, on the request's goroutine; it must be fast and safe for concurrent
+// use. A map lookup is the usual body:
+//
+//	floors := map[string]time.Duration{"/shop.Cart/Checkout": 80 * time.Millisecond}
+//	shortcircuit.WithFloorFunc(func(route string) time.Duration { return floors[route] })
+//
+// The floor in force is the largest of f's result, the static floor ([WithFloor]) and
+// the adaptive floor ([WithAdaptiveFloor]), so a route whose floor should be lower
+// than the others' takes the common value from f, not from WithFloor. A nil f removes
+// the per-route floor.
+func WithFloorFunc(f func(route string) time.Duration) Option {
+	return optionFunc(func(c *config) { c.floorFunc = f })
+}
+
+// Adaptive configures the adaptive floor: a quantile of the durations of a route's
+// recent successful calls. It is plain data; zero fields take the value of
+// [DefaultAdaptive].
+type Adaptive struct {
+	// Quantile of the successful durations used as the floor, in (0, 1]. 0.5 (the
+	// median) refuses a request when it has less time left than half of the recent
+	// calls took; 0.9 is stricter.
+	Quantile float64
+	// Window is how long a duration counts, and Buckets how many steps the window
+	// moves in: durations leave it Window/Buckets at a time. Buckets is at most
+	// 1000; more count as 1000.
+	Window  time.Duration
+	Buckets int
+	// MinSamples is the number of durations the window of a route must hold before
+	// the route has an adaptive floor.
+	MinSamples int
+	// Min and Max bound the adaptive floor. A zero Max takes the default (1 s), a
+	// Max below Min counts as Min; for no upper bound, set a large Max.
+	Min, Max time.Duration
+	// MaxRoutes bounds the number of routes learned, and so the memory used (up to
+	// about 4 KiB per bucket in use per route). Routes past the bound have no
+	// adaptive floor. HTTP route keys that are URL paths come from the client: key
+	// on Patterns, or keep the bound low.
+	MaxRoutes int
+}
+
+// DefaultAdaptive is the adaptive floor's default: the median of the successful
+// durations of the last 10 s (10 buckets of 1 s), once 20 are known, between 0 and 1 s,
+// for at most 256 routes.
+var DefaultAdaptive = Adaptive{
+	Quantile:   0.5,
+	Window:     10 * time.Second,
+	Buckets:    10,
+	MinSamples: 20,
+	Min:        0,
+	Max:        time.Second,
+	MaxRoutes:  256,
+}
+
+func (a Adaptive) withDefaults() Adaptive {
+	d := DefaultAdaptive
+	if a.Quantile <= 0 || math.IsNaN(a.Quantile) {
+		a.Quantile = d.Quantile
+	}
+	a.Quantile = min(a.Quantile, 1)
+	if a.Window <= 0 {
+		a.Window = d.Window
+	}
+	if a.Buckets <= 0 {
+		a.Buckets = d.Buckets
+	}
+	if a.MinSamples <= 0 {
+		a.MinSamples = d.MinSamples
+	}
+	a.Min = max(a.Min, 0)
+	if a.Max <= 0 {
+		a.Max = d.Max
+	}
+	a.Max = max(a.Max, a.Min)
+	if a.MaxRoutes <= 0 {
+		a.MaxRoutes = d.MaxRoutes
+	}
+	return a
+}
+
+// WithAdaptiveFloor turns on the adaptive floor, learned per route from the handler's
+// own recent successful durations (see the package documentation for how it follows a
+// handler that slows down or speeds up). Pass [DefaultAdaptive] for the defaults.
+//
+// For HTTP, telling success needs the response status, so with an adaptive floor the
+// guard hands the handler a wrapped [net/http.ResponseWriter] (one allocation per
+// request). The wrapper implements http.Flusher and Unwrap, so
+// [net/http.ResponseController] reaches every feature of the original writer.
+func WithAdaptiveFloor(a Adaptive) Option {
+	a = a.withDefaults()
+	return optionFunc(func(c *config) { c.adaptive = &a })
+}
+
+// WithObserver adds an observer, called once per request the guard sees: on refusal,
+// before the refusal is written, and on admission, after the handler has returned (not
+// if it panicked). It may be given several times; observers are called in order, on
+// the request's goroutine, so they must be fast and safe for concurrent use.
+func WithObserver(o Observer) Option {
+	return optionFunc(func(c *config) {
+		if o != nil {
+			c.observers = append(c.observers, o)
+		}
+	})
+}

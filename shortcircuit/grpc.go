@@ -1,0 +1,78 @@
+package shortcircuit
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// UnaryServerInterceptor returns a gRPC interceptor that refuses a call with
+// DeadlineExceeded, before the handler runs, when the time left is below the floor or
+// the deadline has passed. The status message states the time left and the floor. The
+// route key is the full method ("/package.Service/Method").
+//
+// A [*BudgetError] returned by the handler (from [Check]) that is not already a gRPC
+// status is answered as DeadlineExceeded; other errors pass through unchanged.
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	g := newGuard(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		var t ticket
+		if !g.admit(ctx, fullMethod(info), &t) {
+			return nil, status.Error(codes.DeadlineExceeded, t.refusal())
+		}
+		resp, err := handler(ctx, req)
+		g.done(ctx, &t, err == nil)
+		if err != nil {
+			err = budgetStatus(err)
+		}
+		return resp, err
+	}
+}
+
+// StreamServerInterceptor returns a gRPC interceptor that refuses a stream with
+// DeadlineExceeded, before the handler runs, when the time left is below the floor or
+// the deadline has passed. The floor is checked once, when the stream opens; the
+// stream's duration (for the adaptive floor) and overrun run to the handler's return.
+// Errors are mapped as by [UnaryServerInterceptor].
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	g := newGuard(opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		var t ticket
+		method := ""
+		if info != nil {
+			method = info.FullMethod
+		}
+		if !g.admit(ctx, method, &t) {
+			return status.Error(codes.DeadlineExceeded, t.refusal())
+		}
+		err := handler(srv, ss)
+		g.done(ctx, &t, err == nil)
+		if err != nil {
+			err = budgetStatus(err)
+		}
+		return err
+	}
+}
+
+func fullMethod(info *grpc.UnaryServerInfo) string {
+	if info == nil {
+		return ""
+	}
+	return info.FullMethod
+}
+
+// budgetStatus maps a *BudgetError that is not a gRPC status to DeadlineExceeded.
+func budgetStatus(err error) error {
+	var be *BudgetError
+	if !errors.As(err, &be) {
+		return err
+	}
+	if _, isStatus := status.FromError(err); isStatus {
+		return err
+	}
+	return status.Error(codes.DeadlineExceeded, "deadlinekit: "+err.Error())
+}

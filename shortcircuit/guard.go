@@ -1,0 +1,306 @@
+package shortcircuit
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/quantile"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// ErrInsufficientBudget is the sentinel for a budget that cannot pay for the work. It
+// is the same value as [deadline.ErrInsufficientBudget]; match it with [errors.Is].
+var ErrInsufficientBudget = deadline.ErrInsufficientBudget
+
+// BudgetError reports that the time left (Remaining) is less than the time the next
+// step needs (Needed). It is [deadline.BudgetError].
+type BudgetError = deadline.BudgetError
+
+// Check returns a [*BudgetError] when ctx has a deadline and less than need is left
+// before it (always when the deadline has passed), else nil. Use it inside a handler
+// before an expensive step:
+//
+//	if err := shortcircuit.Check(ctx, 20*time.Millisecond); err != nil {
+//		return nil, err // the gRPC interceptors answer DeadlineExceeded
+//	}
+func Check(ctx context.Context, need time.Duration) error {
+	return deadline.Check(ctx, need)
+}
+
+// Decision is what the guard did with a request.
+type Decision uint8
+
+const (
+	// Admitted: the handler ran.
+	Admitted Decision = iota
+	// BelowFloor: refused, the time left was below the floor.
+	BelowFloor
+	// Expired: refused, the deadline had passed when the request reached the guard.
+	Expired
+)
+
+var decisionNames = [...]string{Admitted: "admitted", BelowFloor: "below_floor", Expired: "expired"}
+
+// String returns "admitted", "below_floor" or "expired".
+func (d Decision) String() string {
+	if int(d) < len(decisionNames) {
+		return decisionNames[d]
+	}
+	return "unknown"
+}
+
+// Refused reports whether the handler was not run.
+func (d Decision) Refused() bool { return d != Admitted }
+
+// Event describes one request seen by the guard. It holds no reference to the request.
+type Event struct {
+	// Route is the route key: the gRPC full method, or the HTTP Pattern or path.
+	Route    string
+	Decision Decision
+	// HasDeadline is false for a request without deadline; Remaining, Floor and
+	// Overrun are then zero.
+	HasDeadline bool
+	// Remaining is the time that was left when the request reached the guard
+	// (zero or negative when it arrived past its deadline).
+	Remaining time.Duration
+	// Floor is the floor in force for the request.
+	Floor time.Duration
+	// Duration is how long the handler ran; zero for a refused request.
+	Duration time.Duration
+	// Overrun is how long the handler kept running after the deadline had passed:
+	// work nobody was waiting for. Zero when it finished in time, and for a refused
+	// request.
+	Overrun time.Duration
+	// Success is whether the call succeeded (gRPC: the handler returned nil; HTTP:
+	// the status was below 500). For HTTP the status is noted only for a route that
+	// has an adaptive window; Success is reported true otherwise. False for a refused
+	// request.
+	Success bool
+}
+
+// Observer receives an [Event] for every request the guard sees. ctx is the
+// request's context (for the span of the request, say). The event is passed by value
+// and observing it must not allocate if the admit path is to stay allocation-free.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to an [Observer].
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f(ctx, e).
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// Counter is an [Observer] that keeps totals. Its zero value is ready; it is safe for
+// concurrent use. One Counter may observe several guards.
+type Counter struct {
+	admitted, belowFloor, expired, overruns atomic.Uint64
+	overrun, maxOverrun                     atomic.Int64
+}
+
+// Stats is a snapshot of a [Counter].
+type Stats struct {
+	Admitted   uint64 // requests whose handler ran
+	BelowFloor uint64 // refused: time left below the floor
+	Expired    uint64 // refused: deadline passed on arrival
+	// Overruns is the number of admitted requests whose handler was still running
+	// when the deadline passed; Overrun is their total time past it, MaxOverrun the
+	// longest.
+	Overruns   uint64
+	Overrun    time.Duration
+	MaxOverrun time.Duration
+}
+
+// Refused returns the number of refused requests.
+func (s Stats) Refused() uint64 { return s.BelowFloor + s.Expired }
+
+// Observe counts e.
+func (c *Counter) Observe(_ context.Context, e Event) {
+	switch e.Decision {
+	case Admitted:
+		c.admitted.Add(1)
+	case BelowFloor:
+		c.belowFloor.Add(1)
+	case Expired:
+		c.expired.Add(1)
+	}
+	if e.Overrun > 0 {
+		c.overruns.Add(1)
+		c.overrun.Add(int64(e.Overrun))
+		for {
+			m := c.maxOverrun.Load()
+			if int64(e.Overrun) <= m || c.maxOverrun.CompareAndSwap(m, int64(e.Overrun)) {
+				break
+			}
+		}
+	}
+}
+
+// Stats returns the totals so far. Fields are read one by one, so a snapshot taken
+// while requests run may be off by the requests in flight.
+func (c *Counter) Stats() Stats {
+	return Stats{
+		Admitted:   c.admitted.Load(),
+		BelowFloor: c.belowFloor.Load(),
+		Expired:    c.expired.Load(),
+		Overruns:   c.overruns.Load(),
+		Overrun:    time.Duration(c.overrun.Load()),
+		MaxOverrun: time.Duration(c.maxOverrun.Load()),
+	}
+}
+
+// guard is the protocol-free core shared by the adapters.
+type guard struct {
+	floor      time.Duration
+	floorFunc  func(string) time.Duration
+	observers  []Observer
+	adaptive   *quantile.Keyed[string] // nil without an adaptive floor
+	minSamples int
+	min, max   time.Duration
+	measure    bool // the handler's end must be timed (adaptive floor or observers)
+}
+
+func newGuard(opts []Option) *guard {
+	c := newConfig(opts)
+	g := &guard{
+		floor:     c.floor,
+		floorFunc: c.floorFunc,
+		observers: c.observers,
+	}
+	if a := c.adaptive; a != nil {
+		g.adaptive = quantile.NewKeyed[string](quantile.Config{
+			Length:   a.Window,
+			Buckets:  a.Buckets,
+			Quantile: a.Quantile,
+			MaxKeys:  a.MaxRoutes,
+		})
+		g.minSamples, g.min, g.max = a.MinSamples, a.Min, a.Max
+	}
+	g.measure = g.adaptive != nil || len(g.observers) > 0
+	return g
+}
+
+// ticket carries one request from admit to done. It lives on the adapter's stack.
+type ticket struct {
+	route    string
+	start    time.Time
+	deadline time.Time
+	has      bool
+	left     time.Duration
+	floor    time.Duration
+	win      *quantile.Window
+	decision Decision
+}
+
+// admit decides whether the handler may run, filling t. It reports true to run it.
+func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
+	t.route = route
+	t.deadline, t.has = ctx.Deadline()
+	if !t.has && !g.measure {
+		return true
+	}
+	t.start = time.Now()
+	if g.adaptive != nil {
+		t.win = g.adaptive.Window(route)
+	}
+	if !t.has {
+		return true
+	}
+	t.left = t.deadline.Sub(t.start)
+	floor := g.floor
+	if g.floorFunc != nil {
+		floor = max(floor, g.floorFunc(route))
+	}
+	if t.win != nil {
+		if v, n := t.win.Tracked(t.start); n >= g.minSamples {
+			floor = max(floor, min(max(v, g.min), g.max))
+		}
+	}
+	t.floor = floor
+	switch {
+	case t.left <= 0:
+		t.decision = Expired
+	case t.left < floor:
+		t.decision = BelowFloor
+	default:
+		return true
+	}
+	otelattr.RecordGuard(ctx, true, t.left, floor)
+	for _, o := range g.observers {
+		o.Observe(ctx, Event{
+			Route:       t.route,
+			Decision:    t.decision,
+			HasDeadline: true,
+			Remaining:   t.left,
+			Floor:       t.floor,
+		})
+	}
+	return false
+}
+
+// done records the end of an admitted request's handler. ok is whether the call
+// succeeded.
+func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
+	var end time.Time
+	var over time.Duration
+	if t.has {
+		// Only a context that has ended can have been overrun: the clock is read
+		// here only then, or when the duration is wanted below.
+		if g.measure || ctx.Err() != nil {
+			end = time.Now()
+			if end.After(t.deadline) {
+				over = end.Sub(t.deadline)
+			}
+		}
+		otelattr.RecordOverrun(ctx, over)
+	}
+	if !g.measure {
+		return
+	}
+	if end.IsZero() {
+		end = time.Now()
+	}
+	took := end.Sub(t.start)
+	if ok && t.win != nil {
+		t.win.Add(end, took)
+	}
+	if len(g.observers) == 0 {
+		return
+	}
+	e := Event{
+		Route:       t.route,
+		Decision:    Admitted,
+		HasDeadline: t.has,
+		Remaining:   t.left,
+		Floor:       t.floor,
+		Duration:    took,
+		Overrun:     over,
+		Success:     ok,
+	}
+	for _, o := range g.observers {
+		o.Observe(ctx, e)
+	}
+}
+
+// refusal is the message sent with a refusal.
+func (t *ticket) refusal() string {
+	if t.decision == Expired {
+		return "deadlinekit: deadline passed " + human(-t.left) + " ago: request refused before the handler ran"
+	}
+	return "deadlinekit: " + human(t.left) + " left, floor " + human(t.floor) + ": request refused before the handler ran"
+}
+
+// human rounds d to the precision a person reads: 4.2ms, 1.53s, 850µs.
+func human(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		d = d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(100 * time.Microsecond)
+	default:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
+}

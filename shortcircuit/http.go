@@ -1,0 +1,76 @@
+package shortcircuit
+
+import (
+	"net/http"
+)
+
+// NewMiddleware returns HTTP middleware that refuses a request with 504 Gateway
+// Timeout, before next runs, when the time left on the request's context is below the
+// floor or the deadline has passed. The body states the time left and the floor. The
+// route key for per-route and adaptive floors is r.Pattern when set, else r.URL.Path
+// (see the package documentation).
+//
+// The deadline must already be on the request's context: put package propagate's
+// middleware (or whatever sets it) outside this one.
+func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
+	g := newGuard(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := r.Context()
+			var t ticket
+			if !g.admit(ctx, routeOf(r), &t) {
+				http.Error(w, t.refusal(), http.StatusGatewayTimeout)
+				return
+			}
+			if t.win == nil {
+				next.ServeHTTP(w, r)
+				g.done(ctx, &t, true)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, r)
+			g.done(ctx, &t, sw.status < http.StatusInternalServerError)
+		})
+	}
+}
+
+func routeOf(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	if r.URL != nil {
+		return r.URL.Path
+	}
+	return ""
+}
+
+// statusWriter notes the status of the response for the adaptive floor.
+type statusWriter struct {
+	http.ResponseWriter
+	status int // 0 until the header is written
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes the underlying writer when it can.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets [http.ResponseController] reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

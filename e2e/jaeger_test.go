@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	jaegerQuery = "http://127.0.0.1:16686"
+	jaegerOTLP  = "127.0.0.1:4317"
+)
+
+// jaegerTrace is the part of Jaeger's /api/traces/{id} answer the test reads.
+type jaegerTrace struct {
+	TraceID   string                   `json:"traceID"`
+	Spans     []jaegerSpan             `json:"spans"`
+	Processes map[string]jaegerProcess `json:"processes"`
+}
+
+type jaegerSpan struct {
+	SpanID        string      `json:"spanID"`
+	OperationName string      `json:"operationName"`
+	ProcessID     string      `json:"processID"`
+	StartTime     int64       `json:"startTime"`
+	Duration      int64       `json:"duration"`
+	Tags          []jaegerTag `json:"tags"`
+	References    []struct {
+		RefType string `json:"refType"`
+		SpanID  string `json:"spanID"`
+	} `json:"references"`
+}
+
+type jaegerTag struct {
+	Key   string `json:"key"`
+	Type  string `json:"type"`
+	Value any    `json:"value"`
+}
+
+type jaegerProcess struct {
+	ServiceName string `json:"serviceName"`
+}
+
+func (s jaegerSpan) tag(key string) (any, bool) {
+	for _, t := range s.Tags {
+		if t.Key == key {
+			return t.Value, true
+		}
+	}
+	return nil, false
+}
+
+func (s jaegerSpan) float(t *testing.T, key string) float64 {
+	t.Helper()
+	v, ok := s.tag(key)
+	f, isNum := v.(float64)
+	if !ok || !isNum {
+		t.Fatalf("span %q has no numeric %s (tags %v)", s.OperationName, key, s.Tags)
+	}
+	return f
+}
+
+func (tr jaegerTrace) service(s jaegerSpan) string { return tr.Processes[s.ProcessID].ServiceName }
+
+// spansWith returns the spans of service that carry key, in start order.
+func (tr jaegerTrace) spansWith(service, key string) []jaegerSpan {
+	var out []jaegerSpan
+	for _, s := range tr.Spans {
+		if _, ok := s.tag(key); ok && tr.service(s) == service {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartTime < out[j].StartTime })
+	return out
+}
+
+func jaegerReachable() bool {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(jaegerQuery + "/api/services")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// runDemo builds and runs examples/threehop with OTLP export and returns the trace IDs
+// it printed, by label.
+func runDemo(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "threehop")
+	build := exec.Command("go", "build", "-o", bin, "../examples/threehop")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building threehop: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-otlp", jaegerOTLP}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("threehop: %v\n%s", err, out)
+	}
+	t.Logf("threehop output:\n%s", out)
+	traces := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		// "  trace <id>  <label>"
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "trace "); ok {
+			if id, label, ok := strings.Cut(rest, "  "); ok {
+				traces[label] = id
+			}
+		}
+	}
+	return traces
+}
+
+// fetchTrace reads a trace from Jaeger, waiting for its spans to be ingested until it
+// has at least minSpans.
+func fetchTrace(t *testing.T, id string, minSpans int) jaegerTrace {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var last string
+	for {
+		resp, err := http.Get(jaegerQuery + "/api/traces/" + id)
+		if err == nil {
+			var body struct {
+				Data []jaegerTrace `json:"data"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if err == nil && len(body.Data) == 1 && len(body.Data[0].Spans) >= minSpans {
+				return body.Data[0]
+			}
+			if err == nil && len(body.Data) == 1 {
+				last = fmt.Sprintf("%d spans", len(body.Data[0].Spans))
+			}
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %s not in Jaeger with %d spans after 20 s (last: %s)", id, minSpans, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func TestThreeHopInJaeger(t *testing.T) {
+	if !jaegerReachable() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but no Jaeger answers on " + jaegerQuery + ": .ci/run must start it (scripts/jaeger.sh start)")
+		}
+		t.Skip("no Jaeger on " + jaegerQuery + " (start one with scripts/jaeger.sh start)")
+	}
+	traces := runDemo(t)
+
+	t.Run("propagated deadline spans all four services, budgets decreasing", func(t *testing.T) {
+		id, ok := traces["wasted work: deadline propagated"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for the propagated run: %v", traces)
+		}
+		tr := fetchTrace(t, id, 7)
+		services := map[string]bool{}
+		for _, s := range tr.Spans {
+			services[tr.service(s)] = true
+		}
+		for _, want := range []string{"threehop-client", "threehop-a", "threehop-b", "threehop-c"} {
+			if !services[want] {
+				t.Errorf("trace %s has no span of %s (services %v)", id, want, services)
+			}
+		}
+		// The budget as it travelled: sent by the client, received and passed on by
+		// A and B, received by C. Each reading is less than the one before.
+		steps := []struct{ service, key string }{
+			{"threehop-client", "deadlinekit.budget.sent_ms"},
+			{"threehop-a", "deadlinekit.budget.received_ms"},
+			{"threehop-a", "deadlinekit.budget.sent_ms"},
+			{"threehop-b", "deadlinekit.budget.received_ms"},
+			{"threehop-b", "deadlinekit.budget.sent_ms"},
+			{"threehop-c", "deadlinekit.budget.received_ms"},
+		}
+		prev := 1e18
+		for _, st := range steps {
+			spans := tr.spansWith(st.service, st.key)
+			if len(spans) == 0 {
+				t.Fatalf("no %s span carries %s", st.service, st.key)
+			}
+			v := spans[0].float(t, st.key)
+			t.Logf("%-16s %-32s %8.2f ms", st.service, st.key, v)
+			if v <= 0 || v >= prev {
+				t.Errorf("%s %s = %.3f ms; want positive and below the previous hop's %.3f", st.service, st.key, v, prev)
+			}
+			prev = v
+		}
+		if src, _ := tr.spansWith("threehop-c", "deadlinekit.budget.source")[0].tag("deadlinekit.budget.source"); src != "grpc-timeout" {
+			t.Errorf("C's budget source %v; want grpc-timeout", src)
+		}
+	})
+}

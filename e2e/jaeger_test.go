@@ -206,4 +206,31 @@ func TestThreeHopInJaeger(t *testing.T) {
 			t.Errorf("C's budget source %v; want grpc-timeout", src)
 		}
 	})
+
+	t.Run("short-circuited request carries its attributes", func(t *testing.T) {
+		id, ok := traces["short-circuit: refused at C"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for the short-circuited request: %v", traces)
+		}
+		tr := fetchTrace(t, id, 6)
+		spans := tr.spansWith("threehop-c", "deadlinekit.shortcircuit.rejected")
+		if len(spans) != 1 {
+			t.Fatalf("%d spans of threehop-c carry deadlinekit.shortcircuit.rejected; want 1", len(spans))
+		}
+		c := spans[0]
+		if v, _ := c.tag("deadlinekit.shortcircuit.rejected"); v != true {
+			t.Errorf("rejected = %v; want true", v)
+		}
+		if floor := c.float(t, "deadlinekit.shortcircuit.floor_ms"); floor != 20 {
+			t.Errorf("floor_ms = %v; want 20", floor)
+		}
+		left := c.float(t, "deadlinekit.shortcircuit.remaining_ms")
+		if left <= 0 || left >= 20 {
+			t.Errorf("remaining_ms = %v; want between 0 and the 20 ms floor", left)
+		}
+		if v, _ := c.tag("http.response.status_code"); v != float64(504) {
+			t.Errorf("C answered %v; want 504", v)
+		}
+		t.Logf("C refused with %.2f ms left, floor 20 ms", left)
+	})
 }

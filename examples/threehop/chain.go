@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -140,10 +141,12 @@ func startChain(tel *telemetry, spec chainSpec) (*chain, error) {
 // call sends one user request to A.
 func (ch *chain) call(ctx context.Context) error { return httpGet(ctx, ch.client, ch.aURL) }
 
+// stop stops the chain, waiting for handlers still running; it may be called again.
 func (ch *chain) stop() {
 	for i := len(ch.stops) - 1; i >= 0; i-- {
 		ch.stops[i]()
 	}
+	ch.stops = nil
 }
 
 func serveHTTP(h http.Handler) (url string, stop func(), err error) {
@@ -153,7 +156,16 @@ func serveHTTP(h http.Handler) (url string, stop func(), err error) {
 	}
 	srv := &http.Server{Handler: h}
 	go srv.Serve(lis)
-	return "http://" + lis.Addr().String(), func() { srv.Close() }, nil
+	stop = func() {
+		// Let handlers still running finish (they record what they did), but
+		// not for ever.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+	}
+	return "http://" + lis.Addr().String(), stop, nil
 }
 
 // Errors travel between the hops as a status: an HTTP status on HTTP hops, a gRPC code

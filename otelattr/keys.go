@@ -60,8 +60,9 @@ type StopReason string
 
 // Stop reasons recorded under [RetryStopReasonKey].
 const (
-	StopSucceeded         StopReason = "succeeded"          // the last attempt succeeded
+	StopAnswered          StopReason = "answered"           // the last attempt got an answer that is not a failure
 	StopNotRetryable      StopReason = "not_retryable"      // the failure cannot succeed on retry
+	StopPushback          StopReason = "pushback"           // the server said not to retry, or to wait past the cap
 	StopAttemptsExhausted StopReason = "attempts_exhausted" // the maximum number of attempts was reached
 	StopDeadline          StopReason = "deadline"           // not enough time left for backoff plus an attempt
 	StopBudgetEmpty       StopReason = "budget_empty"       // the retry budget had no token

@@ -171,6 +171,10 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	return ctx, Attempt{span: span}
 }
 
+// Recording reports whether the attempt has a span (the call's span is recording):
+// then the attempt's request needs its own trace header ([InjectHTTP]).
+func (a Attempt) Recording() bool { return a.span != nil }
+
 // End ends the attempt's span with its outcome; err, when not nil, is recorded on the
 // span and sets its status to Error (a cancelled loser is not an error).
 func (a Attempt) End(outcome Outcome, err error) {

@@ -128,7 +128,7 @@ func TestRetriedCall(t *testing.T) {
 			a.End(OutcomeSuccess, nil)
 		}
 	}
-	RecordRetryCall(ctx, 3, StopSucceeded)
+	RecordRetryCall(ctx, 3, StopAnswered)
 	call.End()
 
 	spans := rec.Ended()
@@ -153,7 +153,7 @@ func TestRetriedCall(t *testing.T) {
 		wantAttrs(t, s, AttemptNumberKey.Int(n), AttemptKindKey.String(kind), AttemptOutcomeKey.String(outcome),
 			HTTPResendCountKey.Int(n-1), BudgetSentKey.Float64(float64(300-n*50)))
 	}
-	wantAttrs(t, spans[3], AttemptsKey.Int(3), RetriesKey.Int(2), RetryStopReasonKey.String("succeeded"))
+	wantAttrs(t, spans[3], AttemptsKey.Int(3), RetriesKey.Int(2), RetryStopReasonKey.String("answered"))
 	if got := metricValues(t, reader)["deadlinekit.retry.retries"]; got != 2 {
 		t.Errorf("retries counter %v; want 2", got)
 	}

@@ -2,6 +2,7 @@ package propagate
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -29,6 +30,8 @@ type config struct {
 	serverDefault   time.Duration
 	ignoreMalformed bool
 	trustEnvoy      bool
+	trustHTTP       func(*http.Request) bool
+	trustGRPC       func(context.Context) bool
 }
 
 func newConfig(opts []Option) *config {
@@ -108,6 +111,29 @@ func WithIgnoreMalformed() Option {
 func WithTrustEnvoy() Option {
 	return optionFunc(func(c *config) { c.trustEnvoy = true })
 }
+
+// WithTrust decides, per HTTP request, whether the caller's deadline and attempt
+// headers are believed. For a request f refuses (a caller from outside, say), the
+// middleware ignores grpc-timeout, Connect-Timeout-Ms and X-Envoy-Expected-Rq-Timeout-Ms
+// (the default budget applies) and strips them, with grpc-previous-rpc-attempts,
+// from the request the handler sees, so that nothing it forwards carries them on.
+// Server side. Default: every caller is trusted (and clamped).
+func WithTrust(f func(r *http.Request) bool) Option {
+	return optionFunc(func(c *config) { c.trustHTTP = f })
+}
+
+// WithTrustGRPC is [WithTrust] for the gRPC server interceptors: for a call f refuses,
+// X-Envoy-Expected-Rq-Timeout-Ms and grpc-previous-rpc-attempts are ignored and removed
+// from the incoming metadata the handler sees. grpc-timeout itself cannot be ignored:
+// grpc-go applies it to the stream before any interceptor runs and ends the call at
+// it whatever the handler does; [WithMaxTimeout] still clamps it. Server side.
+// Default: every caller is trusted.
+func WithTrustGRPC(f func(ctx context.Context) bool) Option {
+	return optionFunc(func(c *config) { c.trustGRPC = f })
+}
+
+// Headers an untrusted caller's request is stripped of.
+var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, "Grpc-Previous-Rpc-Attempts"}
 
 // Inbound describes the deadline a server applied to a request: what budget it got,
 // where from, and whether the clamp cut it. Read it with [InboundFromContext] in a

@@ -147,6 +147,15 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 const envoyMetadataKey = "x-envoy-expected-rq-timeout-ms"
 
 func (c *config) serverContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	trusted := c.trustGRPC == nil || c.trustGRPC(ctx)
+	if !trusted {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			md = md.Copy()
+			delete(md, envoyMetadataKey)
+			delete(md, "grpc-previous-rpc-attempts")
+			ctx = metadata.NewIncomingContext(ctx, md)
+		}
+	}
 	in := &Inbound{}
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, SourceGRPCTimeout

@@ -189,3 +189,34 @@ type fakeServerStream struct {
 }
 
 func (s *fakeServerStream) Context() context.Context { return s.ctx }
+
+func TestServerInterceptorUntrustedCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		md := metadata.Pairs("x-envoy-expected-rq-timeout-ms", "70", "grpc-previous-rpc-attempts", "1", "x-peer", "outside")
+		ctx := metadata.NewIncomingContext(context.Background(), md)
+		trust := propagate.WithTrustGRPC(func(ctx context.Context) bool {
+			md, _ := metadata.FromIncomingContext(ctx)
+			return len(md.Get("x-peer")) == 0
+		})
+		var in propagate.Inbound
+		var seenMD metadata.MD
+		_, err := propagate.UnaryServerInterceptor(trust, propagate.WithTrustEnvoy())(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"},
+			func(ctx context.Context, req any) (any, error) {
+				in, _ = propagate.InboundFromContext(ctx)
+				seenMD, _ = metadata.FromIncomingContext(ctx)
+				return nil, nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Source != "default" {
+			t.Errorf("untrusted caller's Envoy header was believed: %+v", in)
+		}
+		if len(seenMD.Get("grpc-previous-rpc-attempts")) != 0 || len(seenMD.Get("x-envoy-expected-rq-timeout-ms")) != 0 || len(seenMD.Get("x-peer")) != 1 {
+			t.Errorf("handler metadata %v; want the deadline and attempt keys removed, the rest kept", seenMD)
+		}
+		if len(md.Get("grpc-previous-rpc-attempts")) != 1 {
+			t.Error("the caller's metadata map was modified in place")
+		}
+	})
+}

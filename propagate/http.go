@@ -153,6 +153,9 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	c := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c.trustHTTP != nil && !c.trustHTTP(r) {
+				r = stripUntrusted(r)
+			}
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {
 				http.Error(w, "deadlinekit: "+err.Error(), http.StatusBadRequest)
@@ -178,6 +181,16 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
+}
+
+// stripUntrusted returns a copy of r without the deadline and attempt headers.
+func stripUntrusted(r *http.Request) *http.Request {
+	r = r.WithContext(r.Context())
+	r.Header = r.Header.Clone()
+	for _, h := range untrustedHeaders {
+		r.Header.Del(h)
+	}
+	return r
 }
 
 // readHTTP finds the inbound budget in h, in precedence order.

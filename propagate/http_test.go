@@ -255,3 +255,44 @@ func TestMiddlewareCancelsAtDeadline(t *testing.T) {
 		}
 	})
 }
+
+func TestMiddlewareUntrustedCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s seen
+		var forwarded http.Header
+		inner := recordingHandler(&s)
+		trustInternal := propagate.WithTrust(func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" })
+		h := propagate.NewMiddleware(trustInternal, propagate.WithTrustEnvoy())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			forwarded = r.Header
+			inner.ServeHTTP(w, r)
+		}))
+		newReq := func(internal bool) *http.Request {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("Grpc-Timeout", "10H")
+			r.Header.Set("Connect-Timeout-Ms", "99")
+			r.Header.Set("X-Envoy-Expected-Rq-Timeout-Ms", "77")
+			r.Header.Set("Grpc-Previous-Rpc-Attempts", "2")
+			if internal {
+				r.Header.Set("X-Internal", "yes")
+			}
+			return r
+		}
+		outside := newReq(false)
+		serve(h, outside)
+		if s.in.Source != "default" || s.left != deadline.DefaultBudget {
+			t.Errorf("untrusted caller: budget %v from %q; want the default", s.left, s.in.Source)
+		}
+		for _, k := range []string{"Grpc-Timeout", "Connect-Timeout-Ms", "X-Envoy-Expected-Rq-Timeout-Ms", "Grpc-Previous-Rpc-Attempts"} {
+			if forwarded.Get(k) != "" {
+				t.Errorf("untrusted caller: handler still sees %s", k)
+			}
+			if outside.Header.Get(k) == "" {
+				t.Errorf("the server's own request lost %s (the middleware must strip a copy)", k)
+			}
+		}
+		serve(h, newReq(true))
+		if s.in.Source != "grpc-timeout" || !s.in.Clamped || forwarded.Get("Grpc-Previous-Rpc-Attempts") != "2" {
+			t.Errorf("trusted caller: %+v, attempts header %q; want its clamped grpc-timeout and its headers", s.in, forwarded.Get("Grpc-Previous-Rpc-Attempts"))
+		}
+	})
+}

@@ -1,0 +1,144 @@
+package retry
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Defaults of [NewBudget], also the budget of a retry layer without [WithBudget].
+const (
+	// DefaultBudgetRatio: retries may be 10% of the recent successes.
+	DefaultBudgetRatio = 0.1
+	// DefaultBudgetMinPerSecond: whatever the traffic, 10 retries per second are
+	// allowed (Finagle's floor), averaged over the TTL.
+	DefaultBudgetMinPerSecond = 10
+	// DefaultBudgetTTL: deposits (and withdrawals) count for 10 s.
+	DefaultBudgetTTL = 10 * time.Second
+)
+
+// budgetSlots is the number of slices the TTL is cut into: an entry expires between
+// TTL × (1 − 1/budgetSlots) and TTL after it was made.
+const budgetSlots = 10
+
+// milli is one retry in the budget's fixed-point unit.
+const milli = 1000
+
+// Budget is a retry budget: an account shared by all calls of a client that keeps
+// retries to a fraction of the traffic. Each success deposits ratio of a token, each
+// retry withdraws one token, and both expire after the TTL, so the balance is
+//
+//	minPerSecond × TTL + ratio × successes in the last TTL − retries in the last TTL
+//
+// and a retry is allowed only while it is at least one token. The reserve
+// (minPerSecond × TTL) is there from the start: a new client may retry at once, and a
+// client with little traffic may still retry minPerSecond times per second on
+// average. In a sustained outage there are no successes, and retries fall to the
+// floor. This is Finagle's RetryBudget.
+//
+// A Budget is safe for concurrent use. Build one with [NewBudget]; the methods of a
+// nil *Budget allow every retry (no budget), which is what [WithBudget](nil) means.
+// Time is read from the monotonic clock.
+type Budget struct {
+	deposit int64 // milli-tokens per success
+	reserve int64 // milli-tokens
+	slot    time.Duration
+
+	mu    sync.Mutex
+	slots [budgetSlots]int64 // milli-tokens deposited (positive) and withdrawn (negative) per slice
+	cur   int                // index of the current slice
+	start time.Time          // start of the current slice
+	sum   int64              // sum of slots
+}
+
+// NewBudget returns a budget that allows retries up to ratio × the successes of the
+// last ttl, plus minPerSecond retries per second (a reserve of minPerSecond × ttl
+// tokens, full from the start). ratio is clamped to [0, 1000], minPerSecond to
+// [0, 1e6]; a ttl of zero or less means [DefaultBudgetTTL]. NaN counts as zero.
+//
+// NewBudget([DefaultBudgetRatio], [DefaultBudgetMinPerSecond], [DefaultBudgetTTL]) is
+// the budget of a retry layer without [WithBudget].
+func NewBudget(ratio, minPerSecond float64, ttl time.Duration) *Budget {
+	if !(ratio > 0) {
+		ratio = 0
+	}
+	ratio = min(ratio, 1000)
+	if !(minPerSecond > 0) {
+		minPerSecond = 0
+	}
+	minPerSecond = min(minPerSecond, 1e6)
+	if ttl <= 0 {
+		ttl = DefaultBudgetTTL
+	}
+	ttl = min(ttl, 100*365*24*time.Hour)
+	slot := max(ttl/budgetSlots, 1)
+	return &Budget{
+		deposit: int64(math.Round(ratio * milli)),
+		reserve: int64(math.Round(minPerSecond * ttl.Seconds() * milli)),
+		slot:    slot,
+		start:   time.Now(),
+	}
+}
+
+// advance moves the ring to now, forgetting the slices older than the TTL. b.mu held.
+func (b *Budget) advance(now time.Time) {
+	elapsed := now.Sub(b.start)
+	if elapsed < b.slot {
+		return
+	}
+	k := elapsed / b.slot
+	if k >= budgetSlots {
+		b.slots = [budgetSlots]int64{}
+		b.sum = 0
+		b.cur = 0
+	} else {
+		for range int(k) {
+			b.cur = (b.cur + 1) % budgetSlots
+			b.sum -= b.slots[b.cur]
+			b.slots[b.cur] = 0
+		}
+	}
+	b.start = b.start.Add(k * b.slot)
+}
+
+// Deposit records one success: it adds ratio of a token, for the TTL. The retry
+// layers call it for every attempt that the downstream answered (see [Answered]).
+func (b *Budget) Deposit() {
+	if b == nil || b.deposit == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.advance(time.Now())
+	b.slots[b.cur] += b.deposit
+	b.sum += b.deposit
+	b.mu.Unlock()
+}
+
+// TryWithdraw takes one token for a retry and reports whether there was one. A false
+// result means the retry must not be made. A nil *Budget always allows.
+func (b *Budget) TryWithdraw() bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(time.Now())
+	if b.reserve+b.sum < milli {
+		return false
+	}
+	b.slots[b.cur] -= milli
+	b.sum -= milli
+	return true
+}
+
+// Balance returns the number of retries the budget would allow now (possibly
+// fractional). A nil *Budget reports +Inf.
+func (b *Budget) Balance() float64 {
+	if b == nil {
+		return math.Inf(1)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(time.Now())
+	return float64(b.reserve+b.sum) / milli
+}

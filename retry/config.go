@@ -1,0 +1,175 @@
+package retry
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	// DefaultMaxAttempts is the number of attempts (first one included) of a call.
+	DefaultMaxAttempts = 3
+	// MaxAttempts is the most attempts [WithMaxAttempts] accepts.
+	MaxAttempts = 5
+	// DefaultMinAttemptBudget is the least time an attempt is worth starting with: the
+	// layer does not wait for a retry unless more than wait + this is left.
+	DefaultMinAttemptBudget = 20 * time.Millisecond
+	// DefaultMaxPushback is the longest server pushback (Retry-After,
+	// grpc-retry-pushback-ms, RetryInfo) the layer is willing to wait.
+	DefaultMaxPushback = 30 * time.Second
+)
+
+// Option sets a parameter of the retry layer. Options are applied in order; the
+// layer's defaults hold for everything not set.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	maxAttempts    int
+	budget         *Budget
+	backoff        Backoff
+	attemptTimeout time.Duration
+	minAttempt     time.Duration
+	maxPushback    time.Duration
+	httpClassifier HTTPClassifier
+	grpcClassifier GRPCClassifier
+	keys           func() string
+	random         func() float64
+	observer       func(context.Context, Event)
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{
+		maxAttempts: DefaultMaxAttempts,
+		backoff:     DefaultBackoff,
+		minAttempt:  DefaultMinAttemptBudget,
+		maxPushback: DefaultMaxPushback,
+		random:      rand.Float64,
+	}
+	budgetSet := false
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if _, ok := o.(budgetOption); ok {
+			budgetSet = true
+		}
+		o.apply(c)
+	}
+	if !budgetSet {
+		c.budget = NewBudget(DefaultBudgetRatio, DefaultBudgetMinPerSecond, DefaultBudgetTTL)
+	}
+	return c
+}
+
+// WithMaxAttempts sets the number of attempts of a call, the first one included.
+// Values are clamped to 1..[MaxAttempts]; 1 disables retrying. Default
+// [DefaultMaxAttempts] (3).
+func WithMaxAttempts(n int) Option {
+	return optionFunc(func(c *config) { c.maxAttempts = min(max(n, 1), MaxAttempts) })
+}
+
+type budgetOption struct{ b *Budget }
+
+func (o budgetOption) apply(c *config) { c.budget = o.b }
+
+// WithBudget sets the retry budget the layer draws from. Share one [*Budget] between
+// the transports or interceptors of one client (or of one downstream) so that they
+// draw on one account. A nil budget disables budgeting: only the attempt count, the
+// deadline and pushback bound the retries.
+//
+// Default: each [NewTransport] or [UnaryClientInterceptor] gets a budget of its own,
+// NewBudget([DefaultBudgetRatio], [DefaultBudgetMinPerSecond], [DefaultBudgetTTL]).
+func WithBudget(b *Budget) Option { return budgetOption{b} }
+
+// WithBackoff sets the backoff curve. Default [DefaultBackoff].
+func WithBackoff(b Backoff) Option {
+	return optionFunc(func(c *config) { c.backoff = b })
+}
+
+// WithAttemptTimeout sets the per-attempt limit: each attempt runs under
+// min(d, time left) ([deadline.WithAttemptTimeout]). Zero or less (the default) means
+// no per-attempt limit: an attempt may use all the time left, and a hung downstream
+// leaves no room for a retry. Keep it below half of the deadlines your callers set.
+func WithAttemptTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
+}
+
+// WithMinAttemptBudget sets the least time worth starting an attempt with: before
+// waiting for a retry, the layer stops with a [*DeadlineError] when the time left is
+// not more than the wait plus d. Default [DefaultMinAttemptBudget] (20 ms).
+func WithMinAttemptBudget(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.minAttempt = max(d, 0) })
+}
+
+// WithMaxPushback sets the longest server pushback the layer will wait; a longer one
+// stops retrying. Default [DefaultMaxPushback] (30 s). A pushback is never waited past
+// the deadline whatever the cap.
+func WithMaxPushback(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxPushback = max(d, 0) })
+}
+
+// WithHTTPClassifier replaces [DefaultHTTPClassifier] for [NewTransport]. The function
+// may call DefaultHTTPClassifier and adjust its verdict. A nil function restores the
+// default.
+func WithHTTPClassifier(f HTTPClassifier) Option {
+	return optionFunc(func(c *config) { c.httpClassifier = f })
+}
+
+// WithGRPCClassifier replaces [DefaultGRPCClassifier] for [UnaryClientInterceptor].
+// The function may call DefaultGRPCClassifier and adjust its verdict. A nil function
+// restores the default.
+func WithGRPCClassifier(f GRPCClassifier) Option {
+	return optionFunc(func(c *config) { c.grpcClassifier = f })
+}
+
+// WithIdempotencyKeys makes the layer give every call that carries no idempotency key
+// one, generated once before the first attempt and sent unchanged on every attempt
+// (HTTP header Idempotency-Key, gRPC metadata idempotency-key). gen generates the key;
+// nil means [NewIdempotencyKey]. A key the caller set is always kept and sent, with or
+// without this option.
+//
+// On HTTP, keys are generated for methods that are not idempotent (POST, PATCH, …);
+// safe and idempotent methods need none. On gRPC, for every call.
+func WithIdempotencyKeys(gen func() string) Option {
+	return optionFunc(func(c *config) {
+		if gen == nil {
+			gen = NewIdempotencyKey
+		}
+		c.keys = gen
+	})
+}
+
+// WithRandom sets the source of the jitter: a function returning a number in [0, 1),
+// safe for concurrent use. Tests pass a seeded source to get a reproducible backoff
+// sequence. Default: math/rand/v2's Float64. A nil function restores the default.
+func WithRandom(f func() float64) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.random = rand.Float64
+			return
+		}
+		c.random = func() (u float64) {
+			defer func() {
+				if recover() != nil {
+					u = 0.5
+				}
+			}()
+			return f()
+		}
+	})
+}
+
+// WithObserver sets a function called after every attempt of every call with what
+// happened and what the layer does next (see [Event]); tracing (package otelattr)
+// records the attempt count from it. It is called synchronously, on the caller's
+// goroutine, and must not block. Unset (the default), observation costs nothing.
+func WithObserver(f func(ctx context.Context, e Event)) Option {
+	return optionFunc(func(c *config) { c.observer = f })
+}

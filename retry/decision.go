@@ -1,0 +1,176 @@
+package retry
+
+import (
+	"context"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// Verdict is a classifier's judgement of one attempt.
+type Verdict uint8
+
+const (
+	// Answered: the downstream answered, and the answer is final. It includes
+	// answers the caller treats as errors (HTTP 404, gRPC NOT_FOUND): they prove the
+	// downstream is up, and they deposit into the [Budget].
+	Answered Verdict = iota
+	// Failed: the attempt failed and another attempt would not help, or must not be
+	// made (a write that may have been done, a pushback that says "do not retry").
+	// The failure is returned as is.
+	Failed
+	// Retryable: the attempt failed in a way another attempt may fix.
+	Retryable
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Answered:
+		return "answered"
+	case Failed:
+		return "failed"
+	case Retryable:
+		return "retryable"
+	}
+	return "verdict(?)"
+}
+
+// Decision is a classifier's verdict on one attempt, with the server's pushback.
+type Decision struct {
+	Verdict Verdict
+	// Pushback is the wait the server asked for (Retry-After,
+	// grpc-retry-pushback-ms, RetryInfo); it replaces the backoff when HasPushback.
+	Pushback    time.Duration
+	HasPushback bool
+	// Reason says why, in a few words; it appears in errors and events.
+	Reason string
+}
+
+// Action is what the layer does after an attempt.
+type Action uint8
+
+const (
+	// Return: the call ends with this attempt's result (answered, a failure not worth
+	// retrying, or attempts exhausted).
+	Return Action = iota
+	// Retry: the layer waits Event.Wait, then makes another attempt.
+	Retry
+	// Stop: a retryable failure, but the layer gives up before its attempts ran out
+	// (deadline rule, budget empty, pushback too long, context ended, inbound retry);
+	// the call ends with the error in Event.Err.
+	Stop
+)
+
+func (a Action) String() string {
+	switch a {
+	case Return:
+		return "return"
+	case Retry:
+		return "retry"
+	case Stop:
+		return "stop"
+	}
+	return "action(?)"
+}
+
+// Event describes one attempt of a call, for [WithObserver].
+type Event struct {
+	// Attempt is the number of the attempt, 1 for the first.
+	Attempt int
+	// Took is how long the attempt ran.
+	Took time.Duration
+	// Decision is the classifier's verdict on the attempt.
+	Decision Decision
+	// Action is what the layer does next; Wait is the wait before the next attempt
+	// when Action is Retry.
+	Action Action
+	Wait   time.Duration
+	// Err is the attempt's error (for an HTTP answer with status ≥ 400, a
+	// [*StatusError]; nil for other answers), or, when Action is Stop, the error the
+	// call returns.
+	Err error
+}
+
+// plan decides what follows a retryable failure of attempt n (1-based) of a call that
+// may make max attempts. It returns the action, the wait before the next attempt, and
+// the error to return on Stop. last is the attempt's failure, wrapped by stop errors.
+func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last error) (Action, time.Duration, error) {
+	if n >= maxAttempts {
+		return Return, 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Stop, 0, &StopError{Attempts: n, Reason: "context ended", Cause: context.Cause(ctx), Last: last}
+	}
+	var wait time.Duration
+	if d.HasPushback {
+		if d.Pushback < 0 {
+			return Return, 0, nil
+		}
+		if d.Pushback > c.maxPushback {
+			return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + d.Pushback.String() + " exceeds the cap of " + c.maxPushback.String(), Last: last}
+		}
+		wait = d.Pushback
+	} else {
+		wait = c.backoff.Delay(n, c.random())
+	}
+	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.minAttempt {
+		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, MinAttempt: c.minAttempt, Pushback: d.HasPushback, Last: last}
+	}
+	if !c.budget.TryWithdraw() {
+		return Stop, 0, &BudgetExhaustedError{Attempts: n, Last: last}
+	}
+	return Retry, wait, nil
+}
+
+// sleep waits d or until ctx ends; it reports the context's error in that case.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attemptTimedOut reports whether the per-attempt limit, rather than the call's own
+// deadline or cancellation, ended an attempt that failed: the attempt had a deadline
+// of its own, earlier than the call's, and it has passed, or less than a tenth of the
+// limit was left. The clock is consulted because a server's DEADLINE_EXCEEDED can
+// arrive a moment before the attempt context's timer has run, or a little before the
+// attempt's deadline when the layer beneath sent the server a budget rounded down or
+// minus a reserve (package propagate).
+func attemptTimedOut(ctx, actx context.Context, limit time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	ad, ok := actx.Deadline()
+	if !ok {
+		return false
+	}
+	if cd, ok := ctx.Deadline(); ok && !ad.Before(cd) {
+		return false
+	}
+	return actx.Err() != nil || time.Until(ad) <= limit/10
+}
+
+func (c *config) observe(ctx context.Context, e Event) {
+	if c.observer == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	c.observer(ctx, e)
+}
+
+func (c *config) newKey() (key string) {
+	defer func() {
+		if recover() != nil {
+			key = NewIdempotencyKey()
+		}
+	}()
+	return c.keys()
+}

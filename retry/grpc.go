@@ -1,0 +1,237 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// GRPCAttempt is what a [GRPCClassifier] sees of one failed attempt.
+type GRPCAttempt struct {
+	// Method is the full method name ("/pkg.Service/Method").
+	Method string
+	// Err is the attempt's error and Status its gRPC status (never nil for an error).
+	Err    error
+	Status *status.Status
+	// Trailer is the attempt's trailer metadata (grpc-retry-pushback-ms).
+	Trailer metadata.MD
+	// AttemptTimedOut reports whether this layer's per-attempt timeout
+	// ([WithAttemptTimeout]) ended the attempt while the call's context was still live.
+	AttemptTimedOut bool
+	// CallEnded reports whether the call's own context had ended.
+	CallEnded bool
+}
+
+// GRPCClassifier judges one failed attempt of a gRPC call. See
+// [DefaultGRPCClassifier]. A successful attempt is always Answered.
+type GRPCClassifier func(a GRPCAttempt) Decision
+
+// DefaultGRPCClassifier is the classification of [UnaryClientInterceptor]:
+//
+//   - the call's context ended: Failed;
+//   - UNAVAILABLE: Retryable;
+//   - DEADLINE_EXCEEDED: Retryable only when the per-attempt timeout fired (whether
+//     the deadline has room is then the deadline rule's business); else Failed;
+//   - RESOURCE_EXHAUSTED: Retryable only with google.rpc.RetryInfo; else Answered (a
+//     quota refusal);
+//   - NOT_FOUND, ALREADY_EXISTS, INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
+//     ABORTED, PERMISSION_DENIED, UNAUTHENTICATED: Answered (the downstream is up; the
+//     request or the credentials are wrong, or, for ABORTED, a conflict to re-read and
+//     decide);
+//   - UNIMPLEMENTED, INTERNAL, UNKNOWN, DATA_LOSS, CANCELED and anything else: Failed.
+//
+// A Retryable failure carries the server's pushback: the grpc-retry-pushback-ms
+// trailer if present, else RetryInfo's retry_delay. A negative or malformed one gives
+// HasPushback with a negative Pushback: the layer does not retry.
+func DefaultGRPCClassifier(a GRPCAttempt) Decision {
+	if a.CallEnded {
+		return Decision{Verdict: Failed, Reason: "the call's context ended"}
+	}
+	code := status.Code(a.Err)
+	if a.Status != nil {
+		code = a.Status.Code()
+	}
+	var d Decision
+	switch code {
+	case codes.OK:
+		return Decision{Verdict: Answered}
+	case codes.Unavailable:
+		d = Decision{Verdict: Retryable, Reason: "UNAVAILABLE"}
+	case codes.DeadlineExceeded:
+		if !a.AttemptTimedOut {
+			return Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}
+		}
+		d = Decision{Verdict: Retryable, Reason: "per-attempt timeout"}
+	case codes.ResourceExhausted:
+		if _, found, _ := RetryInfoDelay(a.Status); !found {
+			return Decision{Verdict: Answered, Reason: "RESOURCE_EXHAUSTED without RetryInfo"}
+		}
+		d = Decision{Verdict: Retryable, Reason: "RESOURCE_EXHAUSTED with RetryInfo"}
+	case codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.FailedPrecondition,
+		codes.OutOfRange, codes.Aborted, codes.PermissionDenied, codes.Unauthenticated:
+		return Decision{Verdict: Answered, Reason: code.String()}
+	default:
+		return Decision{Verdict: Failed, Reason: code.String()}
+	}
+	if v, ok := pushbackTrailer(a.Trailer); ok {
+		p, err := ParsePushbackMs(v)
+		return withPushback(d, p, err)
+	}
+	if delay, found, err := RetryInfoDelay(a.Status); found && (err != nil || delay > 0) {
+		return withPushback(d, delay, err)
+	}
+	return d
+}
+
+func pushbackTrailer(md metadata.MD) (string, bool) {
+	if v := md.Get(HeaderPushbackMs); len(v) > 0 {
+		return v[0], true
+	}
+	return "", false
+}
+
+// UnaryClientInterceptor returns a gRPC client interceptor that retries failed
+// attempts of unary calls, following the options and the package's rules (see the
+// package documentation). One interceptor is one client: its calls share one
+// [Budget] unless [WithBudget] says otherwise.
+//
+// Attempts after the first carry grpc-previous-rpc-attempts; a call with
+// [WithIdempotencyKeys] carries the same idempotency-key on every attempt. Each
+// attempt runs under [deadline.WithAttemptTimeout]; the grpc-timeout of each attempt
+// is written by the layers beneath (package propagate, or grpc-go itself), never by
+// this one. Do not combine it with grpc-go's own retry policy (service config): only
+// one layer should retry.
+//
+// When the layer stops before its attempts ran out, the error wraps the last failure:
+// a [*DeadlineError] has code DEADLINE_EXCEEDED, a context that ended gives
+// CANCELED or DEADLINE_EXCEEDED, and the others ([*BudgetExhaustedError], a pushback
+// over the cap) keep the last attempt's code.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	c := newConfig(opts)
+	if c.grpcClassifier == nil {
+		c.grpcClassifier = DefaultGRPCClassifier
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		maxAttempts := c.maxAttempts
+		in := inboundFrom(ctx)
+		if in != nil && in.retry {
+			maxAttempts = 1
+		}
+		if c.keys != nil && len(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) == 0 {
+			if key := c.newKey(); key != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, key)
+			}
+		}
+		var trailer metadata.MD
+		attemptOpts := append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))
+
+		for n := 1; ; n++ {
+			actx := ctx
+			if n > 1 {
+				actx = metadata.AppendToOutgoingContext(ctx, HeaderPreviousAttempts, strconv.Itoa(n-1))
+			}
+			var cancel context.CancelFunc
+			if c.attemptTimeout > 0 {
+				actx, cancel = deadline.WithAttemptTimeout(actx, c.attemptTimeout)
+			}
+			actx, att := otelattr.StartAttempt(actx, otelattr.GRPC, attemptKind(n), n)
+			trailer = nil
+			var start time.Time
+			if c.observer != nil {
+				start = time.Now()
+			}
+			err := invoker(actx, method, req, reply, cc, attemptOpts...)
+			var took time.Duration
+			if c.observer != nil {
+				took = time.Since(start)
+			}
+			timedOut := cancel != nil && err != nil && attemptTimedOut(ctx, actx, c.attemptTimeout)
+			if cancel != nil {
+				cancel()
+			}
+			if err == nil {
+				c.budget.Deposit()
+				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: Decision{Verdict: Answered}, Action: Return}, maxAttempts)
+				return nil
+			}
+			st, _ := status.FromError(err)
+			d := c.classifyGRPC(GRPCAttempt{Method: method, Err: err, Status: st, Trailer: trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil})
+			if d.Verdict != Retryable {
+				if d.Verdict == Answered {
+					c.budget.Deposit()
+				}
+				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: d, Action: Return, Err: err}, maxAttempts)
+				return err
+			}
+			action, wait, stopErr := c.plan(ctx, n, maxAttempts, d, err)
+			if action == Stop {
+				stopErr = grpcStop(ctx, stopErr)
+			}
+			e := Event{Attempt: n, Took: took, Decision: d, Action: action, Wait: wait, Err: err}
+			if action == Stop {
+				e.Err = stopErr
+			}
+			c.report(ctx, att, e, maxAttempts)
+			if action != Retry && in != nil && (maxAttempts > 1 || (d.HasPushback && d.Pushback < 0)) {
+				in.gaveUp.Store(true)
+			}
+			switch action {
+			case Return:
+				return err
+			case Stop:
+				return stopErr
+			}
+			if serr := sleep(ctx, wait); serr != nil {
+				if in != nil {
+					in.gaveUp.Store(true)
+				}
+				otelattr.RecordRetryCall(ctx, n, stopReason(ctx, Event{Attempt: n, Action: Stop, Err: serr}, maxAttempts, c.maxAttempts))
+				return grpcStop(ctx, &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: err})
+			}
+		}
+	}
+}
+
+func (c *config) classifyGRPC(a GRPCAttempt) (d Decision) {
+	defer func() {
+		if r := recover(); r != nil {
+			d = Decision{Verdict: Failed, Reason: "classifier panicked"}
+		}
+	}()
+	return c.grpcClassifier(a)
+}
+
+// grpcStop gives the layer's own stop errors their gRPC code: DEADLINE_EXCEEDED for
+// the deadline rule, the context's code when the context ended. Others keep the last
+// attempt's code through Unwrap.
+func grpcStop(ctx context.Context, err error) error {
+	var de *DeadlineError
+	if errors.As(err, &de) {
+		return &statusError{err: err, code: codes.DeadlineExceeded}
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return &statusError{err: err, code: status.FromContextError(cerr).Code()}
+	}
+	return err
+}
+
+// statusError is a stop error with the gRPC code it maps to.
+type statusError struct {
+	err  error
+	code codes.Code
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// GRPCStatus lets status.FromError and status.Code report the mapped code.
+func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }

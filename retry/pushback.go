@@ -1,0 +1,125 @@
+package retry
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+)
+
+// Pushback headers and metadata keys.
+const (
+	// HeaderRetryAfter is HTTP's pushback: delta-seconds or an HTTP-date.
+	HeaderRetryAfter = "Retry-After"
+	// HeaderPushbackMs is gRPC's pushback (trailer grpc-retry-pushback-ms; also read
+	// on HTTP responses): milliseconds, a negative value means "do not retry". The
+	// server side of this package sends -1 when a layer below already retried.
+	HeaderPushbackMs = "grpc-retry-pushback-ms"
+)
+
+// maxDelta is the largest pushback represented; anything larger saturates to it
+// (and is longer than any cap).
+const maxDelta = time.Duration(math.MaxInt64)
+
+// ParseRetryAfter parses an HTTP Retry-After value, either delta-seconds ("120") or
+// an HTTP-date ("Fri, 31 Dec 1999 23:59:59 GMT", or the obsolete forms net/http
+// accepts), and returns the wait it asks for, measured from now for a date. A date in
+// the past means no wait (0). A huge number of seconds saturates rather than
+// overflowing. Anything else (empty, signed, fractional, garbage) returns an error
+// matching [ErrInvalidPushback]: the layer does not retry.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, fmt.Errorf("%w: empty Retry-After", ErrInvalidPushback)
+	}
+	if isDigits(v) {
+		secs, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || secs > uint64(maxDelta/time.Second) {
+			return maxDelta, nil // all digits, only too large
+		}
+		return time.Duration(secs) * time.Second, nil
+	}
+	if len(v) > 64 { // longer than any HTTP-date
+		return 0, fmt.Errorf("%w: malformed Retry-After", ErrInvalidPushback)
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: malformed Retry-After %q", ErrInvalidPushback, v)
+	}
+	if !t.After(now) {
+		return 0, nil
+	}
+	return t.Sub(now), nil // Sub saturates
+}
+
+// ParsePushbackMs parses a grpc-retry-pushback-ms value: a non-negative decimal
+// number of milliseconds (gRPC A6). A negative value is the server saying "do not
+// retry"; it, and a malformed value, return an error matching [ErrInvalidPushback].
+// A huge value saturates.
+func ParsePushbackMs(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	neg := strings.HasPrefix(v, "-")
+	if neg && isDigits(v[1:]) {
+		return 0, fmt.Errorf("%w: %s %s: the server asks not to retry", ErrInvalidPushback, HeaderPushbackMs, v)
+	}
+	if !isDigits(v) {
+		if len(v) > 32 {
+			v = v[:32] + "…"
+		}
+		return 0, fmt.Errorf("%w: malformed %s %q", ErrInvalidPushback, HeaderPushbackMs, v)
+	}
+	ms, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || ms > uint64(maxDelta/time.Millisecond) {
+		return maxDelta, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// RetryInfoDelay looks for google.rpc.RetryInfo in the status details. found reports
+// whether there is one; delay is its retry_delay (0 when unset, in which case the
+// layer uses its backoff). An invalid or negative retry_delay returns an error
+// matching [ErrInvalidPushback]. A huge delay saturates.
+func RetryInfoDelay(st *status.Status) (delay time.Duration, found bool, err error) {
+	if st == nil {
+		return 0, false, nil
+	}
+	p := st.Proto()
+	if len(p.GetDetails()) == 0 {
+		return 0, false, nil
+	}
+	for _, d := range st.Details() {
+		ri, ok := d.(*errdetails.RetryInfo)
+		if !ok {
+			continue
+		}
+		rd := ri.GetRetryDelay()
+		if rd == nil {
+			return 0, true, nil
+		}
+		if err := rd.CheckValid(); err != nil {
+			return 0, true, fmt.Errorf("%w: RetryInfo: %v", ErrInvalidPushback, err)
+		}
+		if rd.GetSeconds() < 0 || rd.GetNanos() < 0 {
+			return 0, true, fmt.Errorf("%w: RetryInfo retry_delay %v is negative", ErrInvalidPushback, rd.AsDuration())
+		}
+		return rd.AsDuration(), true, nil
+	}
+	return 0, false, nil
+}

@@ -1,0 +1,133 @@
+package retry
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// HeaderPreviousAttempts is sent on every attempt after the first (gRPC A6): the
+// number of attempts made before this one. It is an HTTP header and gRPC metadata.
+const HeaderPreviousAttempts = "grpc-previous-rpc-attempts"
+
+// inbound is the server-side state of one inbound request, shared between the server
+// layer and the outbound retry layers of its handler.
+type inbound struct {
+	retry  bool        // the inbound request is itself a retry attempt
+	gaveUp atomic.Bool // an outbound layer gave up on a retryable failure
+}
+
+type inboundKey struct{}
+
+func inboundFrom(ctx context.Context) *inbound {
+	in, _ := ctx.Value(inboundKey{}).(*inbound)
+	return in
+}
+
+// ServingRetry reports whether ctx belongs to a request that is itself a retry attempt
+// of a caller (it carried grpc-previous-rpc-attempts ≥ 1), as marked by
+// [NewMiddleware] or [UnaryServerInterceptor]. The retry layers make a single attempt
+// for such a context: the caller already retries.
+func ServingRetry(ctx context.Context) bool {
+	in := inboundFrom(ctx)
+	return in != nil && in.retry
+}
+
+// WithServingRetry returns a context marked as serving a retry attempt, for servers
+// that learn it another way (a framework, a queue's redelivery count). Outbound retry
+// layers then make a single attempt.
+func WithServingRetry(ctx context.Context) context.Context {
+	return context.WithValue(ctx, inboundKey{}, &inbound{retry: true})
+}
+
+func previousAttempts(v string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// NewMiddleware returns the server side of the one-layer rule for HTTP. It marks the
+// request context when the request carries grpc-previous-rpc-attempts ≥ 1, so that
+// the retry layers ([NewTransport]) used by the handler with that context make a
+// single attempt ([ServingRetry]). And when one of them gave up on a retryable
+// failure, a failure answer of the handler (5xx, 429, 408, 425) carries
+// grpc-retry-pushback-ms: -1, so that the caller's retry layer does not retry what
+// was already retried here. It takes no option today; opts is there for the shape
+// every deadlinekit package shares.
+func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
+	_ = opts
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			in := &inbound{retry: previousAttempts(r.Header.Get(HeaderPreviousAttempts)) > 0}
+			r = r.WithContext(context.WithValue(r.Context(), inboundKey{}, in))
+			next.ServeHTTP(&pushbackWriter{ResponseWriter: w, in: in}, r)
+		})
+	}
+}
+
+// pushbackWriter adds "do not retry" to a failure answer when an outbound retry layer
+// of the handler gave up.
+type pushbackWriter struct {
+	http.ResponseWriter
+	in    *inbound
+	wrote bool
+}
+
+func (w *pushbackWriter) WriteHeader(code int) {
+	if !w.wrote && code >= 200 {
+		w.wrote = true
+		if w.in.gaveUp.Load() && (code >= 500 || code == 429 || code == 408 || code == 425) {
+			w.Header().Set(HeaderPushbackMs, "-1")
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *pushbackWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush implements [http.Flusher] when the underlying writer does.
+func (w *pushbackWriter) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets [http.ResponseController] reach the underlying writer.
+func (w *pushbackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// UnaryServerInterceptor returns the server side of the one-layer rule for gRPC: like
+// [NewMiddleware], it marks the context of a call that carries
+// grpc-previous-rpc-attempts ≥ 1 ([ServingRetry]), and when an outbound retry layer
+// of the handler gave up on a retryable failure and the handler fails, it sets the
+// trailer grpc-retry-pushback-ms: -1.
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	_ = opts
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		in := &inbound{}
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get(HeaderPreviousAttempts); len(v) > 0 {
+				in.retry = previousAttempts(v[0]) > 0
+			}
+		}
+		resp, err := handler(context.WithValue(ctx, inboundKey{}, in), req)
+		if err != nil && in.gaveUp.Load() {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(HeaderPushbackMs, "-1"))
+		}
+		return resp, err
+	}
+}

@@ -233,4 +233,52 @@ func TestThreeHopInJaeger(t *testing.T) {
 		}
 		t.Logf("C refused with %.2f ms left, floor 20 ms", left)
 	})
+
+	t.Run("retried call carries its attempts", func(t *testing.T) {
+		id, ok := traces["retry: C down, one layer retries"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for the retried request: %v", traces)
+		}
+		tr := fetchTrace(t, id, 10)
+		// B's outbound call to C: three attempts, then it gave up.
+		calls := tr.spansWith("threehop-b", "deadlinekit.retry.stop_reason")
+		if len(calls) != 1 {
+			t.Fatalf("%d spans of threehop-b carry a retry stop reason; want 1", len(calls))
+		}
+		call := calls[0]
+		if n := call.float(t, "deadlinekit.attempts"); n != 3 {
+			t.Errorf("B's call to C: attempts = %v; want 3", n)
+		}
+		if n := call.float(t, "deadlinekit.retry.count"); n != 2 {
+			t.Errorf("B's call to C: retries = %v; want 2", n)
+		}
+		if r, _ := call.tag("deadlinekit.retry.stop_reason"); r != "attempts_exhausted" {
+			t.Errorf("B's call to C: stop reason %v; want attempts_exhausted", r)
+		}
+		attempts := tr.spansWith("threehop-b", "deadlinekit.attempt.number")
+		if len(attempts) != 3 {
+			t.Fatalf("%d attempt spans in threehop-b; want 3", len(attempts))
+		}
+		for i, a := range attempts {
+			kind := "retry"
+			if i == 0 {
+				kind = "primary"
+			}
+			if k, _ := a.tag("deadlinekit.attempt.kind"); k != kind {
+				t.Errorf("attempt %d kind %v; want %s", i+1, k, kind)
+			}
+			if n := a.float(t, "http.request.resend_count"); n != float64(i) {
+				t.Errorf("attempt %d http.request.resend_count %v; want %d", i+1, n, i)
+			}
+		}
+		// The layers above did not retry: C saw three requests in all.
+		if cs := tr.spansWith("threehop-c", "deadlinekit.budget.received_ms"); len(cs) != 3 {
+			t.Errorf("C served %d requests of this user request; want 3", len(cs))
+		}
+		if as := tr.spansWith("threehop-a", "deadlinekit.retry.stop_reason"); len(as) != 1 {
+			t.Errorf("A's call to B: %d spans with a stop reason; want 1", len(as))
+		} else if r, _ := as[0].tag("deadlinekit.retry.stop_reason"); r != "pushback" {
+			t.Errorf("A's call to B stopped for %v; want pushback (B said it already retried)", r)
+		}
+	})
 }

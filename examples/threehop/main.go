@@ -15,6 +15,10 @@
 //	         A and B leave C about 5 ms of a 250 ms budget for 20 ms of work that does
 //	         not watch its context. Without a guard C does the work for nobody; with
 //	         package shortcircuit (floor 20 ms) C refuses in microseconds.
+//	retry    C is down. Without the toolkit each layer retries 3 times: 27 calls
+//	         reach C per user request. With package retry on every layer, B retries
+//	         C with backoff under its budget, then tells A not to retry
+//	         (grpc-retry-pushback-ms: -1): 3 calls.
 //
 // The readings come from the services themselves: each hop records when it received
 // the request, with what budget, and when its work ended; the client records when it
@@ -72,6 +76,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"wasted", runWasted},
 	{"shortcircuit", runShortCircuit},
+	{"retry", runRetry},
 }
 
 func scenarioNames() []string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -156,7 +157,10 @@ func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 	fmt.Fprintf(e.verbose, "  %s\n", title)
 	err = ch.call(ctx)
 	root.End()
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	// The client's own deadline ends the call, or (propagated) a hop's deadline
+	// that fired a hair earlier brings its 504 just in time.
+	var he httpStatusError
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &he) && he.code == http.StatusGatewayTimeout) {
 		return wastedRun{}, fmt.Errorf("client: %w", err)
 	}
 	run := wastedRun{propagated: propagated, start: rec.start}

@@ -1,0 +1,193 @@
+package otelattr_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/deadlinekit/deadlinekit/propagate"
+	"github.com/deadlinekit/deadlinekit/retry"
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
+)
+
+type chainB struct {
+	testgrpc.UnimplementedTestServiceServer
+	c    *http.Client
+	cURL string
+}
+
+func (b *chainB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cURL, nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	return &testgrpc.SimpleResponse{}, nil
+}
+
+func value(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+// TestChainSpans runs client → A (HTTP) → B (gRPC) → C (HTTP) on loopback with the
+// user's otelhttp / otelgrpc instrumentation outermost and the toolkit beneath, as the
+// README shows. C fails its first request, so B's call to C is retried. Every span
+// shares one trace, and the toolkit's attributes are where a user looks for them.
+func TestChainSpans(t *testing.T) {
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	defer otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	withTP := otelhttp.WithTracerProvider(tp)
+
+	server := func(name string, h http.Handler) *httptest.Server {
+		return httptest.NewServer(otelhttp.NewHandler(
+			propagate.NewMiddleware()(shortcircuit.NewMiddleware(shortcircuit.WithFloor(time.Millisecond))(h)), name, withTP))
+	}
+	client := func() *http.Client {
+		return &http.Client{Transport: otelhttp.NewTransport(retry.NewTransport(propagate.NewTransport(nil)), withTP)}
+	}
+
+	var cCalls atomic.Int32
+	c := server("C", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cCalls.Add(1) == 1 {
+			http.Error(w, "warming up", http.StatusServiceUnavailable)
+		}
+	}))
+	defer c.Close()
+	bToC := client()
+	defer bToC.CloseIdleConnections()
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))),
+		grpc.ChainUnaryInterceptor(propagate.UnaryServerInterceptor(), shortcircuit.UnaryServerInterceptor()))
+	testgrpc.RegisterTestServiceServer(gs, &chainB{c: bToC, cURL: c.URL})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
+		grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(), propagate.UnaryClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bClient := testgrpc.NewTestServiceClient(conn)
+
+	a := server("A", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := bClient.UnaryCall(r.Context(), &testgrpc.SimpleRequest{}); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		}
+	}))
+	defer a.Close()
+	toA := client()
+	defer toA.CloseIdleConnections()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
+	resp, err := toA.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chain answered %s", resp.Status)
+	}
+	c.Close() // flush C's last span
+	a.Close()
+
+	spans := rec.Ended()
+	traceID := spans[0].SpanContext().TraceID()
+	for _, s := range spans {
+		if s.SpanContext().TraceID() != traceID {
+			t.Errorf("span %q is in trace %s, not %s", s.Name(), s.SpanContext().TraceID(), traceID)
+		}
+	}
+
+	// Server spans (otelhttp / otelgrpc) carry the budget each hop received.
+	var received []float64
+	for _, s := range spans {
+		if v, ok := value(s, "deadlinekit.budget.received_ms"); ok {
+			received = append(received, v.AsFloat64())
+			if src, _ := value(s, "deadlinekit.budget.source"); src.AsString() != "grpc-timeout" {
+				t.Errorf("span %q: budget source %q; want grpc-timeout", s.Name(), src.AsString())
+			}
+			if _, ok := value(s, "deadlinekit.overrun_ms"); !ok {
+				t.Errorf("server span %q has no overrun", s.Name())
+			}
+		}
+	}
+	// A, B, and C twice (the first attempt and the retry).
+	if len(received) != 4 {
+		t.Fatalf("%d server spans carry a received budget; want 4 (A, B, C, C)", len(received))
+	}
+
+	// B's outbound HTTP call was retried once: two attempt spans under otelhttp's
+	// client span, each the parent of one of C's server spans.
+	var attempts []sdktrace.ReadOnlySpan
+	var call sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if _, isHTTPAttempt := value(s, "http.request.resend_count"); isHTTPAttempt {
+			attempts = append(attempts, s)
+		}
+		if n, ok := value(s, "deadlinekit.retry.count"); ok && n.AsInt64() == 1 {
+			call = s
+		}
+	}
+	if call == nil {
+		t.Fatal("no call span records one retry")
+	}
+	if v, _ := value(call, "deadlinekit.attempts"); v.AsInt64() != 2 {
+		t.Errorf("call span attempts %v; want 2", v.AsInt64())
+	}
+	if v, _ := value(call, "deadlinekit.retry.stop_reason"); v.AsString() != "answered" {
+		t.Errorf("call span stop reason %q; want answered", v.AsString())
+	}
+	var bAttempts int
+	for _, s := range attempts {
+		if s.Parent().SpanID() != call.SpanContext().SpanID() {
+			continue
+		}
+		bAttempts++
+		if _, ok := value(s, "deadlinekit.budget.sent_ms"); !ok {
+			t.Errorf("attempt %q has no budget sent", s.Name())
+		}
+		found := false
+		for _, child := range spans {
+			if child.Parent().SpanID() == s.SpanContext().SpanID() {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("attempt %q is the parent of no downstream span", s.Name())
+		}
+	}
+	if bAttempts != 2 {
+		t.Errorf("%d attempt spans under B's call to C; want 2", bAttempts)
+	}
+}

@@ -1,0 +1,73 @@
+package hedge_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/propagate"
+)
+
+// A backend whose first copy of each request is stuck: the hedge, sent once the
+// call has taken longer than the delay, answers instead. propagate's transport,
+// beneath, gives each attempt the time left when it is sent.
+func Example() {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempt := r.Header.Get(hedge.HeaderPreviousAttempts)
+		if attempt == "" {
+			select { // the primary: a replica pausing
+			case <-r.Context().Done():
+			case <-time.After(2 * time.Second):
+			}
+			return
+		}
+		fmt.Fprintf(w, "hedge after %s attempt(s), with a deadline: %v", attempt, r.Header.Get("Grpc-Timeout") != "")
+	}))
+	defer backend.Close()
+
+	// A real client learns the delay from its calls (P99 after 100 of them); this
+	// one starts with 50 ms.
+	h := hedge.New(hedge.WithInitialDelay(50 * time.Millisecond))
+	client := &http.Client{Transport: h.Transport(propagate.NewTransport(nil))}
+	defer client.CloseIdleConnections()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, backend.URL, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+	st := h.Stats()
+	fmt.Printf("primaries %d, hedges %d, hedge wins %d\n", st.Primaries, st.Hedges, st.HedgeWins)
+	// Output:
+	// hedge after 1 attempt(s), with a deadline: true
+	// primaries 1, hedges 1, hedge wins 1
+}
+
+// POST without an Idempotency-Key is never hedged: both copies could land.
+func ExampleIdempotentRequest() {
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/items/1", nil),
+		httptest.NewRequest(http.MethodPut, "/items/1", nil),
+		httptest.NewRequest(http.MethodPost, "/orders", nil),
+	} {
+		fmt.Println(r.Method, hedge.IdempotentRequest(r))
+	}
+	keyed := httptest.NewRequest(http.MethodPost, "/orders", nil)
+	keyed.Header.Set(hedge.HeaderIdempotencyKey, "6f1c…")
+	fmt.Println("POST with key", hedge.IdempotentRequest(keyed))
+	// Output:
+	// GET true
+	// PUT true
+	// POST false
+	// POST with key true
+}

@@ -1,0 +1,298 @@
+package hedge
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// MetadataPreviousAttempts is the gRPC metadata key sent on every hedge with the
+// number of copies of the call sent before it (gRPC A6).
+const MetadataPreviousAttempts = "grpc-previous-rpc-attempts"
+
+// MetadataIdempotencyKey in a call's outgoing metadata makes the call hedgeable,
+// whatever its method.
+const MetadataIdempotencyKey = "idempotency-key"
+
+// UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
+// calls after the observed latency percentile of their method, with a [Hedger] of
+// its own made from opts. Use [New] and [Hedger.UnaryClientInterceptor] to read the
+// statistics or share the state with other adapters.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	return New(opts...).UnaryClientInterceptor()
+}
+
+// UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
+// calls with h's state.
+//
+// A method is idempotent when [WithIdempotentMethods] names it, when its descriptor
+// in protoregistry.GlobalFiles declares idempotency_level NO_SIDE_EFFECTS or
+// IDEMPOTENT, or when the call's outgoing metadata has an idempotency-key; other
+// calls go through once, unchanged. Each hedge decodes into a reply of its own
+// (the reply must be a proto.Message), carries grpc-previous-rpc-attempts in its
+// metadata, and, when it wins, its reply is copied into the caller's, as are the
+// header, trailer and peer asked for with grpc.Header, grpc.Trailer and grpc.Peer.
+// The interceptor returns only once the primary has returned, so the caller's reply
+// is never written after it.
+//
+// Put it before propagate's interceptor in the chain, so that each attempt carries
+// the time left when it is sent.
+func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ev := Event{Target: method, Attempts: 1}
+		msg, isMsg := reply.(proto.Message)
+		switch {
+		case !h.grpcIdempotent(ctx, method):
+			h.notIdempotent.Add(1)
+			ev.Skipped = SkipNotIdempotent
+		case !isMsg:
+			h.notReplayable.Add(1)
+			ev.Skipped = SkipNotReplayable
+		}
+		if ev.Skipped != SkipNone {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			h.observe(ctx, &ev)
+			return err
+		}
+
+		h.primaries.Add(1)
+		h.tokens.pay()
+		w := h.window(method)
+		start := time.Now()
+		delay, ok := h.delay(w, start)
+		if !ok || h.cfg.maxAttempts < 2 || h.cfg.maxExtraLoad <= 0 {
+			if !ok {
+				ev.Skipped = SkipWarmingUp
+			}
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if w != nil && err == nil {
+				end := time.Now()
+				w.Add(end, end.Sub(start))
+			}
+			otelattr.RecordHedgeCall(ctx, 1, 0, false)
+			h.observe(ctx, &ev)
+			return err
+		}
+
+		// One allocation for the call's state and its event. The reply's type is
+		// read now: once the primary runs, it writes to the reply.
+		gc := &grpcCall{ev: Event{Target: method, Attempts: 1, Delay: delay}}
+		gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
+		p := &gc.p
+		a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, delay, &gc.ev)
+		h.observe(ctx, &gc.ev)
+		if !won {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		defer cancel()
+		if a.n > 0 {
+			p.adopt(a.n)
+		}
+		return a.err
+	}
+}
+
+// grpcCall is everything a hedged gRPC call allocates.
+type grpcCall struct {
+	c  call[struct{}]
+	p  grpcAttempts
+	ev Event
+}
+
+// grpcAttempts sends the copies of one call.
+type grpcAttempts struct {
+	cfg       *config
+	method    string
+	req       any
+	reply     proto.Message
+	replyType protoreflect.MessageType
+	cc        *grpc.ClientConn
+	invoker   grpc.UnaryInvoker
+	opts      []grpc.CallOption
+	// Each hedge's own reply and call options; element n is written by attempt n
+	// only, and read by the caller once attempt n's result has reached it.
+	hedges [MaxAttempts]*hedgeCall
+}
+
+// hedgeCall is what one hedge writes to instead of the caller's variables.
+type hedgeCall struct {
+	reply   proto.Message
+	opts    []grpc.CallOption
+	header  metadata.MD
+	trailer metadata.MD
+	peer    peer.Peer
+}
+
+func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error) {
+	if n == 0 {
+		return struct{}{}, p.invoker(ctx, p.method, p.req, p.reply, p.cc, p.opts...)
+	}
+	hc := &hedgeCall{reply: p.replyType.New().Interface()}
+	hc.opts = make([]grpc.CallOption, len(p.opts))
+	for i, o := range p.opts {
+		switch o.(type) {
+		case grpc.HeaderCallOption:
+			o = grpc.Header(&hc.header)
+		case *grpc.HeaderCallOption:
+			o = grpc.Header(&hc.header)
+		case grpc.TrailerCallOption:
+			o = grpc.Trailer(&hc.trailer)
+		case *grpc.TrailerCallOption:
+			o = grpc.Trailer(&hc.trailer)
+		case grpc.PeerCallOption:
+			o = grpc.Peer(&hc.peer)
+		case *grpc.PeerCallOption:
+			o = grpc.Peer(&hc.peer)
+		}
+		hc.opts[i] = o
+	}
+	p.hedges[n] = hc
+	// A layer above (retry) may have counted attempts already: add to its count,
+	// replacing its value rather than sending two.
+	md, ok := metadata.FromOutgoingContext(ctx) // a copy of its own
+	if !ok {
+		md = metadata.MD{}
+	}
+	k := 0
+	if vs := md.Get(MetadataPreviousAttempts); len(vs) > 0 {
+		k = previous(vs[len(vs)-1])
+	}
+	md.Set(MetadataPreviousAttempts, strconv.Itoa(k+n))
+	ctx = metadata.NewOutgoingContext(ctx, md)
+	return struct{}{}, p.invoker(ctx, p.method, p.req, hc.reply, p.cc, hc.opts...)
+}
+
+// adopt copies what hedge n received into the caller's reply and call options. The
+// primary has returned: nothing else writes to them.
+func (p *grpcAttempts) adopt(n int) {
+	hc := p.hedges[n]
+	if hc == nil {
+		return
+	}
+	proto.Reset(p.reply)
+	proto.Merge(p.reply, hc.reply)
+	for _, o := range p.opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			setMD(o.HeaderAddr, hc.header)
+		case *grpc.HeaderCallOption:
+			setMD(o.HeaderAddr, hc.header)
+		case grpc.TrailerCallOption:
+			setMD(o.TrailerAddr, hc.trailer)
+		case *grpc.TrailerCallOption:
+			setMD(o.TrailerAddr, hc.trailer)
+		case grpc.PeerCallOption:
+			setPeer(o.PeerAddr, &hc.peer)
+		case *grpc.PeerCallOption:
+			setPeer(o.PeerAddr, &hc.peer)
+		}
+	}
+}
+
+func setMD(dst *metadata.MD, md metadata.MD) {
+	if dst != nil {
+		*dst = md
+	}
+}
+
+func setPeer(dst, p *peer.Peer) {
+	if dst != nil {
+		*dst = *p
+	}
+}
+
+func (p *grpcAttempts) verdict(_ struct{}, err error) verdict {
+	if err == nil {
+		return success
+	}
+	code := status.Code(err)
+	for _, c := range p.cfg.nonFatalGRPC {
+		if code == c {
+			return nonFatal
+		}
+	}
+	return final
+}
+
+func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }
+
+// grpcIdempotent reports whether method may be sent more than once.
+func (h *Hedger) grpcIdempotent(ctx context.Context, method string) bool {
+	if h.cfg.idempotent[method] || h.descriptorIdempotent(method) {
+		return true
+	}
+	vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)
+	return len(vs) > 0 && vs[0] != ""
+}
+
+// descriptorIdempotent looks method up in the protobuf registry, remembering the
+// answer (for at most MaxTargets methods).
+func (h *Hedger) descriptorIdempotent(method string) bool {
+	if m := h.methods.Load(); m != nil {
+		if v, ok := (*m)[method]; ok {
+			return v
+		}
+	}
+	v := MethodIdempotent(method)
+	h.methodsMu.Lock()
+	defer h.methodsMu.Unlock()
+	old := h.methods.Load()
+	var m map[string]bool
+	if old == nil {
+		m = map[string]bool{method: v}
+	} else if len(*old) < MaxTargets {
+		m = make(map[string]bool, len(*old)+1)
+		for k, x := range *old {
+			m[k] = x
+		}
+		m[method] = v
+	} else {
+		return v
+	}
+	h.methods.Store(&m)
+	return v
+}
+
+// MethodIdempotent reports whether the descriptor of method (a full method name,
+// "/package.Service/Method"), found in protoregistry.GlobalFiles, declares
+// idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT. A method not registered is not.
+func MethodIdempotent(method string) bool {
+	name := strings.TrimPrefix(method, "/")
+	i := strings.LastIndexByte(name, '/')
+	if i <= 0 {
+		return false
+	}
+	full := protoreflect.FullName(name[:i] + "." + name[i+1:])
+	if !full.IsValid() {
+		return false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(full)
+	if err != nil {
+		return false
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return false
+	}
+	opts, ok := md.Options().(*descriptorpb.MethodOptions)
+	if !ok || opts == nil {
+		return false
+	}
+	switch opts.GetIdempotencyLevel() {
+	case descriptorpb.MethodOptions_NO_SIDE_EFFECTS, descriptorpb.MethodOptions_IDEMPOTENT:
+		return true
+	}
+	return false
+}

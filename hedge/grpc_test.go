@@ -1,0 +1,280 @@
+package hedge_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/deadlinekit/deadlinekit/hedge"
+)
+
+// The test service registered below: Get has no side effects, Put is idempotent,
+// Post is neither.
+const (
+	methodGet  = "/deadlinekit.hedgetest.Store/Get"
+	methodPut  = "/deadlinekit.hedgetest.Store/Put"
+	methodPost = "/deadlinekit.hedgetest.Store/Post"
+)
+
+var registerOnce sync.Once
+
+// registerStore registers a file descriptor for the test service in
+// protoregistry.GlobalFiles, as generated code would.
+func registerStore(t *testing.T) {
+	t.Helper()
+	registerOnce.Do(func() {
+		level := func(l descriptorpb.MethodOptions_IdempotencyLevel) *descriptorpb.MethodOptions {
+			return &descriptorpb.MethodOptions{IdempotencyLevel: l.Enum()}
+		}
+		method := func(name string, opts *descriptorpb.MethodOptions) *descriptorpb.MethodDescriptorProto {
+			return &descriptorpb.MethodDescriptorProto{
+				Name: proto.String(name), InputType: proto.String(".deadlinekit.hedgetest.Msg"),
+				OutputType: proto.String(".deadlinekit.hedgetest.Msg"), Options: opts,
+			}
+		}
+		fdp := &descriptorpb.FileDescriptorProto{
+			Name:        proto.String("deadlinekit/hedgetest/store.proto"),
+			Package:     proto.String("deadlinekit.hedgetest"),
+			Syntax:      proto.String("proto3"),
+			MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Msg")}},
+			Service: []*descriptorpb.ServiceDescriptorProto{{
+				Name: proto.String("Store"),
+				Method: []*descriptorpb.MethodDescriptorProto{
+					method("Get", level(descriptorpb.MethodOptions_NO_SIDE_EFFECTS)),
+					method("Put", level(descriptorpb.MethodOptions_IDEMPOTENT)),
+					method("Post", nil),
+				},
+			}},
+		}
+		fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
+		if err != nil {
+			panic(err)
+		}
+		if err := protoregistry.GlobalFiles.RegisterFile(fd); err != nil {
+			panic(err)
+		}
+	})
+}
+
+func TestMethodIdempotent(t *testing.T) {
+	registerStore(t)
+	for _, tc := range []struct {
+		method string
+		want   bool
+	}{
+		{methodGet, true},
+		{methodPut, true},
+		{methodPost, false},
+		{"/deadlinekit.hedgetest.Store/Missing", false},
+		{"/deadlinekit.hedgetest.Msg/Get", false},
+		{"/grpc.testing.TestService/UnaryCall", false},
+		{"", false},
+		{"/", false},
+		{"no-slash", false},
+		{"/a b/c", false},
+		{"//", false},
+	} {
+		if got := hedge.MethodIdempotent(tc.method); got != tc.want {
+			t.Errorf("MethodIdempotent(%q) = %v, want %v", tc.method, got, tc.want)
+		}
+	}
+}
+
+// fakeInvoker answers after latency(attempt), honouring the context, and records
+// what each attempt carried.
+type fakeInvoker struct {
+	latency func(attempt int) (time.Duration, error)
+	calls   atomic.Int64
+	cut     atomic.Int64
+	mu      sync.Mutex
+	seen    []string // grpc-previous-rpc-attempts of each call, "" for none
+}
+
+func (f *fakeInvoker) invoke(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+	f.calls.Add(1)
+	md, _ := metadata.FromOutgoingContext(ctx)
+	prev := md.Get(hedge.MetadataPreviousAttempts)
+	a := 0
+	f.mu.Lock()
+	if len(prev) > 0 {
+		a, _ = strconv.Atoi(prev[0])
+		f.seen = append(f.seen, prev[0])
+	} else {
+		f.seen = append(f.seen, "")
+	}
+	f.mu.Unlock()
+	d, err := f.latency(a)
+	if err := sleep(ctx, d); err != nil {
+		f.cut.Add(1)
+		return status.FromContextError(err).Err()
+	}
+	if err != nil {
+		return err
+	}
+	reply.(*wrapperspb.StringValue).Value = "attempt " + strconv.Itoa(a)
+	for _, o := range opts {
+		if h, ok := o.(grpc.HeaderCallOption); ok {
+			*h.HeaderAddr = metadata.Pairs("x-attempt", strconv.Itoa(a))
+		}
+	}
+	return nil
+}
+
+func TestInterceptor(t *testing.T) {
+	registerStore(t)
+	slowPrimary := func(a int) (time.Duration, error) {
+		if a == 0 {
+			return time.Second, nil
+		}
+		return time.Millisecond, nil
+	}
+	unavailable := func(a int) (time.Duration, error) {
+		if a == 0 {
+			return time.Millisecond, status.Error(codes.Unavailable, "down")
+		}
+		return time.Millisecond, nil
+	}
+	internal := func(a int) (time.Duration, error) {
+		return time.Millisecond, status.Error(codes.Internal, "bug")
+	}
+	for _, tc := range []struct {
+		name      string
+		method    string
+		opts      []hedge.Option
+		ctxMD     []string
+		latency   func(int) (time.Duration, error)
+		wantCalls int64
+		wantReply string
+		wantCode  codes.Code
+		wantTook  time.Duration
+	}{
+		{"NO_SIDE_EFFECTS in descriptor", methodGet, nil, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"IDEMPOTENT in descriptor", methodPut, nil, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"not idempotent", methodPost, nil, nil, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
+		{"declared by option", methodPost, []hedge.Option{hedge.WithIdempotentMethods(methodPost)}, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"idempotency key", methodPost, nil, []string{hedge.MetadataIdempotencyKey, "k1"}, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"unknown method", "/x.Y/Z", nil, nil, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
+		{"UNAVAILABLE fires at once", methodGet, nil, nil, unavailable, 2, "attempt 1", codes.OK, 2 * time.Millisecond},
+		{"INTERNAL is returned", methodGet, nil, nil, internal, 1, "", codes.Internal, time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &fakeInvoker{latency: tc.latency}
+				h := hedge.New(append([]hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, tc.opts...)...)
+				ic := h.UnaryClientInterceptor()
+				ctx := t.Context()
+				if tc.ctxMD != nil {
+					ctx = metadata.AppendToOutgoingContext(ctx, tc.ctxMD...)
+				}
+				reply := &wrapperspb.StringValue{Value: "stale"}
+				var header metadata.MD
+				start := time.Now()
+				err := ic(ctx, tc.method, &wrapperspb.StringValue{}, reply, nil, f.invoke, grpc.Header(&header))
+				took := time.Since(start)
+				synctest.Wait()
+				if status.Code(err) != tc.wantCode || took != tc.wantTook || f.calls.Load() != tc.wantCalls {
+					t.Errorf("err %v after %v, %d calls; want %v after %v, %d calls", err, took, f.calls.Load(), tc.wantCode, tc.wantTook, tc.wantCalls)
+				}
+				if tc.wantCode == codes.OK {
+					if reply.Value != tc.wantReply || header.Get("x-attempt")[0] != tc.wantReply[len("attempt "):] {
+						t.Errorf("reply %q, header %v; want %q from the same attempt", reply.Value, header, tc.wantReply)
+					}
+				}
+				if tc.wantCalls == 2 && (f.seen[0] != "" || f.seen[1] != "1") {
+					t.Errorf("grpc-previous-rpc-attempts = %q, want none then 1", f.seen)
+				}
+				st := h.Stats()
+				if tc.wantCalls == 1 && tc.wantCode == codes.OK && st.NotIdempotent != 1 {
+					t.Errorf("stats = %+v, want NotIdempotent 1", st)
+				}
+			})
+		})
+	}
+}
+
+// TestInterceptorCancel: the caller's cancellation ends the call with Canceled, after
+// the primary has returned.
+func TestInterceptorCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeInvoker{latency: func(int) (time.Duration, error) { return time.Hour, nil }}
+		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(methodPost))
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		err := ic(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, f.invoke)
+		synctest.Wait()
+		if status.Code(err) != codes.Canceled || f.cut.Load() != 2 {
+			t.Errorf("err %v, %d cut; want Canceled, both attempts cut", err, f.cut.Load())
+		}
+	})
+}
+
+// TestInterceptorDelay: the delay of a method comes from its own latencies.
+func TestInterceptorDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeInvoker{latency: func(int) (time.Duration, error) { return 20 * time.Millisecond, nil }}
+		h := hedge.New(hedge.WithIdempotentMethods(methodPost), hedge.WithMinSamples(10))
+		ic := h.UnaryClientInterceptor()
+		for range 10 {
+			if err := ic(t.Context(), methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, f.invoke); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d, ok := h.Delay(methodPost); !ok || d < 19*time.Millisecond || d > 21*time.Millisecond {
+			t.Errorf("delay = %v, %v; want about 20ms", d, ok)
+		}
+	})
+}
+
+// FuzzMethodIdempotent: any method name is looked up without a panic.
+func FuzzMethodIdempotent(f *testing.F) {
+	for _, s := range []string{methodGet, "/", "//", "/a/b/c", "/a.b/", "/.a/b", "\x00/\xff", "/grpc.testing.TestService/UnaryCall"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, method string) {
+		hedge.MethodIdempotent(method)
+	})
+}
+
+// TestPreviousAttemptsAddUp: beneath a retry layer that already counted attempts, a
+// hedge adds to the count and sends a single value.
+func TestPreviousAttemptsAddUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []string
+		var mu sync.Mutex
+		invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			md, _ := metadata.FromOutgoingContext(ctx)
+			mu.Lock()
+			got = append(got, strings.Join(md.Get(hedge.MetadataPreviousAttempts), ","))
+			first := len(got) == 1
+			mu.Unlock()
+			if first {
+				<-ctx.Done()
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return nil
+		}
+		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(time.Millisecond), hedge.WithIdempotentMethods(methodPost))
+		ctx := metadata.AppendToOutgoingContext(t.Context(), hedge.MetadataPreviousAttempts, "2")
+		if err := ic(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, invoker); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[0] != "2" || got[1] != "3" {
+			t.Errorf("grpc-previous-rpc-attempts sent: %q, want the retry's 2 then 3", got)
+		}
+	})
+}

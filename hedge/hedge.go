@@ -1,0 +1,471 @@
+package hedge
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/quantile"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// Hedger holds the state of a hedging layer: the latency window of each target, the
+// token account that caps hedges, and the statistics. Its methods and the adapters
+// it makes are safe for concurrent use. Make one with [New]; the zero Hedger is not
+// usable. It starts no goroutine of its own: every goroutine it uses belongs to a
+// call and ends with it (a loser's, at most 100 ms after, while its body drains).
+type Hedger struct {
+	cfg     *config
+	windows *quantile.Keyed[string]
+	names   atomic.Pointer[map[string]struct{}] // targets seen, copy-on-write
+	namesMu sync.Mutex
+	tokens  *tokens
+
+	primaries, hedges, wins, refusedCap, refusedDeadline atomic.Uint64
+	notIdempotent, notReplayable                         atomic.Uint64
+
+	methods   atomic.Pointer[map[string]bool] // gRPC methods looked up in the registry
+	methodsMu sync.Mutex
+}
+
+// New returns a Hedger configured by opts. The adapters it makes
+// ([Hedger.Transport], [Hedger.UnaryClientInterceptor]) share its delay estimates,
+// its token account and its statistics.
+func New(opts ...Option) *Hedger {
+	c := newConfig(opts)
+	return &Hedger{
+		cfg: c,
+		windows: quantile.NewKeyed[string](quantile.Config{
+			Length:   c.window,
+			Buckets:  c.buckets,
+			Quantile: c.percentile,
+			MaxKeys:  MaxTargets,
+		}),
+		tokens: newTokens(c.maxExtraLoad),
+	}
+}
+
+// Stats is a snapshot of a [Hedger]'s counters, each counted since it was made.
+type Stats struct {
+	// Primaries is the number of calls that could be hedged: idempotent (and
+	// replayable) calls, each sent once as a primary.
+	Primaries uint64
+	// Hedges is the number of hedges sent.
+	Hedges uint64
+	// HedgeWins is the number of calls answered by a hedge rather than the primary.
+	HedgeWins uint64
+	// RefusedByCap is the number of hedges not sent because the token account was
+	// empty ([WithMaxExtraLoad]).
+	RefusedByCap uint64
+	// RefusedByDeadline is the number of hedges not sent because less than the floor
+	// was left before the call's deadline ([WithFloor]).
+	RefusedByDeadline uint64
+	// NotIdempotent is the number of calls sent once because they are not
+	// idempotent (HTTP POST or PATCH without Idempotency-Key, gRPC methods not
+	// declared idempotent).
+	NotIdempotent uint64
+	// NotReplayable is the number of idempotent HTTP calls sent once because their
+	// body cannot be replayed (no GetBody).
+	NotReplayable uint64
+	// Tokens is the balance of the token account: how many hedges may go out now.
+	Tokens float64
+}
+
+// Stats returns the current counters.
+func (h *Hedger) Stats() Stats {
+	return Stats{
+		Primaries:         h.primaries.Load(),
+		Hedges:            h.hedges.Load(),
+		HedgeWins:         h.wins.Load(),
+		RefusedByCap:      h.refusedCap.Load(),
+		RefusedByDeadline: h.refusedDeadline.Load(),
+		NotIdempotent:     h.notIdempotent.Load(),
+		NotReplayable:     h.notReplayable.Load(),
+		Tokens:            h.tokens.value(),
+	}
+}
+
+// Delay returns the current hedge delay of target (a host, "example.com:443", for
+// HTTP; a full method, "/pkg.Service/Method", for gRPC), and false when calls to it
+// are not hedged yet: too few latencies in its window and no [WithInitialDelay].
+func (h *Hedger) Delay(target string) (time.Duration, bool) {
+	if m := h.names.Load(); m != nil {
+		if _, ok := (*m)[target]; ok {
+			return h.delay(h.windows.Window(target), time.Now())
+		}
+	}
+	return h.delay(nil, time.Now())
+}
+
+// Delays returns the current hedge delay of every target seen, leaving out those not
+// hedged yet.
+func (h *Hedger) Delays() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	m := h.names.Load()
+	if m == nil {
+		return out
+	}
+	now := time.Now()
+	for name := range *m {
+		if d, ok := h.delay(h.windows.Window(name), now); ok {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// window returns target's latency window, nil when too many targets are tracked.
+func (h *Hedger) window(target string) *quantile.Window {
+	w := h.windows.Window(target)
+	if w == nil {
+		return nil
+	}
+	if m := h.names.Load(); m != nil {
+		if _, ok := (*m)[target]; ok {
+			return w
+		}
+	}
+	h.namesMu.Lock()
+	defer h.namesMu.Unlock()
+	old := h.names.Load()
+	m := make(map[string]struct{}, 1)
+	if old != nil {
+		if _, ok := (*old)[target]; ok {
+			return w
+		}
+		m = make(map[string]struct{}, len(*old)+1)
+		for k := range *old {
+			m[k] = struct{}{}
+		}
+	}
+	m[target] = struct{}{}
+	h.names.Store(&m)
+	return w
+}
+
+// delay returns the hedge delay from window w, or false when calls are not hedged.
+func (h *Hedger) delay(w *quantile.Window, now time.Time) (time.Duration, bool) {
+	var d time.Duration
+	n := 0
+	if w != nil {
+		d, n = w.Tracked(now)
+	}
+	if n < h.cfg.minSamples {
+		if h.cfg.initialDelay <= 0 {
+			return 0, false
+		}
+		d = h.cfg.initialDelay
+	}
+	d = max(d, h.cfg.minDelay)
+	if h.cfg.maxDelay > 0 {
+		d = min(d, h.cfg.maxDelay)
+	}
+	return d, true
+}
+
+// Event describes one call, for an observer ([WithObserver]).
+type Event struct {
+	// Target is the host (HTTP) or full method (gRPC) of the call.
+	Target string
+	// Attempts is the number of copies of the call sent: 1 when it was not hedged.
+	Attempts int
+	// Winner is the index of the attempt whose answer (or failure) was returned: 0
+	// for the primary, 1 for the first hedge; -1 when none was (the caller gave up).
+	Winner int
+	// Delay is the hedge delay the call was given; zero when it could not be hedged.
+	Delay time.Duration
+	// Skipped says why a hedge that was due was not sent, or why the call could not
+	// be hedged at all; SkipNone when nothing was held back.
+	Skipped Skip
+}
+
+// Skip is the reason a hedge was not sent.
+type Skip uint8
+
+// Reasons for not hedging.
+const (
+	SkipNone          Skip = iota
+	SkipNotIdempotent      // the call is not idempotent
+	SkipNotReplayable      // the HTTP body cannot be replayed (no GetBody)
+	SkipWarmingUp          // too few latencies known for the target, no initial delay
+	SkipCap                // the token account was empty
+	SkipDeadline           // less than the floor was left
+)
+
+func (s Skip) String() string {
+	switch s {
+	case SkipNone:
+		return "none"
+	case SkipNotIdempotent:
+		return "not idempotent"
+	case SkipNotReplayable:
+		return "body not replayable"
+	case SkipWarmingUp:
+		return "warming up"
+	case SkipCap:
+		return "extra-load cap"
+	case SkipDeadline:
+		return "deadline"
+	}
+	return fmt.Sprintf("Skip(%d)", uint8(s))
+}
+
+func (h *Hedger) observe(ctx context.Context, e *Event) {
+	f := h.cfg.observer
+	if f == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	f(ctx, *e)
+}
+
+// verdict classifies the outcome of one attempt.
+type verdict uint8
+
+const (
+	success  verdict = iota // final, and its latency feeds the window
+	final                   // final (an answer or a fatal failure), not a latency
+	nonFatal                // the next hedge may go out at once
+)
+
+// protocol is what the core needs from an adapter.
+type protocol[T any] interface {
+	// send sends attempt n (0: the primary) under ctx; traced says ctx carries a
+	// recording attempt span, whose trace context the request should carry.
+	send(ctx context.Context, n int, traced bool) (T, error)
+	verdict(v T, err error) verdict
+	// discard disposes of a result nobody will use, then calls cancel. It must not
+	// block: it runs under the call's lock or on the caller's goroutine.
+	discard(v T, err error, cancel context.CancelFunc)
+}
+
+// attempt is the result of one copy of a call.
+type attempt[T any] struct {
+	n          int
+	v          T
+	err        error
+	start, end time.Time
+	span       otelattr.Attempt
+}
+
+// call is the state of one hedged call. The primary runs on the caller's goroutine;
+// hedges are sent by a timer (on the timer's goroutine) or, after a non-fatal
+// failure, on a goroutine of their own. Whoever brings a final result ends the call
+// under mu: the other attempts are cancelled, and the caller, blocked in the primary
+// or waiting on doneCh, returns the winner.
+type call[T any] struct {
+	h     *Hedger
+	ctx   context.Context
+	proto otelattr.Protocol
+	w     *quantile.Window
+	p     protocol[T]
+	delay time.Duration
+	timer *time.Timer
+
+	mu       sync.Mutex
+	ev       *Event
+	done     bool
+	stopped  bool // a hedge was refused: no more for this call
+	sent     int
+	pending  int
+	winner   attempt[T]
+	won      bool
+	last     attempt[T] // the latest non-fatal failure, when hasLast
+	hasLast  bool
+	cancels  [MaxAttempts]context.CancelFunc
+	returned [MaxAttempts]bool
+	start0   time.Time
+	doneCh   chan struct{} // made when the caller has to wait; closed when done
+}
+
+// hedged runs a call that may be hedged after delay; c is a zero call, allocated by
+// the adapter along with what else the call needs. It returns the attempt whose
+// result is the call's, with the cancel function of that attempt's context (the
+// caller calls it once done with the result), or ok false when ctx ended while no
+// attempt was running on the caller's goroutine. When it returns, the primary has
+// returned.
+//
+// Every attempt gets an attempt span (package otelattr) when the call's span is
+// recording, ended with its outcome; the call's span gets the attempt and hedge
+// counts.
+func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Protocol, w *quantile.Window, p protocol[T], delay time.Duration, ev *Event) (a attempt[T], cancel context.CancelFunc, ok bool) {
+	c.h, c.ctx, c.proto, c.w, c.p, c.delay, c.ev, c.sent, c.pending = h, ctx, proto, w, p, delay, ev, 1, 1
+	ctx0, cancel0 := context.WithCancel(ctx)
+	c.cancels[0] = cancel0
+	c.start0 = time.Now()
+	c.mu.Lock()
+	c.timer = time.AfterFunc(delay, c.fire)
+	c.mu.Unlock()
+
+	actx, span := otelattr.StartAttempt(ctx0, proto, otelattr.KindPrimary, 1)
+	v, err := safeSend(p, actx, 0, span.Recording())
+	c.result(attempt[T]{n: 0, v: v, err: err, start: c.start0, end: time.Now(), span: span})
+
+	c.mu.Lock()
+	if !c.done {
+		c.doneCh = make(chan struct{})
+		ch := c.doneCh
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		if !c.done {
+			c.finish(attempt[T]{}, false, false)
+		}
+	}
+	attempts, won, winner := c.sent, c.won, c.winner
+	if won {
+		cancel = c.cancels[winner.n]
+	}
+	c.mu.Unlock()
+	otelattr.RecordHedgeCall(ctx, attempts, attempts-1, won && winner.n > 0)
+	return winner, cancel, won
+}
+
+// fire sends the next hedge when the delay has passed (on the timer's goroutine).
+func (c *call[T]) fire() {
+	c.mu.Lock()
+	n, ctx, ok := c.next()
+	if ok && c.sent < c.h.cfg.maxAttempts {
+		c.timer.Reset(c.delay)
+	}
+	c.mu.Unlock()
+	if ok {
+		c.run(ctx, n)
+	}
+}
+
+// next decides whether a hedge goes out now and prepares it. c.mu is held.
+func (c *call[T]) next() (int, context.Context, bool) {
+	if c.done || c.stopped || c.sent >= c.h.cfg.maxAttempts {
+		return 0, nil, false
+	}
+	if !c.h.allow(c.ctx, c.ev) {
+		c.stopped = true
+		return 0, nil, false
+	}
+	n := c.sent
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.cancels[n] = cancel
+	c.sent++
+	c.pending++
+	c.ev.Attempts = c.sent
+	return n, ctx, true
+}
+
+// run sends hedge n and hands its result over.
+func (c *call[T]) run(ctx context.Context, n int) {
+	start := time.Now()
+	ctx, span := otelattr.StartAttempt(ctx, c.proto, otelattr.KindHedge, n+1)
+	v, err := safeSend(c.p, ctx, n, span.Recording())
+	c.result(attempt[T]{n: n, v: v, err: err, start: start, end: time.Now(), span: span})
+}
+
+// result takes the result of an attempt.
+func (c *call[T]) result(a attempt[T]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.returned[a.n] = true
+	c.pending--
+	if c.done {
+		a.span.End(otelattr.OutcomeCancelled, nil)
+		c.p.discard(a.v, a.err, c.cancels[a.n])
+		return
+	}
+	v := c.p.verdict(a.v, a.err)
+	switch {
+	case v == nonFatal || a.err != nil:
+		a.span.End(otelattr.OutcomeFailure, a.err)
+	default:
+		a.span.End(otelattr.OutcomeSuccess, nil)
+	}
+	switch v {
+	case success:
+		if c.w != nil {
+			c.w.Add(a.end, a.end.Sub(a.start))
+		}
+		c.finish(a, true, true)
+	case final:
+		c.finish(a, true, false)
+	case nonFatal:
+		if c.hasLast {
+			c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])
+		}
+		c.last, c.hasLast = a, true
+		if n, ctx, ok := c.next(); ok {
+			if c.sent < c.h.cfg.maxAttempts {
+				c.timer.Reset(c.delay)
+			}
+			go c.run(ctx, n)
+			return
+		}
+		if c.pending == 0 {
+			c.finish(a, true, false)
+		}
+	}
+}
+
+// finish ends the call with winner (won false: none). Attempts still in flight are
+// cancelled; a primary cut short by a successful hedge feeds the window with its time
+// so far, a lower bound of its latency. c.mu is held.
+func (c *call[T]) finish(winner attempt[T], won, ok bool) {
+	now := time.Now()
+	c.done = true
+	c.timer.Stop()
+	c.winner, c.won = winner, won
+	if c.hasLast && (!won || c.last.n != winner.n) {
+		c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])
+	}
+	for n, cancel := range c.cancels {
+		if cancel == nil || c.returned[n] {
+			continue
+		}
+		cancel()
+		if n == 0 && ok && c.w != nil {
+			c.w.Add(now, now.Sub(c.start0))
+		}
+	}
+	if won {
+		c.ev.Winner = winner.n
+		if winner.n > 0 {
+			c.h.wins.Add(1)
+		}
+	} else {
+		c.ev.Winner = -1
+	}
+	if c.doneCh != nil {
+		close(c.doneCh)
+	}
+}
+
+// safeSend turns a panic in an attempt (the base transport's) into an error: hedges
+// run on goroutines of their own, where a panic would end the program.
+func safeSend[T any](p protocol[T], ctx context.Context, n int, traced bool) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("hedge: attempt %d panicked: %v", n, r)
+		}
+	}()
+	return p.send(ctx, n, traced)
+}
+
+// allow decides whether a hedge may go out now, and counts it.
+func (h *Hedger) allow(ctx context.Context, ev *Event) bool {
+	if left, has := deadline.Remaining(ctx); has && left < h.cfg.floor {
+		h.refusedDeadline.Add(1)
+		ev.Skipped = SkipDeadline
+		return false
+	}
+	if !h.tokens.take() {
+		h.refusedCap.Add(1)
+		ev.Skipped = SkipCap
+		return false
+	}
+	h.hedges.Add(1)
+	return true
+}

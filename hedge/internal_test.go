@@ -1,0 +1,72 @@
+package hedge
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// TestTokensConcurrent: however primaries and hedges interleave, hedges never exceed
+// the reserve plus the share paid by the primaries.
+func TestTokensConcurrent(t *testing.T) {
+	for _, ratio := range []float64{0.15, 0.05, 1, 0} {
+		tk := newTokens(ratio)
+		var pays, takes atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 5000 {
+					tk.pay()
+					pays.Add(1)
+					for tk.take() {
+						takes.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		limit := int64(ratio*float64(pays.Load())) + Reserve
+		if takes.Load() > limit {
+			t.Errorf("ratio %v: %d hedges for %d primaries, limit %d", ratio, takes.Load(), pays.Load(), limit)
+		}
+		if ratio > 0 && takes.Load() < limit*9/10 {
+			t.Errorf("ratio %v: only %d hedges for %d primaries, limit %d", ratio, takes.Load(), pays.Load(), limit)
+		}
+		if b := tk.value(); b < 0 || b > Reserve {
+			t.Errorf("ratio %v: balance %v out of [0, %d]", ratio, b, Reserve)
+		}
+	}
+}
+
+// TestOptionsClamped: hostile option values are clamped, never a panic.
+func TestOptionsClamped(t *testing.T) {
+	c := newConfig([]Option{
+		nil,
+		WithPercentile(math.NaN()), WithPercentile(7),
+		WithMaxExtraLoad(-1), WithMaxExtraLoad(math.NaN()),
+		WithMaxAttempts(100),
+		WithMinSamples(-5),
+		WithInitialDelay(-time.Second),
+		WithMinDelay(10 * time.Millisecond), WithMaxDelay(time.Millisecond),
+		WithWindow(-1, -1),
+		WithFloor(-time.Second),
+		WithNonFatalCodes(),
+		WithIdempotentMethods("/a/b"), WithIdempotentMethods("/c/d"),
+	})
+	want := config{percentile: 1, maxExtraLoad: 0, maxAttempts: MaxAttempts, minSamples: 1,
+		minDelay: 10 * time.Millisecond, maxDelay: 10 * time.Millisecond, window: DefaultWindow, buckets: DefaultWindowBuckets}
+	if c.percentile != want.percentile || c.maxExtraLoad != want.maxExtraLoad || c.maxAttempts != want.maxAttempts ||
+		c.minSamples != want.minSamples || c.initialDelay != 0 || c.minDelay != want.minDelay || c.maxDelay != want.maxDelay ||
+		c.window != want.window || c.buckets != want.buckets || c.floor != 0 || len(c.nonFatalGRPC) != 0 || len(c.idempotent) != 2 {
+		t.Errorf("config = %+v", *c)
+	}
+	d := newConfig(nil)
+	if d.percentile != DefaultPercentile || d.maxExtraLoad != DefaultMaxExtraLoad || d.maxAttempts != 2 ||
+		d.floor != DefaultFloor || len(d.nonFatalHTTP) != 1 || d.nonFatalGRPC[0] != codes.Unavailable {
+		t.Errorf("defaults = %+v", *d)
+	}
+}

@@ -1,0 +1,108 @@
+package hedge_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/deadlinekit/deadlinekit/hedge"
+)
+
+// A recording span made with the OTel API only (no SDK): it keeps its name, its
+// attributes and whether it ended; its tracer makes more of them.
+type fakeSpan struct {
+	noop.Span
+	tp    *fakeProvider
+	name  string
+	mu    sync.Mutex
+	attrs map[attribute.Key]attribute.Value
+	ended bool
+}
+
+func (s *fakeSpan) IsRecording() bool { return true }
+func (s *fakeSpan) SetAttributes(kv ...attribute.KeyValue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range kv {
+		s.attrs[a.Key] = a.Value
+	}
+}
+func (s *fakeSpan) End(...trace.SpanEndOption)           { s.mu.Lock(); s.ended = true; s.mu.Unlock() }
+func (s *fakeSpan) TracerProvider() trace.TracerProvider { return s.tp }
+func (s *fakeSpan) attr(k string) attribute.Value {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attrs[attribute.Key(k)]
+}
+
+type fakeProvider struct {
+	embedded.TracerProvider
+	mu    sync.Mutex
+	spans []*fakeSpan
+}
+
+func (p *fakeProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return fakeTracer{p: p} }
+
+func (p *fakeProvider) newSpan(name string, kv ...attribute.KeyValue) *fakeSpan {
+	s := &fakeSpan{tp: p, name: name, attrs: map[attribute.Key]attribute.Value{}}
+	s.SetAttributes(kv...)
+	p.mu.Lock()
+	p.spans = append(p.spans, s)
+	p.mu.Unlock()
+	return s
+}
+
+type fakeTracer struct {
+	embedded.Tracer
+	p *fakeProvider
+}
+
+func (t fakeTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	cfg := trace.NewSpanStartConfig(opts...)
+	s := t.p.newSpan(name, cfg.Attributes()...)
+	return trace.ContextWithSpan(ctx, s), s
+}
+
+// TestAttemptSpans: under a recording call span, each attempt gets a span of its own
+// with its number, kind and outcome, and the call span gets the counts.
+func TestAttemptSpans(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp := &fakeProvider{}
+		callSpan := tp.newSpan("call")
+		ctx := trace.ContextWithSpan(t.Context(), callSpan)
+		b := &latencyBackend{latency: func(a, _ int) time.Duration { return time.Second / time.Duration(1+999*a) }}
+		rt := hedge.NewTransport(b, hedge.WithInitialDelay(10*time.Millisecond))
+		if got := get(ctx, rt); got != "attempt 1" {
+			t.Fatalf("answer %q", got)
+		}
+		synctest.Wait()
+		if callSpan.attr("deadlinekit.attempts").AsInt64() != 2 || callSpan.attr("deadlinekit.hedge.count").AsInt64() != 1 || !callSpan.attr("deadlinekit.hedge.won").AsBool() {
+			t.Errorf("call span attributes %v", callSpan.attrs)
+		}
+		want := map[string]struct {
+			number  int64
+			outcome string
+		}{"attempt primary": {1, "cancelled"}, "attempt hedge": {2, "success"}}
+		if len(tp.spans) != 3 {
+			t.Fatalf("%d spans, want the call's and two attempts'", len(tp.spans))
+		}
+		for _, s := range tp.spans[1:] {
+			w, ok := want[s.name]
+			if !ok || s.attr("deadlinekit.attempt.number").AsInt64() != w.number ||
+				s.attr("deadlinekit.attempt.outcome").AsString() != w.outcome ||
+				s.attr("http.request.resend_count").AsInt64() != w.number-1 || !s.ended {
+				t.Errorf("span %q: %v, ended %v", s.name, s.attrs, s.ended)
+			}
+		}
+	})
+}
+
+var _ http.RoundTripper = (*latencyBackend)(nil)

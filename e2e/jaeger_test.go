@@ -281,4 +281,43 @@ func TestThreeHopInJaeger(t *testing.T) {
 			t.Errorf("A's call to B stopped for %v; want pushback (B said it already retried)", r)
 		}
 	})
+
+	t.Run("hedged call carries its attempts", func(t *testing.T) {
+		id, ok := traces["hedging: B calls C, the hedge wins"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for a hedged call: %v", traces)
+		}
+		tr := fetchTrace(t, id, 5)
+		calls := tr.spansWith("threehop-b", "deadlinekit.hedge.won")
+		if len(calls) != 1 {
+			t.Fatalf("%d spans of threehop-b carry deadlinekit.hedge.won; want 1", len(calls))
+		}
+		call := calls[0]
+		if v, _ := call.tag("deadlinekit.hedge.won"); v != true {
+			t.Errorf("hedge.won = %v; want true", v)
+		}
+		if n := call.float(t, "deadlinekit.hedge.count"); n != 1 {
+			t.Errorf("hedge.count = %v; want 1", n)
+		}
+		if n := call.float(t, "deadlinekit.attempts"); n != 2 {
+			t.Errorf("attempts = %v; want 2", n)
+		}
+		attempts := tr.spansWith("threehop-b", "deadlinekit.attempt.kind")
+		if len(attempts) != 2 {
+			t.Fatalf("%d attempt spans; want 2", len(attempts))
+		}
+		want := map[string]string{"primary": "cancelled", "hedge": "success"}
+		for _, a := range attempts {
+			kind, _ := a.tag("deadlinekit.attempt.kind")
+			outcome, _ := a.tag("deadlinekit.attempt.outcome")
+			if want[kind.(string)] != outcome {
+				t.Errorf("%v attempt ended %v; want %s", kind, outcome, want[kind.(string)])
+			}
+			if kind == "hedge" {
+				if n := a.float(t, "http.request.resend_count"); n != 1 {
+					t.Errorf("hedge attempt http.request.resend_count = %v; want 1", n)
+				}
+			}
+		}
+	})
 }

@@ -19,6 +19,10 @@
 //	         reach C per user request. With package retry on every layer, B retries
 //	         C with backoff under its budget, then tells A not to retry
 //	         (grpc-retry-pushback-ms: -1): 3 calls.
+//	hedge    C's latency has a heavy tail (0.5% of answers take ~500 ms). B calls C,
+//	         16 at once, plainly and through package hedge, which sends a second copy
+//	         once a call has taken longer than C's observed P99: p50, p99, p99.9 and
+//	         the extra load on C.
 //
 // The readings come from the services themselves: each hop records when it received
 // the request, with what budget, and when its work ended; the client records when it
@@ -77,6 +81,7 @@ var scenarios = []scenario{
 	{"wasted", runWasted},
 	{"shortcircuit", runShortCircuit},
 	{"retry", runRetry},
+	{"hedge", runHedge},
 }
 
 func scenarioNames() []string {

@@ -61,8 +61,12 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 
 func (c *config) clientContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	child, cancel, err := c.policy.Derive(ctx)
-	if be := (*deadline.BudgetError)(nil); errors.As(err, &be) {
-		return ctx, cancel, budgetStatus(be)
+	if err != nil {
+		be := new(deadline.BudgetError)
+		if errors.As(err, &be) {
+			return ctx, cancel, budgetStatus(be)
+		}
+		return ctx, cancel, err
 	}
 	left, has := deadline.Remaining(child)
 	if has && left <= 0 {

@@ -8,6 +8,9 @@ require (
 	github.com/cristalhq/hedgedhttp v0.9.2
 	github.com/deadlinekit/deadlinekit v0.0.0-00010101000000-000000000000
 	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
+	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -25,6 +28,5 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -40,12 +40,20 @@ type transport struct {
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	child, cancel, err := t.cfg.policy.Derive(ctx)
-	if err != nil {
-		closeBody(req)
-		return nil, err
+	child, cancel := ctx, noop
+	var left time.Duration
+	var has bool
+	if t.cfg.policy == (deadline.Policy{}) {
+		// The default: the time left passes through; one reading of the clock.
+		left, has = deadline.Remaining(ctx)
+	} else {
+		var err error
+		if child, cancel, err = t.cfg.policy.Derive(ctx); err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		left, has = deadline.Remaining(child)
 	}
-	left, has := deadline.Remaining(child)
 	if !has {
 		return t.base.RoundTrip(req)
 	}

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Builds Jaeger (v1.76.0, pinned in tools/jaeger/go.mod) once into .bin/ and, with
+# Builds Jaeger (v1.76.0, pinned in tools/jaeger/go.mod) once per machine and, with
 # "start", runs it on loopback: OTLP on 127.0.0.1:4317 (gRPC) and :4318 (HTTP), the
-# query API and UI on 127.0.0.1:16686. A cold build takes about 10 minutes on 2 cores;
-# later runs reuse the binary.
+# query API and UI on :16686. A cold build takes about 10 minutes on 2 cores; the
+# binary is kept in $JAEGER_CACHE (default ~/.cache/deadlinekit) so that every
+# checkout on the machine, CI's fresh clones included, reuses it.
 #
 #   scripts/jaeger.sh build        build .bin/jaeger if it is missing
 #   scripts/jaeger.sh start        build if needed, start in the background, wait until ready
 #   scripts/jaeger.sh stop         stop the instance started by "start"
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-bin="$top/.bin/jaeger"
+cache="${JAEGER_CACHE:-$HOME/.cache/deadlinekit}"
+bin="$cache/jaeger-v1.76.0"
 pidfile="$top/.bin/jaeger.pid"
 logfile="$top/.bin/jaeger.log"
+mkdir -p "$top/.bin"
 
 build() {
   if [ -x "$bin" ]; then return 0; fi
-  mkdir -p "$top/.bin"
-  echo "jaeger.sh: building Jaeger v1.76.0 into .bin/ (about 10 minutes cold)" >&2
+  mkdir -p "$cache"
+  echo "jaeger.sh: building Jaeger v1.76.0 into $cache (about 10 minutes cold)" >&2
   (cd "$top/tools/jaeger" && go build -o "$bin.tmp" github.com/jaegertracing/jaeger/cmd/jaeger)
   mv "$bin.tmp" "$bin"
 }

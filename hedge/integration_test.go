@@ -166,9 +166,12 @@ func TestHTTPLosersClosed(t *testing.T) {
 			}
 		}
 	}
+	// Every call sent its hedge. The 20 hedges after a 503 always win; a hedge
+	// racing a 30 ms primary usually does, but on a loaded machine it may lose, which
+	// is fine here: what is counted is the connections.
 	st := h.Stats()
-	if st.Hedges != 40 || st.HedgeWins != 40 {
-		t.Errorf("stats %+v, want 40 hedges, all winning", st)
+	if st.Hedges != 40 || st.HedgeWins < 20 {
+		t.Errorf("stats %+v, want 40 hedges, at least the 20 after a 503 winning", st)
 	}
 	client.CloseIdleConnections()
 	deadline := time.After(5 * time.Second)

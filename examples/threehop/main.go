@@ -12,7 +12,7 @@
 //	         gave up; with the deadline propagated (package propagate) C is cancelled
 //	         at the client's deadline. A waterfall shows both runs on one time axis.
 //	shortcircuit
-//	         A and B leave C about 5 ms of a 250 ms budget for 20 ms of work that does
+//	         A and B leave C a few ms of a 250 ms budget for 20 ms of work that does
 //	         not watch its context. Without a guard C does the work for nobody; with
 //	         package shortcircuit (floor 20 ms) C refuses in microseconds.
 //	retry    C is down. Without the toolkit each layer retries 3 times: 27 calls

@@ -38,13 +38,19 @@ func TestWasted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("C's work after the client gave up: independent %v, propagated %v", ind.wasted(), prop.wasted())
-	if ind.hops[2].cancelled || !prop.hops[2].cancelled {
-		t.Fatalf("C cancelled: independent %v, propagated %v; want false, true", ind.hops[2].cancelled, prop.hops[2].cancelled)
+	if ind.hops[2].cancelled || !ind.hops[2].reached() {
+		t.Fatalf("independent timeouts: C reached %v, cancelled %v; want it to run to the end", ind.hops[2].reached(), ind.hops[2].cancelled)
+	}
+	// With the deadline propagated, C is cancelled at the deadline; on a machine so
+	// loaded that A and B overrun the budget, it is not reached at all. Either way it
+	// does not finish its work.
+	if c := prop.hops[2]; c.reached() && !c.cancelled {
+		t.Fatalf("propagated deadline: C finished its work after the client gave up")
 	}
 	if ind.wasted() <= prop.wasted() {
 		t.Fatalf("wasted work independent %v <= propagated %v", ind.wasted(), prop.wasted())
 	}
-	for i := 1; i < 3; i++ {
+	for i := 1; i < 3 && prop.hops[i].reached(); i++ {
 		if prop.hops[i].budget >= prop.hops[i-1].budget {
 			t.Errorf("hop %d received %v, not less than hop %d's %v", i, prop.hops[i].budget, i-1, prop.hops[i-1].budget)
 		}

@@ -37,12 +37,12 @@ type recorder struct {
 	mu    sync.Mutex
 	start time.Time
 	hops  map[string]hopRecord
-	cDone chan struct{} // closed when C has recorded
+	changed chan struct{} // signalled whenever a hop records
 	log   io.Writer
 }
 
 func newRecorder(log io.Writer) *recorder {
-	return &recorder{hops: map[string]hopRecord{}, cDone: make(chan struct{}), log: log}
+	return &recorder{hops: map[string]hopRecord{}, changed: make(chan struct{}, 1), log: log}
 }
 
 // work does a hop's share of work, stopping early if ctx ends, and records it.
@@ -68,8 +68,9 @@ func (r *recorder) work(ctx context.Context, name string, d time.Duration) error
 	}
 	fmt.Fprintf(r.log, "    %s: received at +%s with %s left, work %s at +%s\n",
 		name, msPrecise(h.received.Sub(r.start)), msPrecise(h.budget), end, msPrecise(h.workEnd.Sub(r.start)))
-	if name == "C" {
-		close(r.cDone)
+	select {
+	case r.changed <- struct{}{}:
+	default:
 	}
 	if h.cancelled {
 		return ctx.Err()
@@ -85,8 +86,32 @@ type wastedRun struct {
 	hops       [3]hopRecord
 }
 
-// wasted is C's work after the client gave up.
-func (w wastedRun) wasted() time.Duration { return max(w.hops[2].workEnd.Sub(w.gaveUp), 0) }
+// wasted is C's work after the client gave up (none when the request never reached C).
+func (w wastedRun) wasted() time.Duration {
+	if !w.hops[2].reached() {
+		return 0
+	}
+	return max(w.hops[2].workEnd.Sub(w.gaveUp), 0)
+}
+
+// reached reports whether the request reached the hop at all.
+func (h hopRecord) reached() bool { return !h.received.IsZero() }
+
+// settled reports whether every hop the request reached has recorded how its work
+// ended: C did, or an earlier hop's work was cancelled (its budget ran out before it
+// could call the next one, as it may on a very loaded machine).
+func (r *recorder) settled() bool {
+	for _, name := range []string{"A", "B", "C"} {
+		h, ok := r.hops[name]
+		if !ok {
+			return false
+		}
+		if h.cancelled || name == "C" {
+			return true
+		}
+	}
+	return false
+}
 
 func runWasted(e *env) ([]reading, error) {
 	var runs [2]wastedRun
@@ -109,6 +134,9 @@ func runWasted(e *env) ([]reading, error) {
 }
 
 func (h hopRecord) ending(start time.Time) string {
+	if !h.reached() {
+		return "not reached"
+	}
 	if h.cancelled {
 		return "cancelled at +" + ms(h.workEnd.Sub(start))
 	}
@@ -165,19 +193,22 @@ func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 	}
 	run := wastedRun{propagated: propagated, start: rec.start}
 	run.gaveUp, _ = ctx.Deadline()
-	select {
-	case <-rec.cDone:
-	case <-time.After(2 * time.Second):
-		return wastedRun{}, errors.New("hop C never recorded its work")
+	timeout := time.After(2 * time.Second)
+	for {
+		rec.mu.Lock()
+		if rec.settled() {
+			break
+		}
+		rec.mu.Unlock()
+		select {
+		case <-rec.changed:
+		case <-timeout:
+			return wastedRun{}, errors.New("the hops did not record how their work ended within 2 s")
+		}
 	}
-	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for i, name := range []string{"A", "B", "C"} {
-		h, ok := rec.hops[name]
-		if !ok {
-			return wastedRun{}, fmt.Errorf("hop %s never ran", name)
-		}
-		run.hops[i] = h
+		run.hops[i] = rec.hops[name] // zero when not reached
 	}
 	return run, nil
 }
@@ -205,7 +236,11 @@ func (w wastedRun) waterfall(out io.Writer) {
 	}
 	client[dl] = '!'
 	fmt.Fprintf(out, "  client %s gave up at +%s\n", client, ms(w.gaveUp.Sub(w.start)))
-	for _, h := range w.hops {
+	for i, h := range w.hops {
+		if !h.reached() {
+			fmt.Fprintf(out, "  %-6s %s not reached: the budget ran out upstream\n", [...]string{"A", "B", "C"}[i], strings.Repeat(" ", cols))
+			continue
+		}
 		row := []byte(strings.Repeat(" ", cols))
 		row[dl] = ':'
 		from, to := col(h.received), col(h.workEnd)

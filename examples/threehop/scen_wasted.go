@@ -34,11 +34,11 @@ type hopRecord struct {
 
 // recorder collects the hops' records; the services write to it as they go.
 type recorder struct {
-	mu    sync.Mutex
-	start time.Time
-	hops  map[string]hopRecord
+	mu      sync.Mutex
+	start   time.Time
+	hops    map[string]hopRecord
 	changed chan struct{} // signalled whenever a hop records
-	log   io.Writer
+	log     io.Writer
 }
 
 func newRecorder(log io.Writer) *recorder {

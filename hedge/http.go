@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -136,7 +137,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return resp, err
 	}
-	hc.body = cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	hc.body = cancelbody.Body{ReadCloser: resp.Body, Cancel: cancel}
 	resp.Body = &hc.body
 	return resp, nil
 }
@@ -146,7 +147,7 @@ type httpCall struct {
 	c    call[*http.Response]
 	p    httpAttempts
 	ev   Event
-	body cancelBody
+	body cancelbody.Body
 }
 
 // httpAttempts sends the copies of one request.
@@ -244,24 +245,3 @@ type replayError struct{ err error }
 
 func (e *replayError) Error() string { return "hedge: replaying the request body: " + e.err.Error() }
 func (e *replayError) Unwrap() error { return e.err }
-
-// cancelBody releases the winner's context when its body is closed or read to the
-// end.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.cancel()
-	}
-	return n, err
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}

@@ -3,13 +3,13 @@ package propagate
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/http/httptrace"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -88,7 +88,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return resp, err
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	resp.Body = cancelbody.Wrap(resp.Body, cancel)
 	return resp, nil
 }
 
@@ -117,27 +117,6 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
-}
-
-// cancelBody releases the derived context of a call when its response body is closed
-// or read to the end.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.cancel()
-	}
-	return n, err
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 // NewMiddleware returns HTTP middleware that applies the caller's budget to the

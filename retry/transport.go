@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -382,34 +383,8 @@ func finish(resp *http.Response, err error, cancel context.CancelFunc) (*http.Re
 		cancel()
 		return resp, err
 	}
-	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-		resp.Body = &cancelRWBody{ReadWriteCloser: rwc, cancel: cancel}
-	} else {
-		resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
-	}
+	resp.Body = cancelbody.Wrap(resp.Body, cancel)
 	return resp, err
-}
-
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-type cancelRWBody struct {
-	io.ReadWriteCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelRWBody) Close() error {
-	err := b.ReadWriteCloser.Close()
-	b.cancel()
-	return err
 }
 
 // drainLimit bounds the bytes read from a discarded response body so that the

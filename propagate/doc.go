@@ -55,4 +55,8 @@
 //	condition                      gRPC               HTTP
 //	no time left, below the floor  DeadlineExceeded   504
 //	malformed deadline header      InvalidArgument    400
+//
+// On gRPC, a malformed grpc-timeout never reaches an interceptor: grpc-go rejects it
+// itself (with code Internal) and keeps the last of repeated values. InvalidArgument is
+// the answer to a malformed Envoy header, which the interceptors parse themselves.
 package propagate

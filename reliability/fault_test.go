@@ -356,7 +356,7 @@ func runFault(t *testing.T, sc faultScenario, d *downstream, b *faultBackend, ca
 		// it retries UNAVAILABLE (a connection reset after the call was sent included)
 		// and a per-attempt DEADLINE_EXCEEDED whatever the method, so a method not
 		// declared idempotent, without a key, may run twice. See RELIABILITY.md.
-		t.Logf("grpc %s: NOTE a non-idempotent call without key reached the server up to %d times (%d such calls repeated): the gRPC retry layer retries UNAVAILABLE and per-attempt DEADLINE_EXCEEDED for every method", sc.name, nokey.maxArrivals, nokey.repeated)
+		t.Logf("grpc %s: NOTE a non-idempotent call without key reached the server up to %d times (%d such calls repeated): the gRPC retry layer retries UNAVAILABLE for every method (per-attempt timeouts only for idempotent or keyed calls)", sc.name, nokey.maxArrivals, nokey.repeated)
 	}
 }
 

@@ -40,6 +40,7 @@ type config struct {
 	httpClassifier HTTPClassifier
 	grpcClassifier GRPCClassifier
 	keys           func() string
+	idempotent     map[string]bool // gRPC methods declared idempotent by option
 	random         func() float64
 	observer       func(context.Context, Event)
 }
@@ -127,6 +128,22 @@ func WithHTTPClassifier(f HTTPClassifier) Option {
 // restores the default.
 func WithGRPCClassifier(f GRPCClassifier) Option {
 	return optionFunc(func(c *config) { c.grpcClassifier = f })
+}
+
+// WithIdempotentMethods declares gRPC methods ("/pkg.Service/Method") idempotent for
+// [UnaryClientInterceptor], in addition to those whose descriptor in the protobuf
+// registry says idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT. Only an idempotent
+// method, or a call carrying an idempotency-key, is retried after a per-attempt
+// timeout: the attempt may have run. Default: none beyond the descriptors.
+func WithIdempotentMethods(methods ...string) Option {
+	return optionFunc(func(c *config) {
+		if c.idempotent == nil {
+			c.idempotent = map[string]bool{}
+		}
+		for _, m := range methods {
+			c.idempotent[m] = true
+		}
+	})
 }
 
 // WithIdempotencyKeys makes the layer give every call that carries no idempotency key

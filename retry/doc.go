@@ -18,8 +18,11 @@
 // where the failure happened:
 //
 //   - gRPC: UNAVAILABLE is retried. DEADLINE_EXCEEDED is retried only when this
-//     layer's per-attempt timeout fired and the call's deadline still has room
-//     (another instance may answer); RESOURCE_EXHAUSTED only when the status carries
+//     layer's per-attempt timeout fired, the call's deadline still has room (another
+//     instance may answer), and the call may safely run twice: its method is
+//     declared idempotent ([WithIdempotentMethods], or idempotency_level
+//     NO_SIDE_EFFECTS or IDEMPOTENT in its proto descriptor) or it carries an
+//     idempotency-key, since a timed-out attempt may have run; RESOURCE_EXHAUSTED only when the status carries
 //     google.rpc.RetryInfo (without it, it is a quota refusal). ABORTED, NOT_FOUND,
 //     INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, UNIMPLEMENTED and INTERNAL
 //     are never retried: the request itself, the credentials or the code is wrong.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/otelattr"
@@ -27,6 +31,11 @@ type GRPCAttempt struct {
 	// AttemptTimedOut reports whether this layer's per-attempt timeout
 	// ([WithAttemptTimeout]) ended the attempt while the call's context was still live.
 	AttemptTimedOut bool
+	// Idempotent reports whether the call may safely run twice: its method is declared
+	// idempotent ([WithIdempotentMethods], or idempotency_level NO_SIDE_EFFECTS or
+	// IDEMPOTENT in its descriptor), or it carries an idempotency-key. It is filled in
+	// for a DEADLINE_EXCEEDED attempt, the one case the default classifier asks.
+	Idempotent bool
 	// CallEnded reports whether the call's own context had ended.
 	CallEnded bool
 }
@@ -39,8 +48,10 @@ type GRPCClassifier func(a GRPCAttempt) Decision
 //
 //   - the call's context ended: Failed;
 //   - UNAVAILABLE: Retryable;
-//   - DEADLINE_EXCEEDED: Retryable only when the per-attempt timeout fired (whether
-//     the deadline has room is then the deadline rule's business); else Failed;
+//   - DEADLINE_EXCEEDED: Retryable only when the per-attempt timeout fired and the
+//     call is idempotent or keyed ([GRPCAttempt].Idempotent: a timed-out attempt may
+//     have run); whether the deadline has room is then the deadline rule's business;
+//     else Failed;
 //   - RESOURCE_EXHAUSTED: Retryable only with google.rpc.RetryInfo; else Answered (a
 //     quota refusal);
 //   - NOT_FOUND, ALREADY_EXISTS, INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
@@ -69,6 +80,9 @@ func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 	case codes.DeadlineExceeded:
 		if !a.AttemptTimedOut {
 			return Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}
+		}
+		if !a.Idempotent {
+			return Decision{Verdict: Failed, Reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}
 		}
 		d = Decision{Verdict: Retryable, Reason: "per-attempt timeout"}
 	case codes.ResourceExhausted:
@@ -164,7 +178,11 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				return nil
 			}
 			st, _ := status.FromError(err)
-			d := c.classifyGRPC(GRPCAttempt{Method: method, Err: err, Status: st, Trailer: trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil})
+			a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
+			if st.Code() == codes.DeadlineExceeded {
+				a.Idempotent = c.grpcIdempotent(ctx, method)
+			}
+			d := c.classifyGRPC(a)
 			if d.Verdict != Retryable {
 				if d.Verdict == Answered {
 					c.budget.Deposit()
@@ -235,3 +253,43 @@ func (e *statusError) Unwrap() error { return e.err }
 
 // GRPCStatus lets status.FromError and status.Code report the mapped code.
 func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
+
+// grpcIdempotent reports whether a call to method may safely run twice: declared by
+// option, by the method's descriptor in the protobuf registry, or made safe by an
+// idempotency-key in the call's metadata.
+func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
+	return c.idempotent[method] || len(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) > 0 || descriptorIdempotent(method)
+}
+
+// descriptorIdempotent looks method ("/pkg.Service/Method") up in
+// protoregistry.GlobalFiles, filled by generated code, and reports whether it declares
+// idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT. (Package hedge reads the same
+// option the same way, for the same reason.)
+func descriptorIdempotent(method string) bool {
+	name := strings.TrimPrefix(method, "/")
+	i := strings.LastIndexByte(name, '/')
+	if i <= 0 {
+		return false
+	}
+	full := protoreflect.FullName(name[:i] + "." + name[i+1:])
+	if !full.IsValid() {
+		return false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(full)
+	if err != nil {
+		return false
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return false
+	}
+	opts, ok := md.Options().(*descriptorpb.MethodOptions)
+	if !ok || opts == nil {
+		return false
+	}
+	switch opts.GetIdempotencyLevel() {
+	case descriptorpb.MethodOptions_NO_SIDE_EFFECTS, descriptorpb.MethodOptions_IDEMPOTENT:
+		return true
+	}
+	return false
+}

@@ -112,10 +112,18 @@ func TestGRPCClassification(t *testing.T) {
 		{"UNIMPLEMENTED", func(context.Context) error { return status.Error(codes.Unimplemented, "x") }, nil, 1, codes.Unimplemented},
 		{"INTERNAL", func(context.Context) error { return status.Error(codes.Internal, "x") }, nil, 1, codes.Internal},
 		{"DEADLINE_EXCEEDED from the server", func(context.Context) error { return status.Error(codes.DeadlineExceeded, "x") }, nil, 1, codes.DeadlineExceeded},
-		{"DEADLINE_EXCEEDED, per-attempt timeout fired", func(ctx context.Context) error {
+		{"DEADLINE_EXCEEDED, per-attempt timeout fired, idempotent method", func(ctx context.Context) error {
 			<-ctx.Done()
 			return ctx.Err()
-		}, []retry.Option{retry.WithAttemptTimeout(50 * time.Millisecond)}, 3, codes.DeadlineExceeded},
+		}, []retry.Option{retry.WithAttemptTimeout(50 * time.Millisecond), retry.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall")}, 3, codes.DeadlineExceeded},
+		{"DEADLINE_EXCEEDED, per-attempt timeout fired, keyed call", func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}, []retry.Option{retry.WithAttemptTimeout(50 * time.Millisecond), retry.WithIdempotencyKeys(nil)}, 3, codes.DeadlineExceeded},
+		{"DEADLINE_EXCEEDED, per-attempt timeout fired, neither idempotent nor keyed", func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}, []retry.Option{retry.WithAttemptTimeout(50 * time.Millisecond)}, 1, codes.DeadlineExceeded},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,84 @@
+package retry
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+)
+
+// init registers a file descriptor in protoregistry.GlobalFiles, as generated code
+// would: Get has no side effects, Put is idempotent, Post declares nothing.
+func init() {
+	level := func(l descriptorpb.MethodOptions_IdempotencyLevel) *descriptorpb.MethodOptions {
+		return &descriptorpb.MethodOptions{IdempotencyLevel: l.Enum()}
+	}
+	method := func(name string, opts *descriptorpb.MethodOptions) *descriptorpb.MethodDescriptorProto {
+		return &descriptorpb.MethodDescriptorProto{
+			Name: proto.String(name), InputType: proto.String(".deadlinekit.retrytest.Msg"),
+			OutputType: proto.String(".deadlinekit.retrytest.Msg"), Options: opts,
+		}
+	}
+	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+		Name:        proto.String("deadlinekit/retrytest/store.proto"),
+		Package:     proto.String("deadlinekit.retrytest"),
+		Syntax:      proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Msg")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name: proto.String("Store"),
+			Method: []*descriptorpb.MethodDescriptorProto{
+				method("Get", level(descriptorpb.MethodOptions_NO_SIDE_EFFECTS)),
+				method("Put", level(descriptorpb.MethodOptions_IDEMPOTENT)),
+				method("Post", nil),
+			},
+		}},
+	}, protoregistry.GlobalFiles)
+	if err != nil {
+		panic(err)
+	}
+	if err := protoregistry.GlobalFiles.RegisterFile(fd); err != nil {
+		panic(err)
+	}
+}
+
+func TestGRPCIdempotent(t *testing.T) {
+	c := newConfig([]Option{WithIdempotentMethods("/deadlinekit.retrytest.Store/Post2")})
+	keyed := metadata.AppendToOutgoingContext(context.Background(), MetadataIdempotencyKey, "k-1")
+	for _, tc := range []struct {
+		ctx    context.Context
+		method string
+		want   bool
+	}{
+		{context.Background(), "/deadlinekit.retrytest.Store/Get", true},
+		{context.Background(), "/deadlinekit.retrytest.Store/Put", true},
+		{context.Background(), "/deadlinekit.retrytest.Store/Post", false},
+		{keyed, "/deadlinekit.retrytest.Store/Post", true},
+		{context.Background(), "/deadlinekit.retrytest.Store/Post2", true}, // by option
+		{context.Background(), "/deadlinekit.retrytest.Msg/Get", false},
+		{context.Background(), "", false},
+		{context.Background(), "/", false},
+		{context.Background(), "/a b/c", false},
+	} {
+		if got := c.grpcIdempotent(tc.ctx, tc.method); got != tc.want {
+			t.Errorf("grpcIdempotent(%q) = %v; want %v", tc.method, got, tc.want)
+		}
+	}
+}
+
+// A timed-out attempt may have run: only an idempotent or keyed call is retried.
+func TestPerAttemptTimeoutNeedsIdempotence(t *testing.T) {
+	err := status.Error(codes.DeadlineExceeded, "attempt timed out")
+	st, _ := status.FromError(err)
+	for _, idem := range []bool{false, true} {
+		d := DefaultGRPCClassifier(GRPCAttempt{Method: "/x.S/M", Err: err, Status: st, AttemptTimedOut: true, Idempotent: idem})
+		if want := map[bool]Verdict{false: Failed, true: Retryable}[idem]; d.Verdict != want {
+			t.Errorf("idempotent=%v: %v (%s); want %v", idem, d.Verdict, d.Reason, want)
+		}
+	}
+}

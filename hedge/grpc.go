@@ -53,8 +53,9 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ev := Event{Target: method, Attempts: 1}
 		msg, isMsg := reply.(proto.Message)
+		t := h.target(method, true)
 		switch {
-		case !h.grpcIdempotent(ctx, method):
+		case !h.grpcIdempotent(ctx, t, method):
 			h.notIdempotent.Add(1)
 			ev.Skipped = SkipNotIdempotent
 		case !isMsg:
@@ -69,7 +70,7 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 
 		h.primaries.Add(1)
 		h.tokens.pay()
-		w := h.window(method)
+		w := h.window(t)
 		start := time.Now()
 		delay, ok := h.delay(w, start)
 		if !ok || h.cfg.maxAttempts < 2 || h.cfg.maxExtraLoad <= 0 {
@@ -91,7 +92,7 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		gc := &grpcCall{ev: Event{Target: method, Attempts: 1, Delay: delay}}
 		gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
 		p := &gc.p
-		a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, delay, &gc.ev)
+		a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, start, delay, &gc.ev)
 		h.observe(ctx, &gc.ev)
 		if !won {
 			return status.FromContextError(ctx.Err()).Err()
@@ -228,41 +229,14 @@ func (p *grpcAttempts) verdict(_ struct{}, err error) verdict {
 
 func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }
 
-// grpcIdempotent reports whether method may be sent more than once.
-func (h *Hedger) grpcIdempotent(ctx context.Context, method string) bool {
-	if h.cfg.idempotent[method] || h.descriptorIdempotent(method) {
+// grpcIdempotent reports whether method (whose target is t, nil when too many
+// targets are known) may be sent more than once.
+func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) bool {
+	if t != nil && t.idempotent || t == nil && (h.cfg.idempotent[method] || MethodIdempotent(method)) {
 		return true
 	}
 	vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)
 	return len(vs) > 0 && vs[0] != ""
-}
-
-// descriptorIdempotent looks method up in the protobuf registry, remembering the
-// answer (for at most MaxTargets methods).
-func (h *Hedger) descriptorIdempotent(method string) bool {
-	if m := h.methods.Load(); m != nil {
-		if v, ok := (*m)[method]; ok {
-			return v
-		}
-	}
-	v := MethodIdempotent(method)
-	h.methodsMu.Lock()
-	defer h.methodsMu.Unlock()
-	old := h.methods.Load()
-	var m map[string]bool
-	if old == nil {
-		m = map[string]bool{method: v}
-	} else if len(*old) < MaxTargets {
-		m = make(map[string]bool, len(*old)+1)
-		for k, x := range *old {
-			m[k] = x
-		}
-		m[method] = v
-	} else {
-		return v
-	}
-	h.methods.Store(&m)
-	return v
 }
 
 // MethodIdempotent reports whether the descriptor of method (a full method name,

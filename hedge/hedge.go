@@ -17,18 +17,27 @@ import (
 // it makes are safe for concurrent use. Make one with [New]; the zero Hedger is not
 // usable. It starts no goroutine of its own: every goroutine it uses belongs to a
 // call and ends with it (a loser's, at most 100 ms after, while its body drains).
+// One timer serves all its calls' hedge delays; it may fire once after the last call
+// has ended, and is idle from then on.
 type Hedger struct {
-	cfg     *config
-	windows *quantile.Keyed[string]
-	names   atomic.Pointer[map[string]struct{}] // targets seen, copy-on-write
-	namesMu sync.Mutex
-	tokens  *tokens
+	cfg       *config
+	qcfg      quantile.Config
+	targets   atomic.Pointer[map[string]*target] // copy-on-write, at most MaxTargets
+	targetsMu sync.Mutex
+	tokens    *tokens
+	sched     scheduler
 
 	primaries, hedges, wins, refusedCap, refusedDeadline atomic.Uint64
 	notIdempotent, notReplayable                         atomic.Uint64
+}
 
-	methods   atomic.Pointer[map[string]bool] // gRPC methods looked up in the registry
-	methodsMu sync.Mutex
+// target is what a Hedger knows of one target: a host (HTTP) or a full method
+// (gRPC). One lookup per call finds it.
+type target struct {
+	// idempotent: the gRPC method is declared idempotent, by option or in its
+	// descriptor.
+	idempotent bool
+	w          atomic.Pointer[quantile.Window] // made by the first hedgeable call
 }
 
 // New returns a Hedger configured by opts. The adapters it makes
@@ -37,13 +46,8 @@ type Hedger struct {
 func New(opts ...Option) *Hedger {
 	c := newConfig(opts)
 	return &Hedger{
-		cfg: c,
-		windows: quantile.NewKeyed[string](quantile.Config{
-			Length:   c.window,
-			Buckets:  c.buckets,
-			Quantile: c.percentile,
-			MaxKeys:  MaxTargets,
-		}),
+		cfg:    c,
+		qcfg:   quantile.Config{Length: c.window, Buckets: c.buckets, Quantile: c.percentile},
 		tokens: newTokens(c.maxExtraLoad),
 	}
 }
@@ -92,9 +96,9 @@ func (h *Hedger) Stats() Stats {
 // HTTP; a full method, "/pkg.Service/Method", for gRPC), and false when calls to it
 // are not hedged yet: too few latencies in its window and no [WithInitialDelay].
 func (h *Hedger) Delay(target string) (time.Duration, bool) {
-	if m := h.names.Load(); m != nil {
-		if _, ok := (*m)[target]; ok {
-			return h.delay(h.windows.Window(target), time.Now())
+	if m := h.targets.Load(); m != nil {
+		if t, ok := (*m)[target]; ok {
+			return h.delay(t.w.Load(), time.Now())
 		}
 	}
 	return h.delay(nil, time.Now())
@@ -104,46 +108,68 @@ func (h *Hedger) Delay(target string) (time.Duration, bool) {
 // hedged yet.
 func (h *Hedger) Delays() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	m := h.names.Load()
+	m := h.targets.Load()
 	if m == nil {
 		return out
 	}
 	now := time.Now()
-	for name := range *m {
-		if d, ok := h.delay(h.windows.Window(name), now); ok {
-			out[name] = d
+	for name, t := range *m {
+		if w := t.w.Load(); w != nil {
+			if d, ok := h.delay(w, now); ok {
+				out[name] = d
+			}
 		}
 	}
 	return out
 }
 
-// window returns target's latency window, nil when too many targets are tracked.
-func (h *Hedger) window(target string) *quantile.Window {
-	w := h.windows.Window(target)
-	if w == nil {
+// target returns what h knows of the target name, making it when it is new; nil
+// when MaxTargets targets are known already. method says name is a gRPC method,
+// whose idempotency is looked up once.
+func (h *Hedger) target(name string, method bool) *target {
+	if m := h.targets.Load(); m != nil {
+		if t, ok := (*m)[name]; ok {
+			return t
+		}
+	}
+	h.targetsMu.Lock()
+	defer h.targetsMu.Unlock()
+	old := h.targets.Load()
+	n := 0
+	if old != nil {
+		if t, ok := (*old)[name]; ok {
+			return t
+		}
+		n = len(*old)
+	}
+	if n >= MaxTargets {
 		return nil
 	}
-	if m := h.names.Load(); m != nil {
-		if _, ok := (*m)[target]; ok {
-			return w
-		}
+	t := &target{}
+	if method {
+		t.idempotent = h.cfg.idempotent[name] || MethodIdempotent(name)
 	}
-	h.namesMu.Lock()
-	defer h.namesMu.Unlock()
-	old := h.names.Load()
-	m := make(map[string]struct{}, 1)
+	m := make(map[string]*target, n+1)
 	if old != nil {
-		if _, ok := (*old)[target]; ok {
-			return w
-		}
-		m = make(map[string]struct{}, len(*old)+1)
-		for k := range *old {
-			m[k] = struct{}{}
+		for k, v := range *old {
+			m[k] = v
 		}
 	}
-	m[target] = struct{}{}
-	h.names.Store(&m)
-	return w
+	m[name] = t
+	h.targets.Store(&m)
+	return t
+}
+
+// window returns the latency window of t, making it on first use; nil for a nil t.
+func (h *Hedger) window(t *target) *quantile.Window {
+	if t == nil {
+		return nil
+	}
+	if w := t.w.Load(); w != nil {
+		return w
+	}
+	t.w.CompareAndSwap(nil, quantile.New(h.qcfg))
+	return t.w.Load()
 }
 
 // delay returns the hedge delay from window w, or false when calls are not hedged.
@@ -252,7 +278,7 @@ type attempt[T any] struct {
 }
 
 // call is the state of one hedged call. The primary runs on the caller's goroutine;
-// hedges are sent by a timer (on the timer's goroutine) or, after a non-fatal
+// hedges are sent by the Hedger's scheduler (on its timer's goroutine) or, after a non-fatal
 // failure, on a goroutine of their own. Whoever brings a final result ends the call
 // under mu: the other attempts are cancelled, and the caller, blocked in the primary
 // or waiting on doneCh, returns the winner.
@@ -263,7 +289,7 @@ type call[T any] struct {
 	w     *quantile.Window
 	p     protocol[T]
 	delay time.Duration
-	timer *time.Timer
+	slot  slot // the wake-up for the next hedge, in h.sched
 
 	mu       sync.Mutex
 	ev       *Event
@@ -291,14 +317,13 @@ type call[T any] struct {
 // Every attempt gets an attempt span (package otelattr) when the call's span is
 // recording, ended with its outcome; the call's span gets the attempt and hedge
 // counts.
-func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Protocol, w *quantile.Window, p protocol[T], delay time.Duration, ev *Event) (a attempt[T], cancel context.CancelFunc, ok bool) {
+func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Protocol, w *quantile.Window, p protocol[T], start time.Time, delay time.Duration, ev *Event) (a attempt[T], cancel context.CancelFunc, ok bool) {
 	c.h, c.ctx, c.proto, c.w, c.p, c.delay, c.ev, c.sent, c.pending = h, ctx, proto, w, p, delay, ev, 1, 1
 	ctx0, cancel0 := context.WithCancel(ctx)
 	c.cancels[0] = cancel0
-	c.start0 = time.Now()
-	c.mu.Lock()
-	c.timer = time.AfterFunc(delay, c.fire)
-	c.mu.Unlock()
+	c.start0 = start
+	c.slot.owner = c
+	h.sched.add(&c.slot, start.Add(delay), start)
 
 	actx, span := otelattr.StartAttempt(ctx0, proto, otelattr.KindPrimary, 1)
 	v, err := safeSend(p, actx, 0, span.Recording())
@@ -327,12 +352,13 @@ func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Pr
 	return winner, cancel, won
 }
 
-// fire sends the next hedge when the delay has passed (on the timer's goroutine).
+// fire sends the next hedge when the delay has passed (on the scheduler's timer's
+// goroutine, or one of its own).
 func (c *call[T]) fire() {
 	c.mu.Lock()
 	n, ctx, ok := c.next()
 	if ok && c.sent < c.h.cfg.maxAttempts {
-		c.timer.Reset(c.delay)
+		c.rearm()
 	}
 	c.mu.Unlock()
 	if ok {
@@ -356,6 +382,13 @@ func (c *call[T]) next() (int, context.Context, bool) {
 	c.pending++
 	c.ev.Attempts = c.sent
 	return n, ctx, true
+}
+
+// rearm schedules the next hedge a delay from now. c.mu is held.
+func (c *call[T]) rearm() {
+	now := time.Now()
+	c.h.sched.remove(&c.slot)
+	c.h.sched.add(&c.slot, now.Add(c.delay), now)
 }
 
 // run sends hedge n and hands its result over.
@@ -399,7 +432,7 @@ func (c *call[T]) result(a attempt[T]) {
 		c.last, c.hasLast = a, true
 		if n, ctx, ok := c.next(); ok {
 			if c.sent < c.h.cfg.maxAttempts {
-				c.timer.Reset(c.delay)
+				c.rearm()
 			}
 			go c.run(ctx, n)
 			return
@@ -414,9 +447,8 @@ func (c *call[T]) result(a attempt[T]) {
 // cancelled; a primary cut short by a successful hedge feeds the window with its time
 // so far, a lower bound of its latency. c.mu is held.
 func (c *call[T]) finish(winner attempt[T], won, ok bool) {
-	now := time.Now()
 	c.done = true
-	c.timer.Stop()
+	c.h.sched.remove(&c.slot)
 	c.winner, c.won = winner, won
 	if c.hasLast && (!won || c.last.n != winner.n) {
 		c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])
@@ -427,6 +459,7 @@ func (c *call[T]) finish(winner attempt[T], won, ok bool) {
 		}
 		cancel()
 		if n == 0 && ok && c.w != nil {
+			now := time.Now()
 			c.w.Add(now, now.Sub(c.start0))
 		}
 	}

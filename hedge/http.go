@@ -107,7 +107,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	h.primaries.Add(1)
 	h.tokens.pay()
-	w := h.window(ev.Target)
+	w := h.window(h.target(ev.Target, false))
 	start := time.Now()
 	delay, ok := h.delay(w, start)
 	if !ok || h.cfg.maxAttempts < 2 || h.cfg.maxExtraLoad <= 0 {
@@ -127,7 +127,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// One allocation for the call's state, its event and the winner's body.
 	hc := &httpCall{ev: Event{Target: ev.Target, Attempts: 1, Delay: delay}}
 	hc.p = httpAttempts{t: t, req: req, hasBody: hasBody}
-	a, cancel, won := hedged(&hc.c, h, ctx, otelattr.HTTP, w, &hc.p, delay, &hc.ev)
+	a, cancel, won := hedged(&hc.c, h, ctx, otelattr.HTTP, w, &hc.p, start, delay, &hc.ev)
 	h.observe(ctx, &hc.ev)
 	if !won {
 		return nil, ctx.Err()

@@ -1,0 +1,154 @@
+package hedge
+
+import (
+	"sync"
+	"time"
+)
+
+// firer is what the scheduler wakes: a call whose hedge is due.
+type firer interface{ fire() }
+
+// slot is a call's place in its Hedger's scheduler: at most one pending wake-up.
+type slot struct {
+	due   time.Time
+	pos   int // index in the heap plus one; 0 when not scheduled
+	owner firer
+}
+
+// scheduler wakes calls when their hedge is due, with one timer for all the calls of
+// a Hedger instead of one per call. A timer per call costs more than its CPU time:
+// arming a timer that is earlier than the runtime's network poller's sleep wakes the
+// poller, a system call and a thread switch on every call. Here the timer is armed
+// for the earliest due call and is left running when calls end before their hedge
+// (most do): when it fires with nothing due it is re-armed for the earliest call
+// still waiting, or left idle. A call's wake-up thus costs a heap insertion and a
+// removal under a lock, and the timer fires about once per hedge delay while calls
+// are in flight, however many there are.
+//
+// Wake-ups run on the timer's goroutine, each due call after the first on a
+// goroutine of its own, as a timer per call would run them.
+type scheduler struct {
+	mu    sync.Mutex
+	heap  []*slot
+	timer *time.Timer
+	armed bool
+	at    time.Time // when the timer fires, when armed
+}
+
+// add schedules s to fire at due (now is a recent reading of the clock).
+func (q *scheduler) add(s *slot, due, now time.Time) {
+	q.mu.Lock()
+	s.due = due
+	q.heap = append(q.heap, s)
+	s.pos = len(q.heap)
+	q.up(s.pos - 1)
+	if !q.armed || due.Before(q.at) {
+		q.arm(due, now)
+	}
+	q.mu.Unlock()
+}
+
+// remove takes s off the schedule if it is on it. The timer is left as it is.
+func (q *scheduler) remove(s *slot) {
+	q.mu.Lock()
+	if i := s.pos - 1; i >= 0 {
+		last := len(q.heap) - 1
+		if i != last {
+			q.swap(i, last)
+		}
+		q.heap[last] = nil
+		q.heap = q.heap[:last]
+		if i != last {
+			q.down(i)
+			q.up(i)
+		}
+		s.pos = 0
+	}
+	q.mu.Unlock()
+}
+
+// arm sets the timer to fire at due. q.mu is held.
+func (q *scheduler) arm(due, now time.Time) {
+	d := due.Sub(now)
+	if q.timer == nil {
+		q.timer = time.AfterFunc(d, q.run)
+	} else {
+		q.timer.Reset(d)
+	}
+	q.armed, q.at = true, due
+}
+
+// run wakes the calls that are due, and re-arms the timer for the next one.
+func (q *scheduler) run() {
+	var due []firer
+	var one [4]firer
+	q.mu.Lock()
+	now := time.Now()
+	due = one[:0]
+	for len(q.heap) > 0 && !q.heap[0].due.After(now) {
+		s := q.heap[0]
+		due = append(due, s.owner)
+		q.removeTop()
+	}
+	q.armed = false
+	if len(q.heap) > 0 {
+		q.arm(q.heap[0].due, now)
+	}
+	q.mu.Unlock()
+	for i, f := range due {
+		if i == len(due)-1 {
+			f.fire()
+		} else {
+			go f.fire()
+		}
+	}
+}
+
+func (q *scheduler) removeTop() {
+	last := len(q.heap) - 1
+	q.heap[0].pos = 0
+	if last > 0 {
+		q.heap[0] = q.heap[last]
+		q.heap[0].pos = 1
+	}
+	q.heap[last] = nil
+	q.heap = q.heap[:last]
+	if last > 0 {
+		q.down(0)
+	}
+}
+
+func (q *scheduler) swap(i, j int) {
+	q.heap[i], q.heap[j] = q.heap[j], q.heap[i]
+	q.heap[i].pos, q.heap[j].pos = i+1, j+1
+}
+
+func (q *scheduler) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !q.heap[i].due.Before(q.heap[p].due) {
+			return
+		}
+		q.swap(i, p)
+		i = p
+	}
+}
+
+func (q *scheduler) down(i int) {
+	n := len(q.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q.heap[r].due.Before(q.heap[l].due) {
+			m = r
+		}
+		if !q.heap[m].due.Before(q.heap[i].due) {
+			return
+		}
+		q.swap(i, m)
+		i = m
+	}
+}

@@ -21,6 +21,10 @@
 // is a child of the attempt that reached it. In Jaeger, a hedged call shows as two
 // overlapping attempt spans under the call, the loser ending "cancelled". Attempt spans
 // are made only when the call's span is recording, so an unsampled call costs nothing.
+// Layers stacked on one call share attempts: with hedging under retry, the hedging
+// layer's primary is the retry layer's attempt (no span of its own), and its hedges
+// are children of that attempt span, so a call answered at once has one attempt span
+// however many layers it went through.
 //
 // # Span attributes
 //

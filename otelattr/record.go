@@ -155,7 +155,7 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 		instruments().hedgesSent.Add(ctx, 1)
 	}
 	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() {
+	if !parent.IsRecording() || kind == KindPrimary && isAttempt(ctx, parent) {
 		return ctx, Attempt{}
 	}
 	attrs := make([]attribute.KeyValue, 2, 3)
@@ -168,7 +168,18 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	}
 	ctx, span := parent.TracerProvider().Tracer(ScopeName).Start(ctx, "attempt "+string(kind),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	return ctx, Attempt{span: span}
+	return context.WithValue(ctx, attemptKey{}, span), Attempt{span: span}
+}
+
+// attemptKey marks a context whose span is an attempt span, its value the span.
+type attemptKey struct{}
+
+// isAttempt reports whether span, the span of ctx, is an attempt span: a layer above
+// (retry above hedge) has started an attempt, and a primary below it is that same
+// attempt, not one of its own.
+func isAttempt(ctx context.Context, span trace.Span) bool {
+	s, ok := ctx.Value(attemptKey{}).(trace.Span)
+	return ok && s == span
 }
 
 // Recording reports whether the attempt has a span (the call's span is recording):

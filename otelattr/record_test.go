@@ -183,6 +183,39 @@ func TestHedgedCall(t *testing.T) {
 	}
 }
 
+// Hedging under retry: the hedging layer's primary is the retry layer's attempt, not
+// an attempt of its own; its hedge is a child of that attempt. A primary under a span
+// that is not an attempt span (the caller's own, inside the attempt) gets its own.
+func TestPrimaryInsideAttempt(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, call := tp.Tracer("test").Start(context.Background(), "/svc/Get")
+	actx, retryAttempt := StartAttempt(ctx, GRPC, KindPrimary, 1)
+	pctx, primary := StartAttempt(actx, GRPC, KindPrimary, 1)
+	if primary.Recording() || pctx != actx {
+		t.Fatal("a primary inside an attempt started a span of its own")
+	}
+	_, hedge := StartAttempt(actx, GRPC, KindHedge, 2)
+	hedge.End(OutcomeSuccess, nil)
+	inner, own := tp.Tracer("test").Start(actx, "the caller's")
+	_, nested := StartAttempt(inner, GRPC, KindPrimary, 1)
+	if !nested.Recording() {
+		t.Error("a primary under a span that is not an attempt has no span")
+	}
+	nested.End(OutcomeSuccess, nil)
+	own.End()
+	retryAttempt.End(OutcomeSuccess, nil)
+	call.End()
+
+	spans := rec.Ended()
+	if len(spans) != 5 {
+		t.Fatalf("%d spans; want the call, the attempt, its hedge, the caller's span and its primary", len(spans))
+	}
+	parent := retryAttempt.span.SpanContext().SpanID()
+	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != parent {
+		t.Errorf("hedge span %q has parent %v; want the attempt %v", spans[0].Name(), spans[0].Parent().SpanID(), parent)
+	}
+}
+
 func TestBudgetRefusal(t *testing.T) {
 	tp, rec, reader := withSDK(t)
 	ctx, call := tp.Tracer("test").Start(context.Background(), "call")

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -35,57 +36,118 @@ func (okService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.
 //
 //	go test -run '^$' -bench Stack -benchtime 20000x -count 5 ./otelattr
 func BenchmarkStack(b *testing.B) {
-	const method = "/grpc.testing.TestService/UnaryCall"
-	start := func(b *testing.B, toolkit, traced bool) func() error {
-		var sopts []grpc.ServerOption
-		copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		if traced {
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
-			b.Cleanup(func() { tp.Shutdown(context.Background()) })
-			sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
-			copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
-		}
-		if toolkit {
-			sopts = append(sopts, grpc.ChainUnaryInterceptor(
-				propagate.UnaryServerInterceptor(),
-				shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(time.Millisecond))))
-			copts = append(copts, grpc.WithChainUnaryInterceptor(
-				retry.UnaryClientInterceptor(),
-				hedge.UnaryClientInterceptor(hedge.WithIdempotentMethods(method)),
-				propagate.UnaryClientInterceptor()))
-		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		gs := grpc.NewServer(sopts...)
-		testgrpc.RegisterTestServiceServer(gs, okService{})
-		go gs.Serve(lis)
-		b.Cleanup(gs.Stop)
-		conn, err := grpc.NewClient(lis.Addr().String(), copts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { conn.Close() })
-		client := testgrpc.NewTestServiceClient(conn)
-		req := &testgrpc.SimpleRequest{}
-		return func() error {
-			// A budget under the servers' 5-minute clamp, as real budgets are.
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := client.UnaryCall(ctx, req)
-			return err
-		}
-	}
 	for _, traced := range []bool{false, true} {
 		name := "untraced"
 		if traced {
 			name = "traced"
 		}
 		b.Run(name, func(b *testing.B) {
-			bare, with := start(b, false, traced), start(b, true, traced)
+			bare, with := startStack(b, layers{}, traced), startStack(b, allLayers, traced)
 			b.ReportAllocs()
 			pairbench.Run(b, bare, with)
 		})
+	}
+}
+
+// BenchmarkStackLayers adds deadlinekit's layers one at a time to the call of
+// [BenchmarkStack], each variant paired with the bare call (untraced, then traced),
+// to show where the whole stack's cost comes from.
+//
+//	go test -run '^$' -bench StackLayers -benchtime 20000x -count 5 ./otelattr
+func BenchmarkStackLayers(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		l    layers
+	}{
+		{"propagate", layers{propagate: true}},
+		{"+shortcircuit", layers{propagate: true, shortcircuit: true}},
+		{"+retry", layers{propagate: true, shortcircuit: true, retry: true}},
+		{"+hedge", allLayers},
+		{"hedge-only", layers{hedge: true}},
+	} {
+		for _, traced := range []bool{false, true} {
+			name := v.name + "/untraced"
+			if traced {
+				name = v.name + "/traced"
+			}
+			b.Run(name, func(b *testing.B) {
+				bare, with := startStack(b, layers{}, traced), startStack(b, v.l, traced)
+				b.ReportAllocs()
+				pairbench.Run(b, bare, with)
+			})
+		}
+	}
+}
+
+// layers says which of deadlinekit's layers a benchmark stack has: propagate on both
+// sides, shortcircuit on the server, retry and hedge on the client.
+type layers struct{ propagate, shortcircuit, retry, hedge bool }
+
+var allLayers = layers{true, true, true, true}
+
+const stackMethod = "/grpc.testing.TestService/UnaryCall"
+
+// startStack starts a loopback gRPC server and a client with the layers l, traced
+// by otelgrpc with a recording SDK when traced is set, and returns one call.
+func startStack(b *testing.B, l layers, traced bool) func() error {
+	var sopts []grpc.ServerOption
+	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	var tp *sdktrace.TracerProvider
+	if traced {
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		b.Cleanup(func() { tp.Shutdown(context.Background()) })
+		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
+	}
+	var sis []grpc.UnaryServerInterceptor
+	var cis []grpc.UnaryClientInterceptor
+	if l.propagate {
+		sis = append(sis, propagate.UnaryServerInterceptor())
+	}
+	if l.shortcircuit {
+		sis = append(sis, shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(time.Millisecond)))
+	}
+	if l.retry {
+		cis = append(cis, retry.UnaryClientInterceptor())
+	}
+	if l.hedge {
+		cis = append(cis, hedge.UnaryClientInterceptor(hedge.WithIdempotentMethods(stackMethod)))
+	}
+	if l.propagate {
+		cis = append(cis, propagate.UnaryClientInterceptor())
+	}
+	if len(sis) > 0 {
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(sis...))
+	}
+	if len(cis) > 0 {
+		copts = append(copts, grpc.WithChainUnaryInterceptor(cis...))
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs := grpc.NewServer(sopts...)
+	testgrpc.RegisterTestServiceServer(gs, okService{})
+	go gs.Serve(lis)
+	b.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), copts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	client := testgrpc.NewTestServiceClient(conn)
+	req := &testgrpc.SimpleRequest{}
+	return func() error {
+		// A budget under the servers' 5-minute clamp, as real budgets are.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if tp != nil {
+			// The call is made inside a recording span, as a traced service's is.
+			var span trace.Span
+			ctx, span = tp.Tracer("bench").Start(ctx, "handle")
+			defer span.End()
+		}
+		_, err := client.UnaryCall(ctx, req)
+		return err
 	}
 }

@@ -166,9 +166,22 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	case GRPC:
 		attrs = append(attrs, PreviousRPCAttemptsKey.Int(n-1))
 	}
-	ctx, span := parent.TracerProvider().Tracer(ScopeName).Start(ctx, "attempt "+string(kind),
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	// The SDK's default span kind is internal, which an attempt span is.
+	ctx, span := parent.TracerProvider().Tracer(ScopeName).Start(ctx, attemptSpanName(kind), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, attemptKey{}, span), Attempt{span: span}
+}
+
+// attemptSpanName is "attempt " and the kind, without building the string per call.
+func attemptSpanName(kind AttemptKind) string {
+	switch kind {
+	case KindPrimary:
+		return "attempt primary"
+	case KindRetry:
+		return "attempt retry"
+	case KindHedge:
+		return "attempt hedge"
+	}
+	return "attempt " + string(kind)
 }
 
 // attemptKey marks a context whose span is an attempt span, its value the span.

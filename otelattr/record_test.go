@@ -211,6 +211,9 @@ func TestPrimaryInsideAttempt(t *testing.T) {
 		t.Fatalf("%d spans; want the call, the attempt, its hedge, the caller's span and its primary", len(spans))
 	}
 	parent := retryAttempt.span.SpanContext().SpanID()
+	if spans[0].SpanKind() != trace.SpanKindInternal {
+		t.Errorf("attempt span kind %v; want internal", spans[0].SpanKind())
+	}
 	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != parent {
 		t.Errorf("hedge span %q has parent %v; want the attempt %v", spans[0].Name(), spans[0].Parent().SpanID(), parent)
 	}

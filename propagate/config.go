@@ -155,6 +155,24 @@ const (
 
 type inboundKey struct{}
 
+// inboundCtx carries a request's Inbound: one allocation where context.WithValue and
+// the Inbound it points to would be two.
+type inboundCtx struct {
+	context.Context
+	in Inbound
+}
+
+func (c *inboundCtx) Value(key any) any {
+	if key == (inboundKey{}) {
+		return &c.in
+	}
+	return c.Context.Value(key)
+}
+
+func withInbound(ctx context.Context, in Inbound) context.Context {
+	return &inboundCtx{Context: ctx, in: in}
+}
+
 // InboundFromContext returns the inbound deadline the server middleware or interceptor
 // applied to ctx.
 func InboundFromContext(ctx context.Context) (Inbound, bool) {

@@ -160,7 +160,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
 	}
-	in := &Inbound{}
+	var in Inbound
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, SourceGRPCTimeout
 	} else if d, ok, err := c.envoyMetadata(ctx); err != nil {
@@ -172,7 +172,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	} else {
 		return ctx, noop, nil
 	}
-	c.clamp(in)
+	c.clamp(&in)
 	if in.Budget <= 0 {
 		otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
 		return ctx, nil, status.Errorf(codes.DeadlineExceeded, "deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget)
@@ -183,7 +183,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 		ctx, cancel = context.WithTimeout(ctx, in.Budget)
 	}
 	otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
-	return context.WithValue(ctx, inboundKey{}, in), cancel, nil
+	return withInbound(ctx, in), cancel, nil
 }
 
 func (c *config) envoyMetadata(ctx context.Context) (time.Duration, bool, error) {

@@ -164,7 +164,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)
 			defer cancel()
 			otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
-			ctx = context.WithValue(ctx, inboundKey{}, &in)
+			ctx = withInbound(ctx, in)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

@@ -113,6 +113,13 @@ func pushbackTrailer(md metadata.MD) (string, bool) {
 	return "", false
 }
 
+// grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer
+// each attempt writes, and room for the attempt's call options.
+type grpcCallState struct {
+	trailer metadata.MD
+	opts    [4]grpc.CallOption
+}
+
 // UnaryClientInterceptor returns a gRPC client interceptor that retries failed
 // attempts of unary calls, following the options and the package's rules (see the
 // package documentation). One interceptor is one client: its calls share one
@@ -145,8 +152,14 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				ctx = metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, key)
 			}
 		}
-		var trailer metadata.MD
-		attemptOpts := append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))
+		// The trailer (for pushback) and the attempt's options in one allocation.
+		cs := &grpcCallState{}
+		trailer := &cs.trailer
+		attemptOpts := cs.opts[:0]
+		if len(callOpts) >= len(cs.opts) {
+			attemptOpts = make([]grpc.CallOption, 0, len(callOpts)+1)
+		}
+		attemptOpts = append(append(attemptOpts, callOpts...), grpc.Trailer(trailer))
 
 		for n := 1; ; n++ {
 			actx := ctx
@@ -158,7 +171,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				actx, cancel = deadline.WithAttemptTimeout(actx, c.attemptTimeout)
 			}
 			actx, att := otelattr.StartAttempt(actx, otelattr.GRPC, attemptKind(n), n)
-			trailer = nil
+			*trailer = nil
 			var start time.Time
 			if c.observer != nil {
 				start = time.Now()
@@ -178,7 +191,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				return nil
 			}
 			st, _ := status.FromError(err)
-			a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
+			a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: *trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
 			if st.Code() == codes.DeadlineExceeded {
 				a.Idempotent = c.grpcIdempotent(ctx, method)
 			}

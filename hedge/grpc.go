@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -87,9 +88,11 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return err
 		}
 
-		// One allocation for the call's state and its event. The reply's type is
-		// read now: once the primary runs, it writes to the reply.
-		gc := &grpcCall{ev: Event{Target: method, Attempts: 1, Delay: delay}}
+		// The call's state and its event, from a pool: most calls end before their
+		// hedge is due and leave nothing behind, and their state is reused. The
+		// reply's type is read now: once the primary runs, it writes to the reply.
+		gc := grpcCalls.Get().(*grpcCall)
+		gc.ev = Event{Target: method, Attempts: 1, Delay: delay}
 		gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
 		p := &gc.p
 		a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, start, delay, &gc.ev)
@@ -97,13 +100,20 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		if !won {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		defer cancel()
 		if a.n > 0 {
 			p.adopt(a.n)
+		}
+		cancel()
+		if gc.c.quiet {
+			*gc = grpcCall{}
+			grpcCalls.Put(gc)
 		}
 		return a.err
 	}
 }
+
+// grpcCalls holds the state of calls that ended quietly ([call.quiet]), for reuse.
+var grpcCalls = sync.Pool{New: func() any { return new(grpcCall) }}
 
 // grpcCall is everything a hedged gRPC call allocates.
 type grpcCall struct {

@@ -278,3 +278,56 @@ func TestPreviousAttemptsAddUp(t *testing.T) {
 		}
 	})
 }
+
+// TestCallStateReuse: the state of calls that end before their hedge is reused, and a
+// call whose hedge went out (a loser may still be running) is not: concurrent callers
+// mixing the kinds each get their own attempt's reply and header, and the counts add
+// up. Under -race, reusing the state of a call whose losing hedge still runs is
+// reported.
+func TestCallStateReuse(t *testing.T) {
+	registerStore(t)
+	synctest.Test(t, func(t *testing.T) {
+		h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithMaxExtraLoad(1))
+		ic := h.UnaryClientInterceptor()
+		var wg sync.WaitGroup
+		var hedged atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					// A third end before the delay, a third are won by the hedge, a
+					// third by the primary while the hedge is still out.
+					kind := (g + i) % 3
+					slow := kind == 1
+					f := &fakeInvoker{latency: func(a int) (time.Duration, error) {
+						switch {
+						case kind == 1 && a == 0, kind == 2 && a == 1:
+							return time.Second, nil
+						case kind == 2:
+							return 15 * time.Millisecond, nil
+						}
+						return time.Duration(1+i%5) * time.Millisecond, nil
+					}}
+					reply := &wrapperspb.StringValue{Value: "stale"}
+					var header metadata.MD
+					if err := ic(t.Context(), methodGet, &wrapperspb.StringValue{}, reply, nil, f.invoke, grpc.Header(&header)); err != nil {
+						t.Errorf("call %d/%d: %v", g, i, err)
+						return
+					}
+					want := "attempt 0"
+					if slow {
+						want = "attempt 1"
+						hedged.Add(1)
+					}
+					if reply.Value != want || len(header.Get("x-attempt")) != 1 || header.Get("x-attempt")[0] != want[len("attempt "):] {
+						t.Errorf("call %d/%d: reply %q, header %v; want %q from the same attempt", g, i, reply.Value, header, want)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		if st := h.Stats(); st.Primaries != 400 || int64(st.HedgeWins) != hedged.Load() || st.Hedges < st.HedgeWins {
+			t.Errorf("stats %+v; want 400 primaries and %d hedge wins", st, hedged.Load())
+		}
+	})
+}

@@ -305,6 +305,9 @@ type call[T any] struct {
 	returned [MaxAttempts]bool
 	start0   time.Time
 	doneCh   chan struct{} // made when the caller has to wait; closed when done
+	// quiet: the call ended with no hedge sent and its wake-up never taken: nothing
+	// but the caller refers to it any more, so its memory may be reused.
+	quiet bool
 }
 
 // hedged runs a call that may be hedged after delay; c is a zero call, allocated by
@@ -448,7 +451,7 @@ func (c *call[T]) result(a attempt[T]) {
 // so far, a lower bound of its latency. c.mu is held.
 func (c *call[T]) finish(winner attempt[T], won, ok bool) {
 	c.done = true
-	c.h.sched.remove(&c.slot)
+	c.quiet = !c.h.sched.remove(&c.slot) && c.sent == 1
 	c.winner, c.won = winner, won
 	if c.hasLast && (!won || c.last.n != winner.n) {
 		c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])

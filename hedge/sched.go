@@ -10,9 +10,10 @@ type firer interface{ fire() }
 
 // slot is a call's place in its Hedger's scheduler: at most one pending wake-up.
 type slot struct {
-	due   time.Time
-	pos   int // index in the heap plus one; 0 when not scheduled
-	owner firer
+	due    time.Time
+	pos    int  // index in the heap plus one; 0 when not scheduled
+	popped bool // taken off the heap to fire: its owner may still be woken
+	owner  firer
 }
 
 // scheduler wakes calls when their hedge is due, with one timer for all the calls of
@@ -48,9 +49,12 @@ func (q *scheduler) add(s *slot, due, now time.Time) {
 	q.mu.Unlock()
 }
 
-// remove takes s off the schedule if it is on it. The timer is left as it is.
-func (q *scheduler) remove(s *slot) {
+// remove takes s off the schedule if it is on it, and reports whether s was ever
+// taken off to fire (its owner may be woken still, or has been). The timer is left as
+// it is.
+func (q *scheduler) remove(s *slot) (popped bool) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if i := s.pos - 1; i >= 0 {
 		last := len(q.heap) - 1
 		if i != last {
@@ -64,7 +68,7 @@ func (q *scheduler) remove(s *slot) {
 		}
 		s.pos = 0
 	}
-	q.mu.Unlock()
+	return s.popped
 }
 
 // arm sets the timer to fire at due. q.mu is held.
@@ -106,7 +110,7 @@ func (q *scheduler) run() {
 
 func (q *scheduler) removeTop() {
 	last := len(q.heap) - 1
-	q.heap[0].pos = 0
+	q.heap[0].pos, q.heap[0].popped = 0, true
 	if last > 0 {
 		q.heap[0] = q.heap[last]
 		q.heap[0].pos = 1

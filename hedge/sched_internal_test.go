@@ -65,8 +65,9 @@ func TestSchedulerOrder(t *testing.T) {
 	})
 }
 
-// TestSchedulerWakesOnTime: a wake-up is never early, and is not late even when the
-// timer was armed for an earlier call that has gone.
+// TestSchedulerWakesOnTime: a wake-up is never early, and is not late when the
+// timer was armed for an earlier call that has gone, whether the timer was stopped
+// (no call left waiting) or left running (another call waits).
 func TestSchedulerWakesOnTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var q scheduler
@@ -76,7 +77,12 @@ func TestSchedulerWakesOnTime(t *testing.T) {
 		start := time.Now()
 		early := &slot{owner: recorder{&mu, &fired, 0}}
 		q.add(early, start.Add(10*time.Millisecond), start)
-		q.remove(early) // the call ended before its hedge: the timer stays armed
+		q.remove(early) // the call ended before its hedge, the last waiting: timer stopped
+		q.mu.Lock()
+		if q.armed {
+			t.Error("timer armed with no call waiting")
+		}
+		q.mu.Unlock()
 		time.Sleep(5 * time.Millisecond)
 		now := time.Now()
 		late := &slot{owner: firerFunc(func() {
@@ -98,3 +104,35 @@ func TestSchedulerWakesOnTime(t *testing.T) {
 type firerFunc func()
 
 func (f firerFunc) fire() { f() }
+
+// TestSchedulerKeepsTimerForOthers: a call that ends while another waits leaves the
+// timer running; it fires for nothing, then is armed for the call still waiting.
+func TestSchedulerKeepsTimerForOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var q scheduler
+		var at []time.Duration
+		var mu sync.Mutex
+		start := time.Now()
+		first := &slot{owner: firerFunc(func() { t.Error("a removed call woke") })}
+		second := &slot{owner: firerFunc(func() {
+			mu.Lock()
+			at = append(at, time.Since(start))
+			mu.Unlock()
+		})}
+		q.add(first, start.Add(10*time.Millisecond), start)
+		q.add(second, start.Add(25*time.Millisecond), start)
+		q.remove(first)
+		q.mu.Lock()
+		if !q.armed || !q.at.Equal(start.Add(10*time.Millisecond)) {
+			t.Errorf("after the first call ended: armed %v for %v; want still armed for 10ms", q.armed, q.at.Sub(start))
+		}
+		q.mu.Unlock()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(at) != 1 || at[0] != 25*time.Millisecond {
+			t.Errorf("second call woke at %v; want [25ms]", at)
+		}
+	})
+}

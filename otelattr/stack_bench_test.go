@@ -22,9 +22,13 @@ import (
 
 type okService struct {
 	testgrpc.UnimplementedTestServiceServer
+	work time.Duration // how long the handler takes
 }
 
-func (okService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+func (s okService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if s.work > 0 {
+		time.Sleep(s.work)
+	}
 	return &testgrpc.SimpleResponse{}, nil
 }
 
@@ -42,7 +46,25 @@ func BenchmarkStack(b *testing.B) {
 			name = "traced"
 		}
 		b.Run(name, func(b *testing.B) {
-			bare, with := startStack(b, layers{}, traced), startStack(b, allLayers, traced)
+			bare, with := startStack(b, layers{}, traced, 0), startStack(b, allLayers, traced, 0)
+			b.ReportAllocs()
+			pairbench.Run(b, bare, with)
+		})
+	}
+}
+
+// BenchmarkStackBusyHandler is [BenchmarkStack] with a handler that takes 1 ms, for
+// the stack's cost on a call that does some work.
+//
+//	go test -run '^$' -bench StackBusyHandler -benchtime 5000x -count 5 ./otelattr
+func BenchmarkStackBusyHandler(b *testing.B) {
+	for _, traced := range []bool{false, true} {
+		name := "untraced"
+		if traced {
+			name = "traced"
+		}
+		b.Run(name, func(b *testing.B) {
+			bare, with := startStack(b, layers{}, traced, time.Millisecond), startStack(b, allLayers, traced, time.Millisecond)
 			b.ReportAllocs()
 			pairbench.Run(b, bare, with)
 		})
@@ -71,7 +93,7 @@ func BenchmarkStackLayers(b *testing.B) {
 				name = v.name + "/traced"
 			}
 			b.Run(name, func(b *testing.B) {
-				bare, with := startStack(b, layers{}, traced), startStack(b, v.l, traced)
+				bare, with := startStack(b, layers{}, traced, 0), startStack(b, v.l, traced, 0)
 				b.ReportAllocs()
 				pairbench.Run(b, bare, with)
 			})
@@ -87,9 +109,10 @@ var allLayers = layers{true, true, true, true}
 
 const stackMethod = "/grpc.testing.TestService/UnaryCall"
 
-// startStack starts a loopback gRPC server and a client with the layers l, traced
-// by otelgrpc with a recording SDK when traced is set, and returns one call.
-func startStack(b *testing.B, l layers, traced bool) func() error {
+// startStack starts a loopback gRPC server whose handler takes work and a client with
+// the layers l, traced by otelgrpc with a recording SDK when traced is set, and
+// returns one call.
+func startStack(b *testing.B, l layers, traced bool, work time.Duration) func() error {
 	var sopts []grpc.ServerOption
 	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	var tp *sdktrace.TracerProvider
@@ -127,7 +150,7 @@ func startStack(b *testing.B, l layers, traced bool) func() error {
 		b.Fatal(err)
 	}
 	gs := grpc.NewServer(sopts...)
-	testgrpc.RegisterTestServiceServer(gs, okService{})
+	testgrpc.RegisterTestServiceServer(gs, okService{work: work})
 	go gs.Serve(lis)
 	b.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), copts...)

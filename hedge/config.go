@@ -34,8 +34,9 @@ const (
 	// Reserve is the number of hedges a new [Hedger] may send before its primaries
 	// have paid for any, and the most its token account holds.
 	Reserve = 10
-	// MaxTargets bounds the number of targets (hosts, methods) whose latencies are
-	// tracked; calls to targets beyond it are hedged only with [WithInitialDelay].
+	// MaxTargets bounds the number of targets (hosts, gRPC methods, hedged or not) a
+	// Hedger keeps state for; calls to targets beyond it are hedged only with
+	// [WithInitialDelay], and a gRPC method's descriptor is then looked up per call.
 	MaxTargets = 1024
 )
 

@@ -17,8 +17,7 @@ import (
 // it makes are safe for concurrent use. Make one with [New]; the zero Hedger is not
 // usable. It starts no goroutine of its own: every goroutine it uses belongs to a
 // call and ends with it (a loser's, at most 100 ms after, while its body drains).
-// One timer serves all its calls' hedge delays; it may fire once after the last call
-// has ended, and is idle from then on.
+// One timer serves all its calls' hedge delays; it is stopped while no call waits.
 type Hedger struct {
 	cfg       *config
 	qcfg      quantile.Config

@@ -16,10 +16,13 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -192,5 +195,93 @@ func TestChainSpans(t *testing.T) {
 	}
 	if bAttempts != 2 {
 		t.Errorf("%d attempt spans under B's call to C; want 2", bAttempts)
+	}
+}
+
+// hedgeB answers a hedge at once and holds a primary until its call is cancelled.
+type hedgeB struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (hedgeB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if len(metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts)) == 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return &testgrpc.SimpleResponse{}, nil
+}
+
+// TestRetryOverHedgeSpans: with hedging under retry (the order DESIGN.md gives) and
+// otelgrpc beneath both, a call whose hedge wins shows one attempt span (retry's,
+// which hedge's primary shares) with the hedge's attempt span as its child, and each
+// of otelgrpc's client spans under the attempt that sent it.
+func TestRetryOverHedgeSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	const method = "/grpc.testing.TestService/UnaryCall"
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+	testgrpc.RegisterTestServiceServer(gs, hedgeB{})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
+		grpc.WithChainUnaryInterceptor(
+			retry.UnaryClientInterceptor(),
+			hedge.UnaryClientInterceptor(hedge.WithIdempotentMethods(method), hedge.WithInitialDelay(20*time.Millisecond)),
+			propagate.UnaryClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx, handle := tp.Tracer("test").Start(ctx, "handle")
+	if _, err := testgrpc.NewTestServiceClient(conn).UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	handle.End()
+	gs.GracefulStop()
+
+	var attempts, rpcs []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch {
+		case s.Name() == "attempt primary" || s.Name() == "attempt hedge" || s.Name() == "attempt retry":
+			attempts = append(attempts, s)
+		case s.Name() == "grpc.testing.TestService/UnaryCall" && s.SpanKind().String() == "client":
+			rpcs = append(rpcs, s)
+		}
+	}
+	if len(attempts) != 2 || len(rpcs) != 2 {
+		t.Fatalf("%d attempt spans and %d client RPC spans; want 2 and 2", len(attempts), len(rpcs))
+	}
+	primary, hedged := attempts[0], attempts[1]
+	if primary.Name() != "attempt primary" {
+		primary, hedged = hedged, primary
+	}
+	if primary.Name() != "attempt primary" || hedged.Name() != "attempt hedge" {
+		t.Fatalf("attempt spans %q and %q; want one primary and one hedge", primary.Name(), hedged.Name())
+	}
+	if primary.Parent().SpanID() != handle.SpanContext().SpanID() || hedged.Parent().SpanID() != primary.SpanContext().SpanID() {
+		t.Errorf("parents: primary under %v (want the caller's span %v), hedge under %v (want the primary %v)",
+			primary.Parent().SpanID(), handle.SpanContext().SpanID(), hedged.Parent().SpanID(), primary.SpanContext().SpanID())
+	}
+	if v, _ := value(primary, "deadlinekit.hedge.won"); !v.AsBool() {
+		t.Error("the attempt span does not record that its hedge won")
+	}
+	parents := map[trace.SpanID]bool{}
+	for _, r := range rpcs {
+		parents[r.Parent().SpanID()] = true
+	}
+	if !parents[primary.SpanContext().SpanID()] || !parents[hedged.SpanContext().SpanID()] {
+		t.Errorf("client RPC spans' parents %v; want the primary attempt and the hedge attempt", parents)
 	}
 }

@@ -331,3 +331,40 @@ func TestCallStateReuse(t *testing.T) {
 		}
 	})
 }
+
+// TestHedgerAcrossBubbles: one Hedger, made outside any synctest bubble (a
+// package-level client, say), serves calls in two bubbles in turn and outside them.
+// Its timers belong to the calls that armed them: a timer shared by the Hedger would
+// be armed in one bubble and stopped from another, which the runtime refuses.
+func TestHedgerAcrossBubbles(t *testing.T) {
+	registerStore(t)
+	h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+	ic := h.UnaryClientInterceptor()
+	call := func(t *testing.T, primary time.Duration) string {
+		f := &fakeInvoker{latency: func(a int) (time.Duration, error) {
+			if a == 0 {
+				return primary, nil
+			}
+			return time.Millisecond, nil
+		}}
+		reply := &wrapperspb.StringValue{}
+		if err := ic(t.Context(), methodGet, &wrapperspb.StringValue{}, reply, nil, f.invoke); err != nil {
+			t.Fatal(err)
+		}
+		return reply.Value
+	}
+	for i := range 2 {
+		synctest.Test(t, func(t *testing.T) {
+			if got := call(t, time.Millisecond); got != "attempt 0" {
+				t.Errorf("bubble %d, fast primary: %q", i, got)
+			}
+			if got := call(t, time.Second); got != "attempt 1" {
+				t.Errorf("bubble %d, slow primary: %q", i, got)
+			}
+			synctest.Wait()
+		})
+	}
+	if got := call(t, time.Millisecond); got != "attempt 0" {
+		t.Errorf("outside a bubble: %q", got)
+	}
+}

@@ -17,14 +17,12 @@ import (
 // it makes are safe for concurrent use. Make one with [New]; the zero Hedger is not
 // usable. It starts no goroutine of its own: every goroutine it uses belongs to a
 // call and ends with it (a loser's, at most 100 ms after, while its body drains).
-// One timer serves all its calls' hedge delays; it is stopped while no call waits.
 type Hedger struct {
 	cfg       *config
 	qcfg      quantile.Config
 	targets   atomic.Pointer[map[string]*target] // copy-on-write, at most MaxTargets
 	targetsMu sync.Mutex
 	tokens    *tokens
-	sched     scheduler
 
 	primaries, hedges, wins, refusedCap, refusedDeadline atomic.Uint64
 	notIdempotent, notReplayable                         atomic.Uint64
@@ -277,7 +275,7 @@ type attempt[T any] struct {
 }
 
 // call is the state of one hedged call. The primary runs on the caller's goroutine;
-// hedges are sent by the Hedger's scheduler (on its timer's goroutine) or, after a non-fatal
+// hedges are sent by a timer (on the timer's goroutine) or, after a non-fatal
 // failure, on a goroutine of their own. Whoever brings a final result ends the call
 // under mu: the other attempts are cancelled, and the caller, blocked in the primary
 // or waiting on doneCh, returns the winner.
@@ -288,7 +286,7 @@ type call[T any] struct {
 	w     *quantile.Window
 	p     protocol[T]
 	delay time.Duration
-	slot  slot // the wake-up for the next hedge, in h.sched
+	timer *time.Timer
 
 	mu       sync.Mutex
 	ev       *Event
@@ -324,8 +322,9 @@ func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Pr
 	ctx0, cancel0 := context.WithCancel(ctx)
 	c.cancels[0] = cancel0
 	c.start0 = start
-	c.slot.owner = c
-	h.sched.add(&c.slot, start.Add(delay), start)
+	c.mu.Lock()
+	c.timer = time.AfterFunc(delay, c.fire)
+	c.mu.Unlock()
 
 	actx, span := otelattr.StartAttempt(ctx0, proto, otelattr.KindPrimary, 1)
 	v, err := safeSend(p, actx, 0, span.Recording())
@@ -354,13 +353,12 @@ func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Pr
 	return winner, cancel, won
 }
 
-// fire sends the next hedge when the delay has passed (on the scheduler's timer's
-// goroutine, or one of its own).
+// fire sends the next hedge when the delay has passed (on the timer's goroutine).
 func (c *call[T]) fire() {
 	c.mu.Lock()
 	n, ctx, ok := c.next()
 	if ok && c.sent < c.h.cfg.maxAttempts {
-		c.rearm()
+		c.timer.Reset(c.delay)
 	}
 	c.mu.Unlock()
 	if ok {
@@ -384,13 +382,6 @@ func (c *call[T]) next() (int, context.Context, bool) {
 	c.pending++
 	c.ev.Attempts = c.sent
 	return n, ctx, true
-}
-
-// rearm schedules the next hedge a delay from now. c.mu is held.
-func (c *call[T]) rearm() {
-	now := time.Now()
-	c.h.sched.remove(&c.slot)
-	c.h.sched.add(&c.slot, now.Add(c.delay), now)
 }
 
 // run sends hedge n and hands its result over.
@@ -434,7 +425,7 @@ func (c *call[T]) result(a attempt[T]) {
 		c.last, c.hasLast = a, true
 		if n, ctx, ok := c.next(); ok {
 			if c.sent < c.h.cfg.maxAttempts {
-				c.rearm()
+				c.timer.Reset(c.delay)
 			}
 			go c.run(ctx, n)
 			return
@@ -450,7 +441,9 @@ func (c *call[T]) result(a attempt[T]) {
 // so far, a lower bound of its latency. c.mu is held.
 func (c *call[T]) finish(winner attempt[T], won, ok bool) {
 	c.done = true
-	c.quiet = !c.h.sched.remove(&c.slot) && c.sent == 1
+	// A timer stopped before it fired never will: then, with no hedge sent, nothing
+	// but the caller refers to the call any more.
+	c.quiet = c.timer.Stop() && c.sent == 1
 	c.winner, c.won = winner, won
 	if c.hasLast && (!won || c.last.n != winner.n) {
 		c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])

@@ -105,7 +105,9 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		}
 		cancel()
 		if gc.c.quiet {
+			fire := gc.c.fireFn // bound to gc.c, which stays where it is
 			*gc = grpcCall{}
+			gc.c.fireFn = fire
 			grpcCalls.Put(gc)
 		}
 		return a.err

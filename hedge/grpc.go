@@ -244,11 +244,17 @@ func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) {
 // grpcIdempotent reports whether method (whose target is t, nil when too many
 // targets are known) may be sent more than once.
 func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) bool {
-	if t != nil && t.idempotent || t == nil && (h.cfg.idempotent[method] || MethodIdempotent(method)) {
+	if t != nil && t.idempotent || t == nil && h.declaredIdempotent(method) {
 		return true
 	}
 	vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)
 	return len(vs) > 0 && vs[0] != ""
+}
+
+// declaredIdempotent reports whether method is declared idempotent, by
+// [WithIdempotentMethods] or in its descriptor. [Hedger.target] remembers the answer.
+func (h *Hedger) declaredIdempotent(method string) bool {
+	return h.cfg.idempotent[method] || MethodIdempotent(method)
 }
 
 // MethodIdempotent reports whether the descriptor of method (a full method name,

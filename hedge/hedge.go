@@ -144,7 +144,7 @@ func (h *Hedger) target(name string, method bool) *target {
 	}
 	t := &target{}
 	if method {
-		t.idempotent = h.cfg.idempotent[name] || MethodIdempotent(name)
+		t.idempotent = h.declaredIdempotent(name)
 	}
 	m := make(map[string]*target, n+1)
 	if old != nil {

@@ -39,37 +39,13 @@ func (s okService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrp
 // recorded, then dropped, so that no exporter is measured).
 //
 //	go test -run '^$' -bench Stack -benchtime 20000x -count 5 ./otelattr
-func BenchmarkStack(b *testing.B) {
-	for _, traced := range []bool{false, true} {
-		name := "untraced"
-		if traced {
-			name = "traced"
-		}
-		b.Run(name, func(b *testing.B) {
-			bare, with := startStack(b, layers{}, traced, 0), startStack(b, allLayers, traced, 0)
-			b.ReportAllocs()
-			pairbench.Run(b, bare, with)
-		})
-	}
-}
+func BenchmarkStack(b *testing.B) { pairedStack(b, allLayers, 0) }
 
 // BenchmarkStackBusyHandler is [BenchmarkStack] with a handler that takes 1 ms, for
 // the stack's cost on a call that does some work.
 //
 //	go test -run '^$' -bench StackBusyHandler -benchtime 5000x -count 5 ./otelattr
-func BenchmarkStackBusyHandler(b *testing.B) {
-	for _, traced := range []bool{false, true} {
-		name := "untraced"
-		if traced {
-			name = "traced"
-		}
-		b.Run(name, func(b *testing.B) {
-			bare, with := startStack(b, layers{}, traced, time.Millisecond), startStack(b, allLayers, traced, time.Millisecond)
-			b.ReportAllocs()
-			pairbench.Run(b, bare, with)
-		})
-	}
-}
+func BenchmarkStackBusyHandler(b *testing.B) { pairedStack(b, allLayers, time.Millisecond) }
 
 // BenchmarkStackLayers adds deadlinekit's layers one at a time to the call of
 // [BenchmarkStack], each variant paired with the bare call (untraced, then traced),
@@ -87,17 +63,23 @@ func BenchmarkStackLayers(b *testing.B) {
 		{"+hedge", allLayers},
 		{"hedge-only", layers{hedge: true}},
 	} {
-		for _, traced := range []bool{false, true} {
-			name := v.name + "/untraced"
-			if traced {
-				name = v.name + "/traced"
-			}
-			b.Run(name, func(b *testing.B) {
-				bare, with := startStack(b, layers{}, traced, 0), startStack(b, v.l, traced, 0)
-				b.ReportAllocs()
-				pairbench.Run(b, bare, with)
-			})
+		b.Run(v.name, func(b *testing.B) { pairedStack(b, v.l, 0) })
+	}
+}
+
+// pairedStack runs the sub-benchmarks "untraced" and "traced": the call with the
+// layers l paired with the bare call, the handler taking work.
+func pairedStack(b *testing.B, l layers, work time.Duration) {
+	for _, traced := range []bool{false, true} {
+		name := "untraced"
+		if traced {
+			name = "traced"
 		}
+		b.Run(name, func(b *testing.B) {
+			bare, with := startStack(b, layers{}, traced, work), startStack(b, l, traced, work)
+			b.ReportAllocs()
+			pairbench.Run(b, bare, with)
+		})
 	}
 }
 

@@ -94,16 +94,7 @@ const stackMethod = "/grpc.testing.TestService/UnaryCall"
 // startStack starts a loopback gRPC server whose handler takes work and a client with
 // the layers l, traced by otelgrpc with a recording SDK when traced is set, and
 // returns one call.
-func startStack(b *testing.B, l layers, traced bool, work time.Duration) func() error {
-	var sopts []grpc.ServerOption
-	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	var tp *sdktrace.TracerProvider
-	if traced {
-		tp = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
-		b.Cleanup(func() { tp.Shutdown(context.Background()) })
-		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
-		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
-	}
+func startStack(b testing.TB, l layers, traced bool, work time.Duration) func() error {
 	var sis []grpc.UnaryServerInterceptor
 	var cis []grpc.UnaryClientInterceptor
 	if l.propagate {
@@ -120,6 +111,22 @@ func startStack(b *testing.B, l layers, traced bool, work time.Duration) func() 
 	}
 	if l.propagate {
 		cis = append(cis, propagate.UnaryClientInterceptor())
+	}
+	return startCall(b, cis, sis, traced, work)
+}
+
+// startCall starts a loopback gRPC server with the interceptors sis, whose handler
+// takes work, and a client with the interceptors cis, both traced by otelgrpc with a
+// recording SDK when traced is set, and returns one call.
+func startCall(b testing.TB, cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInterceptor, traced bool, work time.Duration) func() error {
+	var sopts []grpc.ServerOption
+	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	var tp *sdktrace.TracerProvider
+	if traced {
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		b.Cleanup(func() { tp.Shutdown(context.Background()) })
+		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
 	}
 	if len(sis) > 0 {
 		sopts = append(sopts, grpc.ChainUnaryInterceptor(sis...))

@@ -1,0 +1,177 @@
+package otelattr_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/internal/pairbench"
+	"github.com/deadlinekit/deadlinekit/internal/quantile"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// BenchmarkStackFloor measures what the call of [BenchmarkStack] costs with the least
+// work deadlinekit's promises demand of a call answered at its first attempt, done
+// by hand in one client and one server interceptor (floorClient, floorServer): no
+// options, no observers, no classification, no separate layers. It is a reference,
+// not a product: it says how close to the bare call any implementation of the
+// stack can come on the machine it runs on, and so what [BenchmarkStack]'s figures
+// should be judged against.
+//
+// "fused" runs the two interceptors untraced, then traced with the call's and the
+// server's attributes only (no trace of the attempt itself), with a span event per
+// attempt, and with an attempt span per attempt (what the toolkit does).
+// "passthrough" runs five interceptors that only call the next, three on the client
+// and two on the server, as the real stack has: the price of composing layers.
+//
+//	go test -run '^$' -bench StackFloor -benchtime 20000x -count 5 ./otelattr
+func BenchmarkStackFloor(b *testing.B) {
+	for _, v := range []struct {
+		name   string
+		traced bool
+		rec    floorRecord
+	}{
+		{"fused/untraced", false, recordNone},
+		{"fused/traced-no-attempt", true, recordNone},
+		{"fused/traced-event", true, recordEvent},
+		{"fused/traced-span", true, recordSpan},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			c := newFloorClient(v.rec)
+			bare := startCall(b, nil, nil, v.traced, 0)
+			with := startCall(b, []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}, v.traced, 0)
+			b.ReportAllocs()
+			pairbench.Run(b, bare, with)
+		})
+	}
+	for _, traced := range []bool{false, true} {
+		name := "passthrough/untraced"
+		if traced {
+			name = "passthrough/traced"
+		}
+		b.Run(name, func(b *testing.B) {
+			cis := []grpc.UnaryClientInterceptor{passClient, passClient, passClient}
+			sis := []grpc.UnaryServerInterceptor{passServer, passServer}
+			bare, with := startCall(b, nil, nil, traced, 0), startCall(b, cis, sis, traced, 0)
+			b.ReportAllocs()
+			pairbench.Run(b, bare, with)
+		})
+	}
+}
+
+func passClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func passServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(ctx, req)
+}
+
+// floorRecord is how the floor client makes an attempt visible in a trace.
+type floorRecord uint8
+
+const (
+	recordNone  floorRecord = iota // only the call span's attributes
+	recordEvent                    // a span event on the call span
+	recordSpan                     // an attempt span, parent of the downstream's span
+)
+
+// floorClient does, for one method, what the client stack must do on a call whose
+// first attempt succeeds: read the budget (propagate), arm a hedge (a latency window,
+// a cancelable context for the primary so that a winning hedge can stop it, and a
+// wake-up: one shared timer, armed when none is, the cheapest there is), feed the
+// window and the retry budget when the call succeeds (hedge, retry), and record the
+// call's attributes (otelattr). Its timer's callback sends nothing.
+type floorClient struct {
+	rec      floorRecord
+	w        *quantile.Window
+	armed    atomic.Bool
+	deposits atomic.Int64
+}
+
+func newFloorClient(rec floorRecord) *floorClient {
+	return &floorClient{rec: rec, w: quantile.New(quantile.Config{Quantile: 0.99})}
+}
+
+// floorDelay is the hedge delay the real stack runs with in BenchmarkStack (hedge's
+// minimum delay: the call's P99 is below it).
+const floorDelay = time.Millisecond
+
+func (c *floorClient) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	start := time.Now()
+	dl, has := ctx.Deadline()
+	left := dl.Sub(start)
+	if has && left <= 0 {
+		return status.Error(codes.DeadlineExceeded, "no time left")
+	}
+	_, _ = c.w.Tracked(start) // the hedge delay
+	span := trace.SpanFromContext(ctx)
+	recording := span.IsRecording()
+	actx, cancel := context.WithCancel(ctx)
+	if c.armed.CompareAndSwap(false, true) {
+		time.AfterFunc(floorDelay, func() { c.armed.Store(false) })
+	}
+	var attempt trace.Span
+	if recording && c.rec == recordSpan {
+		actx, attempt = span.TracerProvider().Tracer(otelattr.ScopeName).Start(actx, "attempt primary", trace.WithAttributes(
+			otelattr.AttemptNumberKey.Int(1), otelattr.AttemptKindKey.String("primary"), otelattr.PreviousRPCAttemptsKey.Int(0)))
+		attempt.SetAttributes(otelattr.BudgetSentKey.Float64(float64(left) / 1e6))
+	}
+	err := invoker(actx, method, req, reply, cc, opts...)
+	end := time.Now()
+	cancel()
+	if err == nil {
+		c.w.Add(end, end.Sub(start))
+		c.deposits.Add(1)
+	}
+	if !recording {
+		return err
+	}
+	switch c.rec {
+	case recordSpan:
+		attempt.SetAttributes(otelattr.AttemptOutcomeKey.String("success"))
+		attempt.End()
+	case recordEvent:
+		span.AddEvent("attempt", trace.WithAttributes(otelattr.AttemptNumberKey.Int(1), otelattr.AttemptKindKey.String("primary"),
+			otelattr.PreviousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("success")))
+	}
+	if c.rec != recordSpan {
+		span.SetAttributes(otelattr.BudgetSentKey.Float64(float64(left) / 1e6))
+	}
+	span.SetAttributes(otelattr.AttemptsKey.Int(1), otelattr.RetriesKey.Int(0), otelattr.RetryStopReasonKey.String("success"),
+		otelattr.HedgesKey.Int(0), otelattr.HedgeWonKey.Bool(false))
+	return err
+}
+
+// floorServer does what the server stack must do on a request that is admitted and
+// answered in time: read the budget, check it against the floor (propagate,
+// shortcircuit), record the budget, the guard's decision and the overrun.
+func floorServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	const floor = time.Millisecond
+	dl, has := ctx.Deadline()
+	left := time.Until(dl)
+	if has && left < floor {
+		return nil, status.Error(codes.DeadlineExceeded, "below the floor")
+	}
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		ms := float64(left) / 1e6
+		span.SetAttributes(otelattr.BudgetReceivedKey.Float64(ms), otelattr.BudgetSourceKey.String("grpc-timeout"), otelattr.BudgetClampedKey.Bool(false),
+			otelattr.ShortCircuitedKey.Bool(false), otelattr.FloorKey.Float64(1), otelattr.RemainingKey.Float64(ms))
+	}
+	resp, err := handler(ctx, req)
+	var overrun time.Duration
+	if ctx.Err() != nil {
+		overrun = max(time.Since(dl), 0)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(otelattr.OverrunKey.Float64(float64(overrun) / 1e6))
+	}
+	return resp, err
+}

@@ -151,19 +151,22 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 
 // floorServer does what the server stack must do on a request that is admitted and
 // answered in time: read the budget, check it against the floor (propagate,
-// shortcircuit), record the budget, the guard's decision and the overrun.
+// shortcircuit), record the budget and the overrun. As in the real stack, the
+// guard's attributes are recorded on refusals only.
 func floorServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	const floor = time.Millisecond
 	dl, has := ctx.Deadline()
 	left := time.Until(dl)
+	span := trace.SpanFromContext(ctx)
 	if has && left < floor {
+		if span.IsRecording() {
+			span.SetAttributes(otelattr.ShortCircuitedKey.Bool(true), otelattr.FloorKey.Float64(1), otelattr.RemainingKey.Float64(float64(left)/1e6))
+		}
 		return nil, status.Error(codes.DeadlineExceeded, "below the floor")
 	}
-	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
 		ms := float64(left) / 1e6
-		span.SetAttributes(otelattr.BudgetReceivedKey.Float64(ms), otelattr.BudgetSourceKey.String("grpc-timeout"), otelattr.BudgetClampedKey.Bool(false),
-			otelattr.ShortCircuitedKey.Bool(false), otelattr.FloorKey.Float64(1), otelattr.RemainingKey.Float64(ms))
+		span.SetAttributes(otelattr.BudgetReceivedKey.Float64(ms), otelattr.BudgetSourceKey.String("grpc-timeout"), otelattr.BudgetClampedKey.Bool(false))
 	}
 	resp, err := handler(ctx, req)
 	var overrun time.Duration

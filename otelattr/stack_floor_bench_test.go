@@ -22,7 +22,9 @@ import (
 // options, no observers, no classification, no separate layers. It is a reference,
 // not a product: it says how close to the bare call any implementation of the
 // stack can come on the machine it runs on, and so what [BenchmarkStack]'s figures
-// should be judged against.
+// should be judged against. What it leaves out (the trailer retry must ask for to
+// read pushback, the idempotency lookup, the hedge cap's token) only makes it
+// cheaper: a figure above a goal here is above it for any implementation.
 //
 // "fused" runs the two interceptors untraced, then traced with the call's and the
 // server's attributes only (no trace of the attempt itself), with a span event per

@@ -70,17 +70,32 @@ func BenchmarkStackLayers(b *testing.B) {
 // pairedStack runs the sub-benchmarks "untraced" and "traced": the call with the
 // layers l paired with the bare call, the handler taking work.
 func pairedStack(b *testing.B, l layers, work time.Duration) {
+	pairedTraced(b, func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) { return stackInterceptors(l) }, work)
+}
+
+// pairedTraced runs the sub-benchmarks "untraced" and "traced": the call with the
+// interceptors that newInterceptors returns (fresh ones for each) paired with the bare call, the
+// handler taking work.
+func pairedTraced(b *testing.B, newInterceptors func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor), work time.Duration) {
 	for _, traced := range []bool{false, true} {
 		name := "untraced"
 		if traced {
 			name = "traced"
 		}
 		b.Run(name, func(b *testing.B) {
-			bare, with := startStack(b, layers{}, traced, work), startStack(b, l, traced, work)
-			b.ReportAllocs()
-			pairbench.Run(b, bare, with)
+			cis, sis := newInterceptors()
+			pairCall(b, cis, sis, traced, work)
 		})
 	}
+}
+
+// pairCall pairs the call with the client interceptors cis and the server
+// interceptors sis with the bare call (pairbench), traced or not, the handler taking
+// work.
+func pairCall(b *testing.B, cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInterceptor, traced bool, work time.Duration) {
+	bare, with := startCall(b, nil, nil, traced, work), startCall(b, cis, sis, traced, work)
+	b.ReportAllocs()
+	pairbench.Run(b, bare, with)
 }
 
 // layers says which of deadlinekit's layers a benchmark stack has: propagate on both
@@ -91,12 +106,10 @@ var allLayers = layers{true, true, true, true}
 
 const stackMethod = "/grpc.testing.TestService/UnaryCall"
 
-// startStack starts a loopback gRPC server whose handler takes work and a client with
-// the layers l, traced by otelgrpc with a recording SDK when traced is set, and
-// returns one call.
-func startStack(b testing.TB, l layers, traced bool, work time.Duration) func() error {
-	var sis []grpc.UnaryServerInterceptor
-	var cis []grpc.UnaryClientInterceptor
+// stackInterceptors returns new interceptors of the layers l: the client's in
+// DESIGN's order (retry → hedge → propagate) and the server's (propagate →
+// shortcircuit).
+func stackInterceptors(l layers) (cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInterceptor) {
 	if l.propagate {
 		sis = append(sis, propagate.UnaryServerInterceptor())
 	}
@@ -112,7 +125,7 @@ func startStack(b testing.TB, l layers, traced bool, work time.Duration) func() 
 	if l.propagate {
 		cis = append(cis, propagate.UnaryClientInterceptor())
 	}
-	return startCall(b, cis, sis, traced, work)
+	return cis, sis
 }
 
 // startCall starts a loopback gRPC server with the interceptors sis, whose handler

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
@@ -46,25 +45,14 @@ func BenchmarkStackFloor(b *testing.B) {
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			c := newFloorClient(v.rec)
-			bare := startCall(b, nil, nil, v.traced, 0)
-			with := startCall(b, []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}, v.traced, 0)
-			b.ReportAllocs()
-			pairbench.Run(b, bare, with)
+			pairCall(b, []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}, v.traced, 0)
 		})
 	}
-	for _, traced := range []bool{false, true} {
-		name := "passthrough/untraced"
-		if traced {
-			name = "passthrough/traced"
-		}
-		b.Run(name, func(b *testing.B) {
-			cis := []grpc.UnaryClientInterceptor{passClient, passClient, passClient}
-			sis := []grpc.UnaryServerInterceptor{passServer, passServer}
-			bare, with := startCall(b, nil, nil, traced, 0), startCall(b, cis, sis, traced, 0)
-			b.ReportAllocs()
-			pairbench.Run(b, bare, with)
-		})
-	}
+	b.Run("passthrough", func(b *testing.B) {
+		pairedTraced(b, func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
+			return []grpc.UnaryClientInterceptor{passClient, passClient, passClient}, []grpc.UnaryServerInterceptor{passServer, passServer}
+		}, 0)
+	})
 }
 
 func passClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -83,7 +83,7 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 				end := time.Now()
 				w.Add(end, end.Sub(start))
 			}
-			otelattr.RecordHedgeCall(ctx, 1, 0, false)
+			otelattr.RecordHedgeCall(ctx, 0, false, otelattr.HedgeSkipWarmingUp)
 			h.observe(ctx, &ev)
 			return err
 		}

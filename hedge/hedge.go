@@ -355,7 +355,7 @@ func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Pr
 		cancel = c.cancels[winner.n]
 	}
 	c.mu.Unlock()
-	otelattr.RecordHedgeCall(ctx, attempts, attempts-1, won && winner.n > 0)
+	otelattr.RecordHedgeCall(ctx, attempts-1, won && winner.n > 0, "")
 	return winner, cancel, won
 }
 

@@ -119,7 +119,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			end := time.Now()
 			w.Add(end, end.Sub(start))
 		}
-		otelattr.RecordHedgeCall(ctx, 1, 0, false)
+		otelattr.RecordHedgeCall(ctx, 0, false, otelattr.HedgeSkipWarmingUp)
 		h.observe(ctx, &ev)
 		return resp, err
 	}

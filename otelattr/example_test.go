@@ -23,7 +23,7 @@ func ExampleStartAttempt() {
 	otelattr.RecordBudgetSent(hctx, 180*time.Millisecond)
 	hedge.End(otelattr.OutcomeSuccess, nil)
 	primary.End(otelattr.OutcomeCancelled, context.Canceled)
-	otelattr.RecordHedgeCall(ctx, 2, 1, true)
+	otelattr.RecordHedgeCall(ctx, 1, true, "")
 	call.End()
 
 	for _, s := range rec.Ended() {

@@ -41,6 +41,9 @@ const (
 	HedgesKey = attribute.Key("deadlinekit.hedge.count")
 	// HedgeWonKey is true when a hedge, not the primary, gave the answer.
 	HedgeWonKey = attribute.Key("deadlinekit.hedge.won")
+	// HedgeSkipKey says why a call that went through the hedging layer sent no
+	// hedge: a HedgeSkip. Absent when a hedge was sent.
+	HedgeSkipKey = attribute.Key("deadlinekit.hedge.skip")
 	// AttemptNumberKey is the 1-based number of an attempt within its call.
 	AttemptNumberKey = attribute.Key("deadlinekit.attempt.number")
 	// AttemptKindKey is an AttemptKind.
@@ -62,12 +65,28 @@ type StopReason string
 const (
 	StopAnswered          StopReason = "answered"           // the last attempt got an answer that is not a failure
 	StopNotRetryable      StopReason = "not_retryable"      // the failure cannot succeed on retry
-	StopPushback          StopReason = "pushback"           // the server said not to retry, or to wait past the cap
+	StopPushback          StopReason = "pushback"           // the server's pushback was malformed or negative: do not retry
+	StopPushbackOverCap   StopReason = "pushback_over_cap"  // the server asked for a longer wait than the cap
+	StopRefused           StopReason = "refused"            // the downstream refused for lack of budget (504 / DEADLINE_EXCEEDED with pushback -1)
+	StopDownstreamRetried StopReason = "downstream_retried" // the downstream already retried and gave up (pushback -1): the one-layer rule
 	StopAttemptsExhausted StopReason = "attempts_exhausted" // the maximum number of attempts was reached
 	StopDeadline          StopReason = "deadline"           // not enough time left for backoff plus an attempt
 	StopBudgetEmpty       StopReason = "budget_empty"       // the retry budget had no token
 	StopCallerRetries     StopReason = "caller_retries"     // an upstream layer retries; this one does not
 	StopCanceled          StopReason = "canceled"           // the caller cancelled
+)
+
+// HedgeSkip says why a call sent no hedge.
+type HedgeSkip string
+
+// Reasons recorded under [HedgeSkipKey].
+const (
+	HedgeSkipWarmingUp     HedgeSkip = "warming_up"     // too few latencies known for the target to trust its percentile
+	HedgeSkipNotIdempotent HedgeSkip = "not_idempotent" // the call may not run twice (method, no key, body not replayable)
+	HedgeSkipCap           HedgeSkip = "cap"            // the extra-load cap had no token when the hedge was due
+	HedgeSkipDeadline      HedgeSkip = "deadline"       // less than the hedge floor was left when the hedge was due
+	HedgeSkipNotDue        HedgeSkip = "not_due"        // the call ended before its hedge delay
+	HedgeSkipDisabled      HedgeSkip = "disabled"       // hedging is configured off (one attempt, or no extra load)
 )
 
 // AttemptKind says why an attempt was made.

@@ -121,16 +121,17 @@ func RecordRetryCall(ctx context.Context, attempts int, stop StopReason) {
 	}
 }
 
-// RecordHedgeCall records a finished call's attempts, the hedges it sent and whether
-// a hedge won on the call span in ctx. A winning hedge also counts in
+// RecordHedgeCall records, on the call's span, what the hedging layer did with one
+// call: the hedges it sent, whether one of them gave the answer, and, when it sent
+// none, why not (skip; empty when a hedge was sent). A winning hedge also counts in
 // deadlinekit.hedge.wins.
-func RecordHedgeCall(ctx context.Context, attempts, hedges int, won bool) {
+func RecordHedgeCall(ctx context.Context, hedges int, won bool, skip HedgeSkip) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(
-			AttemptsKey.Int(attempts),
-			HedgesKey.Int(hedges),
-			HedgeWonKey.Bool(won),
-		)
+		if hedges > 0 {
+			span.SetAttributes(HedgesKey.Int(hedges), HedgeWonKey.Bool(won))
+		} else if skip != "" {
+			span.SetAttributes(HedgeSkipKey.String(string(skip)))
+		}
 	}
 	if won {
 		instruments().hedgeWins.Add(ctx, 1)

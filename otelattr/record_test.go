@@ -167,7 +167,7 @@ func TestHedgedCall(t *testing.T) {
 	_, hedge := StartAttempt(ctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
 	primary.End(OutcomeCancelled, context.Canceled)
-	RecordHedgeCall(ctx, 2, 1, true)
+	RecordHedgeCall(ctx, 1, true, "")
 	call.End()
 
 	spans := rec.Ended()
@@ -259,7 +259,7 @@ func TestNoSDKAllocs(t *testing.T) {
 		InjectHTTP(actx, h)
 		a.End(OutcomeFailure, context.Canceled)
 		RecordRetryCall(ctx, 3, StopBudgetEmpty)
-		RecordHedgeCall(ctx, 2, 1, true)
+		RecordHedgeCall(ctx, 1, true, "")
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per run with no SDK; want 0", allocs)

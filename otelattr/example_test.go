@@ -7,29 +7,34 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// A hedged call: the primary is slow, the hedge answers, the primary is cancelled.
-// The SDK here stands in for the one a service installs at start-up.
-func ExampleStartAttempt() {
+// A hedged call made by a handler: the primary is slow, the hedge answers, the
+// primary is cancelled. The call has a span of its own, under the handler's server
+// span, and the server span carries nothing of the call's. The SDK here stands in for
+// the one a service installs at start-up.
+func ExampleStartCall() {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	ctx, call := tp.Tracer("example").Start(context.Background(), "GET /price")
+	ctx, server := tp.Tracer("example").Start(context.Background(), "GET /price", trace.WithSpanKind(trace.SpanKindServer))
 
-	_, primary := otelattr.StartAttempt(ctx, otelattr.HTTP, otelattr.KindPrimary, 1)
-	hctx, hedge := otelattr.StartAttempt(ctx, otelattr.HTTP, otelattr.KindHedge, 2)
+	cctx, call := otelattr.StartCall(ctx, otelattr.HTTP, "GET")
+	_, primary := otelattr.StartAttempt(cctx, otelattr.HTTP, otelattr.KindPrimary, 1)
+	hctx, hedge := otelattr.StartAttempt(cctx, otelattr.HTTP, otelattr.KindHedge, 2)
 	otelattr.RecordBudgetSent(hctx, 180*time.Millisecond)
 	hedge.End(otelattr.OutcomeSuccess, nil)
 	primary.End(otelattr.OutcomeCancelled, context.Canceled)
-	otelattr.RecordHedgeCall(ctx, 1, true, "")
-	call.End()
+	otelattr.RecordHedgeCall(cctx, 1, true, "")
+	call.End(nil)
+	server.End()
 
 	for _, s := range rec.Ended() {
 		fmt.Println(s.Name())
 		for _, kv := range s.Attributes() {
-			fmt.Printf("  %s=%s\n", kv.Key, kv.Value.String())
+			fmt.Printf("  %s=%s\n", kv.Key, kv.Value.Emit())
 		}
 	}
 	// Output:
@@ -44,8 +49,10 @@ func ExampleStartAttempt() {
 	//   deadlinekit.attempt.kind=primary
 	//   http.request.resend_count=0
 	//   deadlinekit.attempt.outcome=cancelled
-	// GET /price
+	// GET
 	//   deadlinekit.attempts=2
 	//   deadlinekit.hedge.count=1
 	//   deadlinekit.hedge.won=true
+	//   deadlinekit.budget.sent_ms=180
+	// GET /price
 }

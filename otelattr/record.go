@@ -97,41 +97,43 @@ func RecordOverrun(ctx context.Context, overrun time.Duration) {
 	instruments().overrun.Record(ctx, overrun.Seconds())
 }
 
-// RecordBudgetSent records the budget written into an outbound request on the span in
-// ctx (the attempt span when the call has one, else the client span).
+// RecordBudgetSent records the budget written into an outbound request: on the
+// attempt's span when ctx's span is one, and on the call's span ([StartCall]) for the
+// call's first attempt. It never writes on any other span (a server span).
 func RecordBudgetSent(ctx context.Context, budget time.Duration) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	if isAttempt(ctx, span) {
 		span.SetAttributes(BudgetSentKey.Float64(millis(budget)))
+	}
+	if c := callFrom(ctx); c != nil {
+		c.recordBudget(millis(budget))
 	}
 }
 
-// RecordRetryCall records a finished call's attempts, retries and the reason it
-// stopped on the call span in ctx. StopBudgetEmpty also counts in
-// deadlinekit.retry.budget_refusals.
+// RecordRetryCall records what the retry layer did with a finished call: its
+// attempts and the reason it stopped, written on the call's span ([StartCall]) when
+// the call ends. StopBudgetEmpty also counts in deadlinekit.retry.budget_refusals.
 func RecordRetryCall(ctx context.Context, attempts int, stop StopReason) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(
-			AttemptsKey.Int(attempts),
-			RetriesKey.Int(max(attempts-1, 0)),
-			RetryStopReasonKey.String(string(stop)),
-		)
+	if c := callFrom(ctx); c != nil {
+		c.recordRetry(attempts, stop)
 	}
 	if stop == StopBudgetEmpty {
 		instruments().budgetRefusals.Add(ctx, 1)
 	}
 }
 
-// RecordHedgeCall records, on the call's span, what the hedging layer did with one
-// call: the hedges it sent, whether one of them gave the answer, and, when it sent
-// none, why not (skip; empty when a hedge was sent). A winning hedge also counts in
+// RecordHedgeCall records what the hedging layer did with one call: the hedges it
+// sent, whether one of them gave the answer, and, when it sent none, why not (skip).
+// They are written on the call's span ([StartCall]) when the call ends: hedge.count
+// and hedge.won when a hedge was sent, else hedge.skip. Under the retry layer, the
+// hedges of every attempt add up. A winning hedge also counts in
 // deadlinekit.hedge.wins.
 func RecordHedgeCall(ctx context.Context, hedges int, won bool, skip HedgeSkip) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		if hedges > 0 {
-			span.SetAttributes(HedgesKey.Int(hedges), HedgeWonKey.Bool(won))
-		} else if skip != "" {
-			span.SetAttributes(HedgeSkipKey.String(string(skip)))
-		}
+	if c := callFrom(ctx); c != nil {
+		c.recordHedge(hedges, won, skip)
 	}
 	if won {
 		instruments().hedgeWins.Add(ctx, 1)
@@ -158,6 +160,15 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() || kind == KindPrimary && isAttempt(ctx, parent) {
 		return ctx, Attempt{}
+	}
+	if c := callFrom(ctx); c != nil {
+		// Every attempt of the call, whichever layer makes it, is a child of the
+		// call's span and has a number of its own.
+		n = c.nextAttempt()
+		if parent != c.span {
+			ctx = trace.ContextWithSpan(ctx, c.span)
+			parent = c.span
+		}
 	}
 	attrs := make([]attribute.KeyValue, 2, 3)
 	attrs[0], attrs[1] = AttemptNumberKey.Int(n), AttemptKindKey.String(string(kind))

@@ -109,7 +109,8 @@ func TestServerSide(t *testing.T) {
 // A retried call: three attempts, the last one succeeds.
 func TestRetriedCall(t *testing.T) {
 	tp, rec, reader := withSDK(t)
-	ctx, call := tp.Tracer("test").Start(context.Background(), "GET /orders")
+	sctx, server := tp.Tracer("test").Start(context.Background(), "GET /orders", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, call := StartCall(sctx, HTTP, "GET")
 	for n := 1; n <= 3; n++ {
 		kind := KindPrimary
 		if n > 1 {
@@ -129,11 +130,15 @@ func TestRetriedCall(t *testing.T) {
 		}
 	}
 	RecordRetryCall(ctx, 3, StopAnswered)
-	call.End()
+	call.End(nil)
+	server.End()
 
 	spans := rec.Ended()
-	if len(spans) != 4 {
-		t.Fatalf("%d spans; want 3 attempts and the call", len(spans))
+	if len(spans) != 5 {
+		t.Fatalf("%d spans; want 3 attempts, the call and the server's", len(spans))
+	}
+	if len(spans[4].Attributes()) != 0 {
+		t.Errorf("the server span carries %v; want nothing of the call's", spans[4].Attributes())
 	}
 	for i, s := range spans[:3] {
 		n := i + 1
@@ -144,7 +149,7 @@ func TestRetriedCall(t *testing.T) {
 		if n == 3 {
 			outcome = "success"
 		}
-		if s.Parent().SpanID() != call.SpanContext().SpanID() {
+		if s.Parent().SpanID() != spans[3].SpanContext().SpanID() {
 			t.Errorf("attempt %d is not a child of the call span", n)
 		}
 		if s.Name() != "attempt "+kind {
@@ -153,7 +158,10 @@ func TestRetriedCall(t *testing.T) {
 		wantAttrs(t, s, AttemptNumberKey.Int(n), AttemptKindKey.String(kind), AttemptOutcomeKey.String(outcome),
 			HTTPResendCountKey.Int(n-1), BudgetSentKey.Float64(float64(300-n*50)))
 	}
-	wantAttrs(t, spans[3], AttemptsKey.Int(3), RetriesKey.Int(2), RetryStopReasonKey.String("answered"))
+	if spans[3].Name() != "GET" || spans[3].SpanKind() != trace.SpanKindClient || spans[3].Parent().SpanID() != server.SpanContext().SpanID() {
+		t.Errorf("call span %q kind %v parent %v; want GET, client, under the server span", spans[3].Name(), spans[3].SpanKind(), spans[3].Parent().SpanID())
+	}
+	wantAttrs(t, spans[3], AttemptsKey.Int(3), RetriesKey.Int(2), RetryStopReasonKey.String("answered"), BudgetSentKey.Float64(250))
 	if got := metricValues(t, reader)["deadlinekit.retry.retries"]; got != 2 {
 		t.Errorf("retries counter %v; want 2", got)
 	}
@@ -162,19 +170,24 @@ func TestRetriedCall(t *testing.T) {
 // A hedged gRPC call whose hedge wins.
 func TestHedgedCall(t *testing.T) {
 	tp, rec, reader := withSDK(t)
-	ctx, call := tp.Tracer("test").Start(context.Background(), "/svc/Get")
+	sctx, server := tp.Tracer("test").Start(context.Background(), "server")
+	defer server.End()
+	ctx, call := StartCall(sctx, GRPC, "/svc/Get")
 	_, primary := StartAttempt(ctx, GRPC, KindPrimary, 1)
 	_, hedge := StartAttempt(ctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
 	primary.End(OutcomeCancelled, context.Canceled)
 	RecordHedgeCall(ctx, 1, true, "")
-	call.End()
+	call.End(nil)
 
 	spans := rec.Ended()
 	wantAttrs(t, spans[0], AttemptKindKey.String("hedge"), PreviousRPCAttemptsKey.Int(1), AttemptOutcomeKey.String("success"))
 	wantAttrs(t, spans[1], AttemptKindKey.String("primary"), PreviousRPCAttemptsKey.Int(0), AttemptOutcomeKey.String("cancelled"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("a cancelled loser is marked as an error")
+	}
+	if spans[2].Name() != "Sent.svc.Get" {
+		t.Errorf("call span named %q; want gRFC A72's Sent.svc.Get", spans[2].Name())
 	}
 	wantAttrs(t, spans[2], AttemptsKey.Int(2), HedgesKey.Int(1), HedgeWonKey.Bool(true))
 	m := metricValues(t, reader)
@@ -183,47 +196,67 @@ func TestHedgedCall(t *testing.T) {
 	}
 }
 
-// Hedging under retry: the hedging layer's primary is the retry layer's attempt, not
-// an attempt of its own; its hedge is a child of that attempt. A primary under a span
-// that is not an attempt span (the caller's own, inside the attempt) gets its own.
+// Hedging under retry: the hedging layer joins the retry layer's call; its primary
+// is the retry layer's attempt, not an attempt of its own; its hedge is another
+// attempt of the call, a child of the call's span numbered after the attempts
+// before it. A primary under a span that is not an attempt span (the caller's own,
+// inside the attempt) belongs to a call of its own.
 func TestPrimaryInsideAttempt(t *testing.T) {
 	tp, rec, _ := withSDK(t)
-	ctx, call := tp.Tracer("test").Start(context.Background(), "/svc/Get")
+	sctx, server := tp.Tracer("test").Start(context.Background(), "server")
+	ctx, call := StartCall(sctx, GRPC, "/svc/Get")
 	actx, retryAttempt := StartAttempt(ctx, GRPC, KindPrimary, 1)
-	pctx, primary := StartAttempt(actx, GRPC, KindPrimary, 1)
+	hctx, joined := StartCall(actx, GRPC, "/svc/Get")
+	if joined.Owner() || !joined.Recording() || hctx != actx {
+		t.Fatal("the hedging layer under retry did not join the retry layer's call")
+	}
+	pctx, primary := StartAttempt(hctx, GRPC, KindPrimary, 1)
 	if primary.Recording() || pctx != actx {
 		t.Fatal("a primary inside an attempt started a span of its own")
 	}
-	_, hedge := StartAttempt(actx, GRPC, KindHedge, 2)
+	_, hedge := StartAttempt(hctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
+	RecordHedgeCall(hctx, 1, true, "")
+	joined.End(nil) // a joining layer's End does nothing
 	inner, own := tp.Tracer("test").Start(actx, "the caller's")
-	_, nested := StartAttempt(inner, GRPC, KindPrimary, 1)
+	ictx, innerCall := StartCall(inner, GRPC, "/svc/Other")
+	if !innerCall.Owner() {
+		t.Error("a call under the caller's own span joined the outer call")
+	}
+	_, nested := StartAttempt(ictx, GRPC, KindPrimary, 1)
 	if !nested.Recording() {
 		t.Error("a primary under a span that is not an attempt has no span")
 	}
 	nested.End(OutcomeSuccess, nil)
+	innerCall.End(nil)
 	own.End()
 	retryAttempt.End(OutcomeSuccess, nil)
-	call.End()
+	RecordRetryCall(ctx, 1, StopAnswered)
+	call.End(nil)
+	server.End()
 
 	spans := rec.Ended()
-	if len(spans) != 5 {
-		t.Fatalf("%d spans; want the call, the attempt, its hedge, the caller's span and its primary", len(spans))
+	if len(spans) != 7 {
+		t.Fatalf("%d spans; want the server, the call, the attempt, its hedge, the caller's span, its call and primary", len(spans))
 	}
-	parent := retryAttempt.span.SpanContext().SpanID()
+	callSpan := spans[5]
 	if spans[0].SpanKind() != trace.SpanKindInternal {
 		t.Errorf("attempt span kind %v; want internal", spans[0].SpanKind())
 	}
-	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != parent {
-		t.Errorf("hedge span %q has parent %v; want the attempt %v", spans[0].Name(), spans[0].Parent().SpanID(), parent)
+	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != callSpan.SpanContext().SpanID() {
+		t.Errorf("hedge span %q has parent %v; want the call %v", spans[0].Name(), spans[0].Parent().SpanID(), callSpan.SpanContext().SpanID())
 	}
+	wantAttrs(t, spans[0], AttemptNumberKey.Int(2), PreviousRPCAttemptsKey.Int(1))
+	wantAttrs(t, callSpan, AttemptsKey.Int(2), RetriesKey.Int(0), HedgesKey.Int(1), HedgeWonKey.Bool(true))
 }
 
 func TestBudgetRefusal(t *testing.T) {
 	tp, rec, reader := withSDK(t)
-	ctx, call := tp.Tracer("test").Start(context.Background(), "call")
+	sctx, server := tp.Tracer("test").Start(context.Background(), "server")
+	defer server.End()
+	ctx, call := StartCall(sctx, HTTP, "GET")
 	RecordRetryCall(ctx, 1, StopBudgetEmpty)
-	call.End()
+	call.End(nil)
 	wantAttrs(t, rec.Ended()[0], AttemptsKey.Int(1), RetriesKey.Int(0), RetryStopReasonKey.String("budget_empty"))
 	if got := metricValues(t, reader)["deadlinekit.retry.budget_refusals"]; got != 1 {
 		t.Errorf("budget refusals %v; want 1", got)

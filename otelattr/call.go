@@ -1,0 +1,188 @@
+package otelattr
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Call is the span of one outbound call, shared by the layers it goes through. The
+// outermost layer starts it ([StartCall]) and ends it; the layers beneath join it
+// and record into it. Its zero value (the call is not traced) does nothing.
+type Call struct {
+	c     *callState
+	owner bool
+}
+
+// callState is what the layers of one call record, written on the call's span when
+// the call ends: each key once, meaning one thing.
+type callState struct {
+	span trace.Span
+	own  bool // the span was started here, and is ended here
+
+	seq  atomic.Int32 // attempt numbers handed out
+	once sync.Once
+
+	mu         sync.Mutex
+	retried    bool // the retry layer reported
+	attempts   int  // attempts the retry layer made
+	stop       StopReason
+	hedged     bool // the hedging layer reported
+	hedges     int
+	won        bool
+	skip       HedgeSkip
+	budget     float64
+	budgetSent bool
+}
+
+// callKey holds the *callState of the call a context belongs to.
+type callKey struct{}
+
+// StartCall returns the call that ctx belongs to, joining it when a layer above has
+// started one (the context's span is the call's span or one of its attempts'), and
+// otherwise starting it: the span in ctx is used as the call's span when it is a
+// client span made for this call (otelhttp's transport, grpc-go's OpenTelemetry
+// plugin, which gRFC A72 has start a call span in an interceptor); else a client
+// span of its own is started, named as gRFC A72 names call spans ("Sent." and the
+// method, dots for slashes) for gRPC and by the method for HTTP ("GET"). A server
+// span, or a user's span made for something else, never receives a call's totals.
+//
+// name is the gRPC full method or the HTTP method. With no recording span in ctx,
+// nothing is started and the Call does nothing. The layer that started the call
+// ends it ([Call.End]); a joining layer's End does nothing.
+func StartCall(ctx context.Context, p Protocol, name string) (context.Context, Call) {
+	span := trace.SpanFromContext(ctx)
+	if c, ok := ctx.Value(callKey{}).(*callState); ok && (c.span == span || isAttempt(ctx, span)) {
+		return ctx, Call{c: c}
+	}
+	if !span.IsRecording() {
+		return ctx, Call{}
+	}
+	c := &callState{span: span}
+	if !isClientSpan(span) || isAttempt(ctx, span) {
+		ctx, c.span = span.TracerProvider().Tracer(ScopeName).Start(ctx, callSpanName(p, name), trace.WithSpanKind(trace.SpanKindClient))
+		c.own = true
+	}
+	return context.WithValue(ctx, callKey{}, c), Call{c: c, owner: true}
+}
+
+// isClientSpan reports whether span says it is a client span. Spans of the OTel SDK
+// do (their SpanKind method); any other span is taken not to be one, so that the
+// toolkit starts a call span of its own rather than write on a span it cannot tell.
+func isClientSpan(span trace.Span) bool {
+	k, ok := span.(interface{ SpanKind() trace.SpanKind })
+	return ok && k.SpanKind() == trace.SpanKindClient
+}
+
+func callSpanName(p Protocol, name string) string {
+	if p == GRPC {
+		return "Sent." + strings.ReplaceAll(strings.TrimPrefix(name, "/"), "/", ".")
+	}
+	if name == "" {
+		return "GET"
+	}
+	return name
+}
+
+// callFrom returns the call ctx belongs to, as [StartCall] would join it.
+func callFrom(ctx context.Context) *callState {
+	c, ok := ctx.Value(callKey{}).(*callState)
+	if !ok {
+		return nil
+	}
+	if span := trace.SpanFromContext(ctx); c.span != span && !isAttempt(ctx, span) {
+		return nil
+	}
+	return c
+}
+
+// Recording reports whether the call is traced.
+func (c Call) Recording() bool { return c.c != nil }
+
+// Owner reports whether this layer started the call, and so ends it.
+func (c Call) Owner() bool { return c.owner }
+
+// End writes the call's totals on its span and, when the toolkit started the span,
+// ends it, with err (when not nil) as its error. Only the layer that started the call
+// does this; End may be called more than once, the first call counts.
+func (c Call) End(err error) {
+	if c.c == nil || !c.owner {
+		return
+	}
+	c.c.once.Do(func() { c.c.end(err) })
+}
+
+// EndFunc returns c.End(nil) as a func, for a response body whose Close ends the
+// call; nil when End would do nothing.
+func (c Call) EndFunc() func() {
+	if c.c == nil || !c.owner {
+		return nil
+	}
+	return func() { c.End(nil) }
+}
+
+func (c *callState) end(err error) {
+	c.mu.Lock()
+	attempts := 1
+	if c.retried {
+		attempts = max(c.attempts, 1)
+	}
+	kv := make([]attribute.KeyValue, 0, 8)
+	kv = append(kv, AttemptsKey.Int(attempts+c.hedges))
+	if c.retried {
+		kv = append(kv, RetriesKey.Int(attempts-1), RetryStopReasonKey.String(string(c.stop)))
+	}
+	if c.hedged {
+		if c.hedges > 0 {
+			kv = append(kv, HedgesKey.Int(c.hedges), HedgeWonKey.Bool(c.won))
+		} else if c.skip != "" {
+			kv = append(kv, HedgeSkipKey.String(string(c.skip)))
+		}
+	}
+	if c.budgetSent {
+		kv = append(kv, BudgetSentKey.Float64(c.budget))
+	}
+	c.mu.Unlock()
+	c.span.SetAttributes(kv...)
+	if !c.own {
+		return
+	}
+	if err != nil {
+		c.span.RecordError(err)
+		c.span.SetStatus(codes.Error, err.Error())
+	}
+	c.span.End()
+}
+
+// nextAttempt returns the number of the call's next attempt, 1 for the first.
+func (c *callState) nextAttempt() int { return int(c.seq.Add(1)) }
+
+func (c *callState) recordRetry(attempts int, stop StopReason) {
+	c.mu.Lock()
+	c.retried, c.attempts, c.stop = true, attempts, stop
+	c.mu.Unlock()
+}
+
+func (c *callState) recordHedge(hedges int, won bool, skip HedgeSkip) {
+	c.mu.Lock()
+	c.hedged = true
+	c.hedges += hedges
+	c.won = won
+	if hedges == 0 && c.skip == "" {
+		c.skip = skip
+	}
+	c.mu.Unlock()
+}
+
+func (c *callState) recordBudget(ms float64) {
+	c.mu.Lock()
+	if !c.budgetSent {
+		c.budget, c.budgetSent = ms, true
+	}
+	c.mu.Unlock()
+}

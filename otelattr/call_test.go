@@ -1,0 +1,107 @@
+package otelattr
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// A client span made for the call (otelhttp's transport, grpc-go's A72 plugin) is
+// the call's span: the totals go on it, and its owner, not the toolkit, ends it.
+func TestCallUsesTheUsersClientSpan(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, client := tp.Tracer("otelhttp").Start(context.Background(), "HTTP GET", trace.WithSpanKind(trace.SpanKindClient))
+	cctx, call := StartCall(ctx, HTTP, "GET")
+	if !call.Owner() || trace.SpanFromContext(cctx) != client {
+		t.Fatal("the call did not take the user's client span as its own")
+	}
+	_, a := StartAttempt(cctx, HTTP, KindPrimary, 1)
+	a.End(OutcomeSuccess, nil)
+	RecordRetryCall(cctx, 1, StopAnswered)
+	call.End(errors.New("ignored: the span is the user's"))
+	if n := len(rec.Ended()); n != 1 {
+		t.Fatalf("%d spans ended before the user ended theirs; want the attempt only", n)
+	}
+	client.End()
+	spans := rec.Ended()
+	if spans[0].Parent().SpanID() != client.SpanContext().SpanID() {
+		t.Error("the attempt is not a child of the user's client span")
+	}
+	wantAttrs(t, spans[1], AttemptsKey.Int(1), RetriesKey.Int(0), RetryStopReasonKey.String("answered"))
+	if spans[1].Status().Code.String() == "Error" {
+		t.Error("the toolkit set the status of a span it does not own")
+	}
+}
+
+// Two calls made from one handler have two call spans, each with its own totals,
+// and the handler's server span carries none of them.
+func TestTwoCallsFromOneHandler(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, server := tp.Tracer("otelgrpc").Start(context.Background(), "pkg.Svc/Handle", trace.WithSpanKind(trace.SpanKindServer))
+	for i, stop := range []StopReason{StopAnswered, StopAttemptsExhausted} {
+		cctx, call := StartCall(ctx, GRPC, "/pkg.Down/Get")
+		for n := 1; n <= i+1; n++ {
+			_, a := StartAttempt(cctx, GRPC, KindPrimary, n)
+			a.End(OutcomeFailure, errors.New("unavailable"))
+		}
+		RecordRetryCall(cctx, i+1, stop)
+		call.End(errors.New("unavailable"))
+	}
+	server.End()
+	var calls []int
+	for i, s := range rec.Ended() {
+		switch s.Name() {
+		case "Sent.pkg.Down.Get":
+			calls = append(calls, i)
+			if s.Status().Code.String() != "Error" {
+				t.Errorf("a failed call's span has status %v", s.Status().Code)
+			}
+		case "pkg.Svc/Handle":
+			if len(s.Attributes()) != 0 {
+				t.Errorf("the server span carries %v", s.Attributes())
+			}
+		}
+	}
+	if len(calls) != 2 {
+		t.Fatalf("%d call spans; want 2", len(calls))
+	}
+	spans := rec.Ended()
+	wantAttrs(t, spans[calls[0]], AttemptsKey.Int(1), RetryStopReasonKey.String("answered"))
+	wantAttrs(t, spans[calls[1]], AttemptsKey.Int(2), RetryStopReasonKey.String("attempts_exhausted"))
+}
+
+// A span that cannot say its kind (not the OTel SDK's) is not taken for a call span.
+func TestCallUnderAnUnknownSpan(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, parent := tp.Tracer("t").Start(context.Background(), "parent")
+	defer parent.End()
+	ctx = trace.ContextWithSpan(ctx, opaqueSpan{parent})
+	_, call := StartCall(ctx, HTTP, "PUT")
+	call.End(nil)
+	if s := rec.Ended(); len(s) != 1 || s[0].Name() != "PUT" {
+		t.Fatalf("ended %d spans; want a call span of the toolkit's", len(s))
+	}
+}
+
+// opaqueSpan hides the SDK span's methods beyond trace.Span.
+type opaqueSpan struct{ trace.Span }
+
+// Untraced: nothing is started, nothing is recorded, and nothing allocates.
+func TestCallUntraced(t *testing.T) {
+	ctx := trace.ContextWithSpan(context.Background(), noop.Span{})
+	allocs := testing.AllocsPerRun(100, func() {
+		cctx, call := StartCall(ctx, GRPC, "/a/b")
+		if call.Recording() || cctx != ctx {
+			t.Fatal("an untraced call started something")
+		}
+		RecordRetryCall(cctx, 2, StopAnswered)
+		RecordHedgeCall(cctx, 0, false, HedgeSkipNotDue)
+		call.End(nil)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per untraced call; want 0", allocs)
+	}
+}

@@ -1,53 +1,46 @@
 // Package deadlinekit makes one request's time budget travel with it through every hop
-// of a service chain, and spends that budget wisely.
+// of a service chain, and spends it wisely: downstream work stops when the caller has
+// given up, a server refuses work it cannot finish in time, slow calls are hedged,
+// failures are retried only where a retry can help, and every attempt shows in traces.
 //
-// The module is a set of small packages, one concern each, that compose as middleware
-// and interceptors. This root package holds no code; it documents how the pieces fit.
+// This package is the stack: one constructor per side and protocol, assembling the
+// layers in the documented order with defaults chosen together.
 //
-//   - [github.com/deadlinekit/deadlinekit/deadline]: budget arithmetic on a context —
-//     time left, the budget to hand to the next hop (reserve, per-hop cap, floor,
-//     default), per-attempt timeouts. Standard library only.
-//   - [github.com/deadlinekit/deadlinekit/propagate]: carries the deadline on the wire
-//     (grpc-timeout over gRPC and HTTP; Connect-Timeout-Ms and Envoy's header
-//     understood) with an HTTP transport and middleware and gRPC interceptors.
+//	mux := http.NewServeMux()
+//	srv := &http.Server{Handler: deadlinekit.NewHandler(mux)}           // HTTP server
+//	client := &http.Client{Transport: deadlinekit.NewTransport(nil)}     // HTTP client
+//	gs := grpc.NewServer(deadlinekit.ServerOptions()...)                 // gRPC server
+//	conn, err := grpc.NewClient(target, append(deadlinekit.DialOptions(), // gRPC client
+//		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 //
-// Packages shortcircuit (refuse work the budget cannot pay for), hedge (backup
-// requests after the observed P99, extra load capped), retry (only what can succeed,
-// inside the same deadline, under a budget) and otelattr (attempts and budgets as
-// OpenTelemetry attributes) follow the same shapes.
+// # The order, outermost first
 //
-// # Server side, outermost first
+//	server: user's tracing → propagate → retry (server side) → shortcircuit → handler
+//	client: user's tracing → retry → hedge → propagate → transport
 //
-//	user's tracing (otelhttp / otelgrpc)
-//	  → propagate: read the inbound deadline, clamp it, set it on the context
-//	  → shortcircuit: refuse when the budget left is below the floor
-//	  → handler
+// propagate reads the caller's budget (grpc-timeout, Connect-Timeout-Ms, Envoy's
+// header when trusted), clamps it and sets it on the context; on the client it writes
+// the time left when each attempt is sent, minus a reserve. shortcircuit refuses a
+// request whose budget is below the floor, with "do not retry"
+// (grpc-retry-pushback-ms: -1). retry retries only what can succeed, inside the one
+// deadline, under a retry budget, in one layer only. hedge sends a backup copy of an
+// idempotent call that runs past the observed P99, the extra load capped at 15%.
 //
-// For HTTP:
+// One floor ([WithFloor], 20 ms) and one reserve ([WithReserve], 5 ms) set every
+// layer's thresholds, so that no layer sends what the next would refuse. Each layer's
+// own options pass through [WithPropagate], [WithShortCircuit], [WithRetry] and
+// [WithHedge]; [Without] leaves a layer out. To change the order, nest the packages'
+// adapters by hand: they have the same names in every package (NewTransport,
+// NewMiddleware, UnaryClientInterceptor, ...).
 //
-//	handler = propagate.NewMiddleware()(mux)
+// # Tracing
 //
-// For gRPC:
-//
-//	grpc.NewServer(grpc.ChainUnaryInterceptor(propagate.UnaryServerInterceptor()))
-//
-// # Client side, outermost first
-//
-//	user's tracing → retry → hedge → propagate (writes the budget left when each
-//	attempt is sent, minus the reserve) → transport
-//
-// For HTTP:
-//
-//	client := &http.Client{Transport: propagate.NewTransport(nil)}
-//
-// For gRPC:
-//
-//	grpc.NewClient(target, grpc.WithChainUnaryInterceptor(propagate.UnaryClientInterceptor()), ...)
-//
-// Every package's adapters have the same names: NewTransport and NewMiddleware for
-// HTTP, UnaryClientInterceptor, StreamClientInterceptor, UnaryServerInterceptor and
-// StreamServerInterceptor for gRPC, each configured with WithX options whose defaults
-// work without any.
+// Each outbound call has one span of its own, carrying the call's totals (attempts,
+// retries, hedges, whether a hedge won, why it stopped, the budget sent): the client
+// span of otelhttp's transport or grpc-go's OpenTelemetry plugin when they are
+// outermost, else a client span the toolkit starts. Each attempt is a child span of
+// it, and the downstream's server span hangs under the attempt that reached it. No
+// server span carries a call's totals. See package otelattr for the vocabulary.
 //
 // The runnable demonstration is examples/threehop: go run ./examples/threehop.
 package deadlinekit

@@ -1,0 +1,113 @@
+package deadlinekit
+
+import (
+	"net/http"
+
+	"google.golang.org/grpc"
+
+	"github.com/deadlinekit/deadlinekit/propagate"
+	"github.com/deadlinekit/deadlinekit/retry"
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
+)
+
+// NewHandler returns h behind the server side of the stack, outermost first:
+// propagate (read the caller's budget, clamp it, set it on the context) → retry's
+// server side (the one-layer rule) → shortcircuit (refuse what the budget left
+// cannot pay for) → h. Put the user's tracing (otelhttp.NewHandler) outside it, so
+// that the refusals are on the server span:
+//
+//	srv := &http.Server{Handler: otelhttp.NewHandler(deadlinekit.NewHandler(mux), "svc")}
+func NewHandler(h http.Handler, opts ...Option) http.Handler {
+	c := newConfig(opts)
+	if c.has(ShortCircuit) {
+		h = shortcircuit.NewMiddleware(c.shortcircuitOptions()...)(h)
+	}
+	if c.has(Retry) {
+		h = retry.NewMiddleware()(h)
+	}
+	if c.has(Propagate) {
+		h = propagate.NewMiddleware(c.propagateOptions()...)(h)
+	}
+	return h
+}
+
+// NewTransport returns base (nil: [http.DefaultTransport]) behind the client side of
+// the stack, outermost first: retry → hedge → propagate (write the budget left when
+// each attempt is sent, minus the reserve) → base. One transport is one client: its
+// calls share one retry budget and one [hedge.Hedger] unless [WithRetry] and
+// [WithHedger] say otherwise. Put the user's tracing outside it
+// (otelhttp.NewTransport(deadlinekit.NewTransport(nil))): its client span is then the
+// call's span, and the toolkit's attempt spans are its children; without it, the
+// toolkit starts the call's span itself.
+func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
+	c := newConfig(opts)
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	rt := base
+	if c.has(Propagate) {
+		rt = propagate.NewTransport(rt, c.propagateOptions()...)
+	}
+	if c.has(Hedge) {
+		rt = c.newHedger().Transport(rt)
+	}
+	if c.has(Retry) {
+		rt = retry.NewTransport(rt, c.retryOptions()...)
+	}
+	return rt
+}
+
+// ServerOptions returns the server side of the stack for grpc.NewServer, in the order
+// of [NewHandler], as unary and stream interceptor chains (streams: propagate and
+// shortcircuit; the retry layer's one-layer rule applies to unary calls). Other
+// interceptors run before or after them in the order their options are given. The user's tracing is a stats handler (otelgrpc.NewServerHandler) or grpc-go's
+// OpenTelemetry plugin, in the same grpc.NewServer call:
+//
+//	srv := grpc.NewServer(append(deadlinekit.ServerOptions(),
+//		grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
+func ServerOptions(opts ...Option) []grpc.ServerOption {
+	c := newConfig(opts)
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	if c.has(Propagate) {
+		po := c.propagateOptions()
+		unary = append(unary, propagate.UnaryServerInterceptor(po...))
+		stream = append(stream, propagate.StreamServerInterceptor(po...))
+	}
+	if c.has(Retry) {
+		unary = append(unary, retry.UnaryServerInterceptor())
+	}
+	if c.has(ShortCircuit) {
+		so := c.shortcircuitOptions()
+		unary = append(unary, shortcircuit.UnaryServerInterceptor(so...))
+		stream = append(stream, shortcircuit.StreamServerInterceptor(so...))
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+}
+
+// DialOptions returns the client side of the stack for grpc.NewClient, in the order
+// of [NewTransport], as unary and stream interceptor chains (streams: propagate only;
+// a stream is neither retried nor hedged). One set of options is one client: its
+// calls share one retry budget and one [hedge.Hedger]. The user's tracing:
+// otelgrpc's stats handler (grpc.WithStatsHandler(otelgrpc.NewClientHandler())) may
+// go anywhere, and its per-attempt spans hang under the toolkit's attempt spans,
+// under a call span the toolkit starts; grpc-go's OpenTelemetry plugin
+// (opentelemetry.DialOption) goes before these options, so that its call span
+// (gRFC A72) is the one the toolkit records on.
+func DialOptions(opts ...Option) []grpc.DialOption {
+	c := newConfig(opts)
+	var unary []grpc.UnaryClientInterceptor
+	var stream []grpc.StreamClientInterceptor
+	if c.has(Retry) {
+		unary = append(unary, retry.UnaryClientInterceptor(c.retryOptions()...))
+	}
+	if c.has(Hedge) {
+		unary = append(unary, c.newHedger().UnaryClientInterceptor())
+	}
+	if c.has(Propagate) {
+		po := c.propagateOptions()
+		unary = append(unary, propagate.UnaryClientInterceptor(po...))
+		stream = append(stream, propagate.StreamClientInterceptor(po...))
+	}
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...)}
+}

@@ -2,6 +2,8 @@ package otelattr
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -9,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 )
 
 // Call is the span of one outbound call, shared by the layers it goes through. The
@@ -125,6 +129,34 @@ func (c Call) EndFunc() func() {
 	}
 	return func() { c.End(nil) }
 }
+
+// EndHTTP ends an HTTP call ([Call.End]) when its response is done with: at once
+// when there is no body to read (or err is set), else when the body is closed or read
+// to its end, so that the call's span covers the answer's transfer. A status of 400
+// or more marks the span an error, as OTel's conventions ask of client spans.
+func (c Call) EndHTTP(resp *http.Response, err error) {
+	if c.c == nil || !c.owner {
+		return
+	}
+	if err != nil || resp == nil {
+		c.End(err)
+		return
+	}
+	var status error
+	if resp.StatusCode >= 400 {
+		status = statusError(resp.StatusCode)
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		c.End(status)
+		return
+	}
+	resp.Body = cancelbody.Wrap(resp.Body, func() { c.End(status) })
+}
+
+// statusError is an HTTP failure status, for a call span's status.
+type statusError int
+
+func (e statusError) Error() string { return "HTTP " + strconv.Itoa(int(e)) }
 
 func (c *callState) end(err error) {
 	c.mu.Lock()

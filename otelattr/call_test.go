@@ -3,8 +3,12 @@ package otelattr
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -103,5 +107,30 @@ func TestCallUntraced(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per untraced call; want 0", allocs)
+	}
+}
+
+// An HTTP call's span ends when its answer's body is done with, an error status
+// marking it failed; a call with no body ends at once.
+func TestCallEndHTTP(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, server := tp.Tracer("t").Start(context.Background(), "server", trace.WithSpanKind(trace.SpanKindServer))
+	defer server.End()
+	_, call := StartCall(ctx, HTTP, "GET")
+	resp := &http.Response{StatusCode: 503, Body: io.NopCloser(strings.NewReader("busy"))}
+	call.EndHTTP(resp, nil)
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatal("the call span ended before its body was read")
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	spans := rec.Ended()
+	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != "HTTP 503" {
+		t.Fatalf("ended %d spans, status %v; want the call, failed with HTTP 503", len(spans), spans[0].Status())
+	}
+	_, call = StartCall(ctx, HTTP, "HEAD")
+	call.EndHTTP(&http.Response{StatusCode: 200, Body: http.NoBody}, nil)
+	if spans := rec.Ended(); len(spans) != 2 || spans[1].Status().Code == codes.Error {
+		t.Fatal("a bodiless answer did not end its call, or ended it failed")
 	}
 }

@@ -98,5 +98,12 @@
 //	deadline passed, or time left < floor    DeadlineExceeded   504 Gateway Timeout
 //	handler returned a *BudgetError          DeadlineExceeded   (the handler writes its own response)
 //
+// Each refusal for lack of budget, and the DeadlineExceeded a *BudgetError is mapped
+// to, carries grpc-retry-pushback-ms: -1 (a gRPC trailer, an HTTP response header):
+// "do not retry". A retry could only arrive with less time than the refused request
+// had, so neither deadlinekit's retry layers (package retry records the stop reason
+// refused) nor grpc-go's own retry policy retry it, and the caller gets the refusal's
+// words.
+//
 // A handler's own panic propagates through the guard unchanged.
 package shortcircuit

@@ -6,27 +6,44 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
+// headerPushbackMs is gRPC's pushback (gRPC A6), a trailer, and on HTTP a header. A
+// refusal for lack of budget sends -1, "do not retry", so that neither the
+// toolkit's retry layers nor grpc-go's own retry policy retry it: a retry could only
+// arrive with less time.
+const headerPushbackMs = "grpc-retry-pushback-ms"
+
+// doNotRetry is the trailer of a refusal.
+var doNotRetry = metadata.Pairs(headerPushbackMs, "-1")
+
 // UnaryServerInterceptor returns a gRPC interceptor that refuses a call with
 // DeadlineExceeded, before the handler runs, when the time left is below the floor or
-// the deadline has passed. The status message states the time left and the floor. The
-// route key is the full method ("/package.Service/Method").
+// the deadline has passed. The status message states the time left and the floor, and
+// the trailer grpc-retry-pushback-ms: -1 tells the caller's retry layers (grpc-go's
+// retry policy included) not to retry it. The route key is the full method
+// ("/package.Service/Method").
 //
 // A [*BudgetError] returned by the handler (from [Check]) that is not already a gRPC
-// status is answered as DeadlineExceeded; other errors pass through unchanged.
+// status is answered as DeadlineExceeded, with the same trailer; other errors pass
+// through unchanged.
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	g := newGuard(opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		var t ticket
 		if !g.admit(ctx, fullMethod(info), &t) {
+			_ = grpc.SetTrailer(ctx, doNotRetry)
 			return nil, status.Error(codes.DeadlineExceeded, t.refusal())
 		}
 		resp, err := handler(ctx, req)
 		g.done(ctx, &t, err == nil)
 		if err != nil {
-			err = budgetStatus(err)
+			var refused bool
+			if refused, err = budgetStatus(err); refused {
+				_ = grpc.SetTrailer(ctx, doNotRetry)
+			}
 		}
 		return resp, err
 	}
@@ -47,12 +64,16 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 			method = info.FullMethod
 		}
 		if !g.admit(ctx, method, &t) {
+			ss.SetTrailer(doNotRetry)
 			return status.Error(codes.DeadlineExceeded, t.refusal())
 		}
 		err := handler(srv, ss)
 		g.done(ctx, &t, err == nil)
 		if err != nil {
-			err = budgetStatus(err)
+			var refused bool
+			if refused, err = budgetStatus(err); refused {
+				ss.SetTrailer(doNotRetry)
+			}
 		}
 		return err
 	}
@@ -65,14 +86,15 @@ func fullMethod(info *grpc.UnaryServerInfo) string {
 	return info.FullMethod
 }
 
-// budgetStatus maps a *BudgetError that is not a gRPC status to DeadlineExceeded.
-func budgetStatus(err error) error {
+// budgetStatus maps a *BudgetError that is not a gRPC status to DeadlineExceeded,
+// and reports whether it did: the answer is then a refusal for lack of budget.
+func budgetStatus(err error) (refused bool, _ error) {
 	var be *BudgetError
 	if !errors.As(err, &be) {
-		return err
+		return false, err
 	}
 	if _, isStatus := status.FromError(err); isStatus {
-		return err
+		return false, err
 	}
-	return status.Error(codes.DeadlineExceeded, "deadlinekit: "+err.Error())
+	return true, status.Error(codes.DeadlineExceeded, "deadlinekit: "+err.Error())
 }

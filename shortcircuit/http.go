@@ -6,8 +6,9 @@ import (
 
 // NewMiddleware returns HTTP middleware that refuses a request with 504 Gateway
 // Timeout, before next runs, when the time left on the request's context is below the
-// floor or the deadline has passed. The body states the time left and the floor. The
-// route key for per-route and adaptive floors is r.Pattern when set, else r.URL.Path
+// floor or the deadline has passed. The body states the time left and the floor, and
+// the header grpc-retry-pushback-ms: -1 tells the caller's retry layers not to retry
+// it: a retry could only arrive with less time. The route key for per-route and adaptive floors is r.Pattern when set, else r.URL.Path
 // (see the package documentation).
 //
 // The deadline must already be on the request's context: put package propagate's
@@ -19,6 +20,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx := r.Context()
 			var t ticket
 			if !g.admit(ctx, routeOf(r), &t) {
+				w.Header().Set(headerPushbackMs, "-1")
 				http.Error(w, t.refusal(), http.StatusGatewayTimeout)
 				return
 			}

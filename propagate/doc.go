@@ -31,7 +31,9 @@
 // given, and [WithFloor] refuses to send a call whose budget is too small to be of use.
 // A call with nothing left fails at once with an error that matches
 // context.DeadlineExceeded and deadline.ErrInsufficientBudget (gRPC: DeadlineExceeded),
-// without being sent.
+// without being sent; package retry above does not retry it. When the options shorten
+// a stream's deadline, the derived context is released as soon as the stream ends,
+// including a client-streaming call whose answer was received.
 //
 // # Server side
 //
@@ -40,8 +42,10 @@
 // minutes), a default budget applies when none came ([WithDefaultTimeout], default
 // 30 s), a malformed header is answered with HTTP 400 or gRPC InvalidArgument naming
 // the header (unless [WithIgnoreMalformed]), and a request that arrives with no time
-// left is answered with HTTP 504 or gRPC DeadlineExceeded without running the handler.
-// The handler reads what was applied with [InboundFromContext].
+// left is answered with HTTP 504 or gRPC DeadlineExceeded without running the handler,
+// with grpc-retry-pushback-ms: -1 (an HTTP header, a gRPC trailer), so that no retry
+// layer retries it, deadlinekit's nor grpc-go's own retry policy: a retry could only
+// arrive with less time. The handler reads what was applied with [InboundFromContext].
 //
 // # Traces
 //

@@ -38,8 +38,10 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 }
 
 // StreamClientInterceptor is the streaming form of [UnaryClientInterceptor]. When the
-// options shorten the deadline, the derived context lives until the stream ends (an
-// error or io.EOF from RecvMsg) or its own deadline passes.
+// options shorten the deadline, the derived context lives until the stream ends, as
+// grpc-go ends it: an error (io.EOF included) from RecvMsg, or, for a stream whose
+// server sends one message (client streaming), the RecvMsg that returns it; or until
+// its own deadline passes.
 func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -55,7 +57,7 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 			cancel()
 			return nil, err
 		}
-		return &cancelStream{ClientStream: s, cancel: cancel}, nil
+		return &cancelStream{ClientStream: s, cancel: cancel, single: !desc.ServerStreams}, nil
 	}
 }
 
@@ -83,11 +85,14 @@ func (c *config) clientContext(ctx context.Context) (context.Context, context.Ca
 type cancelStream struct {
 	grpc.ClientStream
 	cancel context.CancelFunc
+	single bool // the server sends one message: the RecvMsg that returns it ends the stream
 }
 
 func (s *cancelStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err != nil {
+	// grpc-go's RecvMsg of a stream that is not server-streaming reads the message
+	// and then the end of the stream, so that a nil error there means it is over.
+	if err != nil || s.single {
 		s.cancel()
 	}
 	return err
@@ -112,8 +117,10 @@ func (e statusError) GRPCStatus() *status.Status {
 // [WithMaxTimeout] (default 5 minutes); with no deadline, X-Envoy-Expected-Rq-Timeout-Ms
 // is read when [WithTrustEnvoy] is set, and otherwise the default budget applies
 // ([WithDefaultTimeout], default 30 s). A request that arrives with no time left is
-// refused with codes.DeadlineExceeded without calling the handler; a malformed Envoy
-// header with codes.InvalidArgument (unless [WithIgnoreMalformed]).
+// refused with codes.DeadlineExceeded without calling the handler, and the trailer
+// grpc-retry-pushback-ms: -1, so that no retry layer (grpc-go's retry policy
+// included) retries it: a retry could only arrive with less time. A malformed Envoy
+// header is refused with codes.InvalidArgument (unless [WithIgnoreMalformed]).
 //
 // The handler finds the applied budget with [InboundFromContext].
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
@@ -121,6 +128,9 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, cancel, err := c.serverContext(ctx)
 		if err != nil {
+			if status.Code(err) == codes.DeadlineExceeded {
+				_ = grpc.SetTrailer(ctx, doNotRetry)
+			}
 			return nil, err
 		}
 		defer cancel()
@@ -134,6 +144,9 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, cancel, err := c.serverContext(ss.Context())
 		if err != nil {
+			if status.Code(err) == codes.DeadlineExceeded {
+				ss.SetTrailer(doNotRetry)
+			}
 			return err
 		}
 		defer cancel()
@@ -149,6 +162,13 @@ type serverStream struct {
 func (s *serverStream) Context() context.Context { return s.ctx }
 
 const envoyMetadataKey = "x-envoy-expected-rq-timeout-ms"
+
+// headerPushbackMs is gRPC's pushback (gRPC A6), a trailer, and on HTTP a header. A
+// refusal for lack of time sends -1, "do not retry".
+const headerPushbackMs = "grpc-retry-pushback-ms"
+
+// doNotRetry is the trailer of a refusal.
+var doNotRetry = metadata.Pairs(headerPushbackMs, "-1")
 
 func (c *config) serverContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	trusted := c.trustGRPC == nil || c.trustGRPC(ctx)

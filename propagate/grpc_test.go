@@ -185,10 +185,14 @@ func TestServerInterceptors(t *testing.T) {
 
 type fakeServerStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx     context.Context
+	trailer metadata.MD
 }
 
 func (s *fakeServerStream) Context() context.Context { return s.ctx }
+
+// SetTrailer keeps the trailer, as a refusal sets one.
+func (s *fakeServerStream) SetTrailer(md metadata.MD) { s.trailer = metadata.Join(s.trailer, md) }
 
 func TestServerInterceptorUntrustedCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -132,7 +132,9 @@ func closeBody(req *http.Request) {
 // default budget applies ([WithDefaultTimeout], default 30 s). A malformed header, or
 // the same header repeated, is answered with 400 Bad Request naming the header, unless
 // [WithIgnoreMalformed] is set. A request that arrives with no time left is answered
-// with 504 Gateway Timeout without calling the handler.
+// with 504 Gateway Timeout without calling the handler, and the header
+// grpc-retry-pushback-ms: -1, so that the caller's retry layers do not retry it: a
+// retry could only arrive with less time.
 //
 // The handler finds the applied budget with [InboundFromContext]; its context is
 // cancelled when the budget runs out.
@@ -158,6 +160,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			c.clamp(&in)
 			if in.Budget <= 0 {
 				otelattr.RecordInbound(r.Context(), in.Budget, in.Source, in.Clamped)
+				w.Header().Set(headerPushbackMs, "-1")
 				http.Error(w, fmt.Sprintf("deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget), http.StatusGatewayTimeout)
 				return
 			}

@@ -115,7 +115,9 @@ func (b *Budget) Deposit() {
 }
 
 // TryWithdraw takes one token for a retry and reports whether there was one. A false
-// result means the retry must not be made. A nil *Budget always allows.
+// result means the retry must not be made. A nil *Budget always allows. The retry
+// layers call it when a retry is about to be sent, after its wait: a call whose
+// context ends during the wait spends no token.
 func (b *Budget) TryWithdraw() bool {
 	if b == nil {
 		return true

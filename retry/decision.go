@@ -2,9 +2,11 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // Verdict is a classifier's judgement of one attempt.
@@ -39,11 +41,19 @@ func (v Verdict) String() string {
 type Decision struct {
 	Verdict Verdict
 	// Pushback is the wait the server asked for (Retry-After,
-	// grpc-retry-pushback-ms, RetryInfo); it replaces the backoff when HasPushback.
+	// grpc-retry-pushback-ms, RetryInfo); it replaces the backoff when HasPushback
+	// and it is positive. A pushback of zero (a Retry-After date in the past) waits
+	// the backoff, so that clients do not all come back at once; a negative one
+	// means "do not retry".
 	Pushback    time.Duration
 	HasPushback bool
 	// Reason says why, in a few words; it appears in errors and events.
 	Reason string
+
+	// doNotRetry: the server said explicitly not to retry (a negative
+	// grpc-retry-pushback-ms), as opposed to a pushback that was malformed. The stop
+	// reason then says what the server meant: refused, or downstream_retried.
+	doNotRetry bool
 }
 
 // Action is what the layer does after an attempt.
@@ -94,32 +104,72 @@ type Event struct {
 // plan decides what follows a retryable failure of attempt n (1-based) of a call that
 // may make max attempts. It returns the action, the wait before the next attempt, and
 // the error to return on Stop. last is the attempt's failure, wrapped by stop errors.
+//
+// A retry's token is not taken here, only looked for: the caller withdraws it when
+// the wait is over and the retry is sent ([Budget.TryWithdraw]), so that a call whose
+// context ends during the wait spends none.
 func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last error) (Action, time.Duration, error) {
 	if n >= maxAttempts {
 		return Return, 0, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return Stop, 0, &StopError{Attempts: n, Reason: "context ended", Cause: context.Cause(ctx), Last: last}
+		return Stop, 0, &StopError{Attempts: n, Reason: "context ended", Cause: context.Cause(ctx), Last: last, stop: ctxStop(ctx)}
 	}
 	var wait time.Duration
-	if d.HasPushback {
-		if d.Pushback < 0 {
-			return Return, 0, nil
-		}
-		if d.Pushback > c.maxPushback {
-			return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + d.Pushback.String() + " exceeds the cap of " + c.maxPushback.String(), Last: last}
-		}
+	pushback := d.HasPushback && d.Pushback > 0
+	switch {
+	case d.HasPushback && d.Pushback < 0:
+		return Return, 0, nil
+	case d.HasPushback && d.Pushback > c.maxPushback:
+		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + d.Pushback.String() + " exceeds the cap of " + c.maxPushback.String(), Last: last, stop: otelattr.StopPushbackOverCap}
+	case pushback:
 		wait = d.Pushback
-	} else {
+	default:
+		// No pushback, or one of zero (a Retry-After date in the past): a wait of
+		// nothing would send every client back at once, so the backoff, with its
+		// jitter, applies.
 		wait = c.backoff.Delay(n, c.random())
 	}
 	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.minAttempt {
-		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, MinAttempt: c.minAttempt, Pushback: d.HasPushback, Last: last}
+		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, MinAttempt: c.minAttempt, Pushback: pushback, Last: last}
 	}
-	if !c.budget.TryWithdraw() {
+	if c.budget.Balance() < 1 {
 		return Stop, 0, &BudgetExhaustedError{Attempts: n, Last: last}
 	}
 	return Retry, wait, nil
+}
+
+// waitToRetry waits d before retry n+1 and then takes the retry's token. It returns
+// nil when the retry may be sent; otherwise the call ends: the context ended during
+// the wait, or the budget was emptied by other calls meanwhile. It records the call's
+// stop reason in that case.
+func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error) error {
+	if err := sleep(ctx, d); err != nil {
+		stop := ctxStop(ctx)
+		otelattr.RecordRetryCall(ctx, n, stop)
+		return &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last, stop: stop}
+	}
+	if !c.budget.TryWithdraw() {
+		otelattr.RecordRetryCall(ctx, n, otelattr.StopBudgetEmpty)
+		return &BudgetExhaustedError{Attempts: n, Last: last}
+	}
+	return nil
+}
+
+// ctxStop is the stop reason of a call whose context has ended.
+func ctxStop(ctx context.Context) otelattr.StopReason {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return otelattr.StopDeadline
+	}
+	return otelattr.StopCanceled
+}
+
+// localRefusal reports whether err is a layer beneath refusing the attempt before
+// sending it, for lack of budget (package propagate's floor): a [*deadline.BudgetError].
+// Nothing reached the downstream, and another attempt would have less time still.
+func localRefusal(err error) bool {
+	var be *deadline.BudgetError
+	return errors.As(err, &be)
 }
 
 // sleep waits d or until ctx ends; it reports the context's error in that case.

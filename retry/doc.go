@@ -38,6 +38,11 @@
 //
 // A request whose body cannot be replayed (a Body without GetBody) is sent once.
 //
+// An attempt that a layer beneath refused before sending anything, for lack of
+// budget (package propagate's floor: a [*deadline.BudgetError]), is not a transport
+// failure: it is not retried, spends no budget token, and is returned as is, so that
+// it still matches [deadline.ErrInsufficientBudget].
+//
 // # One deadline for all attempts
 //
 // The call's context deadline covers every attempt and every wait. Each attempt runs
@@ -66,18 +71,27 @@
 // all. Retries therefore stay within ratio × recent successes + the floor, and shrink
 // by themselves when the downstream fails (fewer successes, fewer tokens). When the
 // budget is empty the call stops with a [*BudgetExhaustedError] that wraps the last
-// failure.
+// failure. A retry's token is taken when the retry is sent, after its wait: a caller
+// that gives up during the wait spends none.
 //
 // # Pushback
 //
 // A server may say when to come back: HTTP Retry-After (delta-seconds or an
 // HTTP-date), gRPC's grpc-retry-pushback-ms trailer, or google.rpc.RetryInfo in the
-// status details. The pushback replaces the backoff for that wait. A pushback longer
-// than the cap ([WithMaxPushback], default [DefaultMaxPushback]) stops retrying rather
-// than returning early to a server that asked for more time; a pushback that does not
-// fit before the deadline stops under the deadline rule. A negative or malformed
-// pushback means "do not retry" ([ParseRetryAfter], [ParsePushbackMs],
-// [RetryInfoDelay]).
+// status details. The pushback replaces the backoff for that wait; a pushback of zero
+// (a Retry-After date in the past) waits the backoff, jitter included, so that the
+// clients a server pushed back do not all return at the same instant. A pushback
+// longer than the cap ([WithMaxPushback], default [DefaultMaxPushback]) stops
+// retrying rather than returning early to a server that asked for more time; a
+// pushback that does not fit before the deadline stops under the deadline rule. A
+// negative or malformed pushback means "do not retry" ([ParseRetryAfter],
+// [ParsePushbackMs], [RetryInfoDelay]).
+//
+// A guard's refusal for lack of budget (packages shortcircuit and propagate, on a
+// server) is an HTTP 504 or a gRPC DEADLINE_EXCEEDED carrying grpc-retry-pushback-ms:
+// -1. It is never retried, whatever the method: a retry could only arrive with less
+// time. The call returns the refusal itself (the 504 response, the status), with its
+// words (the time left, the floor).
 //
 // # Idempotency keys
 //
@@ -98,7 +112,9 @@
 // handler make a single attempt (the caller is already retrying). And when an outbound
 // layer of the handler gave up on a retryable failure, the server's failure answer
 // carries grpc-retry-pushback-ms: -1 ("do not retry"), so the layers above do not
-// retry what was already retried below. With this, a chain whose bottom service is
+// retry what was already retried below. The body of an answer that is retried is
+// drained and closed within bounds (64 KiB, 100 ms), so that a body that stalls
+// cannot hold the retry up until the deadline. With this, a chain whose bottom service is
 // down sees at most [WithMaxAttempts] calls per user request.
 //
 // # Where it sits
@@ -122,7 +138,23 @@
 // retry"), made only when the call's span is recording, with its number, kind,
 // outcome and http.request.resend_count or previous-rpc-attempts; an HTTP attempt's
 // request carries that span as the downstream's parent. When the call ends, its span
-// gets the attempts, the retries and why the layer stopped (answered, not_retryable,
-// attempts_exhausted, deadline, budget_empty, pushback, caller_retries, canceled).
+// gets the attempts, the retries and why the layer stopped, saying what happened:
+//
+//	answered            the last attempt got an answer that is not a failure
+//	not_retryable       the failure cannot succeed on retry, or the request cannot be
+//	                    resent (a body without GetBody)
+//	refused             the downstream refused for lack of budget (504 or
+//	                    DEADLINE_EXCEEDED with grpc-retry-pushback-ms: -1)
+//	downstream_retried  another failure with -1: a layer below already retried
+//	pushback            a malformed pushback
+//	pushback_over_cap   the server asked for a longer wait than the cap
+//	attempts_exhausted  the attempts ran out
+//	deadline            the time left could not pay for the wait and an attempt, the
+//	                    deadline passed (during an attempt or a wait), or a layer
+//	                    beneath refused to send the attempt for lack of budget
+//	budget_empty        the retry budget had no token
+//	caller_retries      the caller is itself retrying (the one-layer rule)
+//	canceled            the caller cancelled, during an attempt or a wait
+//
 // See package otelattr for the keys and the metrics (retries sent, budget refusals).
 package retry

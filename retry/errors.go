@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // Sentinels. The typed errors below match them under [errors.Is].
@@ -85,6 +86,8 @@ type StopError struct {
 	Reason   string // why the layer stopped
 	Cause    error  // what stopped it, when that was an error, else nil
 	Last     error  // the last attempt's failure
+
+	stop otelattr.StopReason // the stop reason recorded for it
 }
 
 func (e *StopError) Error() string {

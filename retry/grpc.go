@@ -62,7 +62,13 @@ type GRPCClassifier func(a GRPCAttempt) Decision
 //
 // A Retryable failure carries the server's pushback: the grpc-retry-pushback-ms
 // trailer if present, else RetryInfo's retry_delay. A negative or malformed one gives
-// HasPushback with a negative Pushback: the layer does not retry.
+// HasPushback with a negative Pushback: the layer does not retry. A DEADLINE_EXCEEDED
+// that is Failed carries a negative grpc-retry-pushback-ms too: it is a guard's
+// refusal (packages shortcircuit and propagate), and the call's stop reason says so.
+//
+// An attempt that a layer beneath refused before sending it, for lack of budget (a
+// [*deadline.BudgetError], from package propagate's floor), never reaches the
+// classifier: it is not a transport failure, and it is not retried.
 func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 	if a.CallEnded {
 		return Decision{Verdict: Failed, Reason: "the call's context ended"}
@@ -79,10 +85,10 @@ func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 		d = Decision{Verdict: Retryable, Reason: "UNAVAILABLE"}
 	case codes.DeadlineExceeded:
 		if !a.AttemptTimedOut {
-			return Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}
+			return refusedByServer(Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}, a.Trailer.Get(HeaderPushbackMs))
 		}
 		if !a.Idempotent {
-			return Decision{Verdict: Failed, Reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}
+			return refusedByServer(Decision{Verdict: Failed, Reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}, a.Trailer.Get(HeaderPushbackMs))
 		}
 		d = Decision{Verdict: Retryable, Reason: "per-attempt timeout"}
 	case codes.ResourceExhausted:
@@ -97,8 +103,7 @@ func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 		return Decision{Verdict: Failed, Reason: code.String()}
 	}
 	if v, ok := pushbackTrailer(a.Trailer); ok {
-		p, err := ParsePushbackMs(v)
-		return withPushback(d, p, err)
+		return withPushbackMs(d, v)
 	}
 	if delay, found, err := RetryInfoDelay(a.Status); found && (err != nil || delay > 0) {
 		return withPushback(d, delay, err)
@@ -143,9 +148,10 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		maxAttempts := c.maxAttempts
+		var single otelattr.StopReason
 		in := inboundFrom(ctx)
-		if in != nil && in.retry {
-			maxAttempts = 1
+		if in != nil && in.retry && maxAttempts > 1 {
+			maxAttempts, single = 1, otelattr.StopCallerRetries
 		}
 		if c.keys != nil && len(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) == 0 {
 			if key := c.newKey(); key != "" {
@@ -187,20 +193,30 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			}
 			if err == nil {
 				c.budget.Deposit()
-				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: Decision{Verdict: Answered}, Action: Return}, maxAttempts)
+				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: Decision{Verdict: Answered}, Action: Return}, maxAttempts, single)
 				return nil
 			}
-			st, _ := status.FromError(err)
-			a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: *trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
-			if st.Code() == codes.DeadlineExceeded {
-				a.Idempotent = c.grpcIdempotent(ctx, method)
+			var d Decision
+			if localRefusal(err) {
+				// Refused beneath before anything was sent: not a transport failure,
+				// and another attempt would have less time still.
+				d = Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}
+			} else {
+				st, _ := status.FromError(err)
+				a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: *trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
+				if st.Code() == codes.DeadlineExceeded {
+					a.Idempotent = c.grpcIdempotent(ctx, method)
+				}
+				d = c.classifyGRPC(a)
 			}
-			d := c.classifyGRPC(a)
 			if d.Verdict != Retryable {
 				if d.Verdict == Answered {
 					c.budget.Deposit()
 				}
-				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: d, Action: Return, Err: err}, maxAttempts)
+				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: d, Action: Return, Err: err}, maxAttempts, single)
+				if in != nil && d.doNotRetry {
+					in.gaveUp.Store(true)
+				}
 				return err
 			}
 			action, wait, stopErr := c.plan(ctx, n, maxAttempts, d, err)
@@ -211,7 +227,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			if action == Stop {
 				e.Err = stopErr
 			}
-			c.report(ctx, att, e, maxAttempts)
+			c.report(ctx, att, e, maxAttempts, single)
 			if action != Retry && in != nil && (maxAttempts > 1 || (d.HasPushback && d.Pushback < 0)) {
 				in.gaveUp.Store(true)
 			}
@@ -221,12 +237,11 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			case Stop:
 				return stopErr
 			}
-			if serr := sleep(ctx, wait); serr != nil {
+			if serr := c.waitToRetry(ctx, n, wait, err); serr != nil {
 				if in != nil {
 					in.gaveUp.Store(true)
 				}
-				otelattr.RecordRetryCall(ctx, n, stopReason(ctx, Event{Attempt: n, Action: Stop, Err: serr}, maxAttempts, c.maxAttempts))
-				return grpcStop(ctx, &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: err})
+				return grpcStop(ctx, serr)
 			}
 		}
 	}

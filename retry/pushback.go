@@ -18,7 +18,8 @@ const (
 	HeaderRetryAfter = "Retry-After"
 	// HeaderPushbackMs is gRPC's pushback (trailer grpc-retry-pushback-ms; also read
 	// on HTTP responses): milliseconds, a negative value means "do not retry". The
-	// server side of this package sends -1 when a layer below already retried.
+	// server side of this package sends -1 when a layer below already retried;
+	// packages shortcircuit and propagate send it with a refusal for lack of budget.
 	HeaderPushbackMs = "grpc-retry-pushback-ms"
 )
 
@@ -78,6 +79,13 @@ func ParsePushbackMs(v string) (time.Duration, error) {
 		return maxDelta, nil
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// negativePushback reports whether a grpc-retry-pushback-ms value is a well-formed
+// negative number: the server saying "do not retry", as opposed to garbage.
+func negativePushback(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.HasPrefix(v, "-") && isDigits(v[1:])
 }
 
 func isDigits(s string) bool {

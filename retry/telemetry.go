@@ -3,54 +3,80 @@ package retry
 import (
 	"context"
 	"errors"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // report hands the outcome of attempt e.Attempt to the attempt's span and, when the
 // call ends with it, the call's totals and stop reason to the call's span (package
-// otelattr); then to the user's observer, if any.
-func (c *config) report(ctx context.Context, att otelattr.Attempt, e Event, maxAttempts int) {
+// otelattr); then to the user's observer, if any. single is why the call may make
+// only one attempt when the layer cut its attempts to one (see stopReason).
+func (c *config) report(ctx context.Context, att otelattr.Attempt, e Event, maxAttempts int, single otelattr.StopReason) {
 	outcome := otelattr.OutcomeFailure
 	if e.Action == Return && e.Decision.Verdict == Answered {
 		outcome = otelattr.OutcomeSuccess
 	}
 	att.End(outcome, e.Err)
 	if e.Action != Retry {
-		otelattr.RecordRetryCall(ctx, e.Attempt, stopReason(ctx, e, maxAttempts, c.maxAttempts))
+		otelattr.RecordRetryCall(ctx, e.Attempt, stopReason(ctx, e, maxAttempts, single))
 	}
 	c.observe(ctx, e)
 }
 
-// stopReason says why the call made no further attempt after e.
-func stopReason(ctx context.Context, e Event, maxAttempts, configured int) otelattr.StopReason {
+// stopReason says why the call made no further attempt after e. single is why the
+// layer allowed the call one attempt only (caller_retries: the caller is retrying;
+// not_retryable: the body cannot be replayed), empty when it did not cut them.
+func stopReason(ctx context.Context, e Event, maxAttempts int, single otelattr.StopReason) otelattr.StopReason {
+	d := e.Decision
 	switch {
-	case e.Decision.Verdict == Answered:
+	case d.Verdict == Answered:
 		return otelattr.StopAnswered
-	case e.Decision.Verdict == Failed:
+	case ctx.Err() != nil:
+		// The attempt failed because the caller gave up (or its deadline passed),
+		// whatever the classifier made of it.
+		return ctxStop(ctx)
+	case d.doNotRetry && refusalCode(e.Err):
+		return otelattr.StopRefused // a guard refused for lack of budget
+	case d.doNotRetry:
+		return otelattr.StopDownstreamRetried // the one-layer rule
+	case d.Verdict == Failed && localRefusal(e.Err):
+		return otelattr.StopDeadline // refused beneath, before sending
+	case d.Verdict == Failed:
 		return otelattr.StopNotRetryable
-	case e.Action == Return && e.Attempt >= maxAttempts:
-		if maxAttempts == 1 && configured > 1 && ServingRetry(ctx) {
-			return otelattr.StopCallerRetries
+	case e.Action == Return && d.HasPushback && d.Pushback < 0:
+		return otelattr.StopPushback // a malformed pushback: do not retry
+	case e.Action == Return:
+		if maxAttempts == 1 && single != "" {
+			return single
 		}
 		return otelattr.StopAttemptsExhausted
-	case e.Action == Return:
-		return otelattr.StopPushback // a negative pushback: the server said no
 	}
+	var se *StopError
 	var de *DeadlineError
 	var be *BudgetExhaustedError
 	switch {
+	case errors.As(e.Err, &se) && se.stop != "":
+		return se.stop
 	case errors.As(e.Err, &de):
 		return otelattr.StopDeadline
 	case errors.As(e.Err, &be):
 		return otelattr.StopBudgetEmpty
-	case e.Decision.HasPushback && ctx.Err() == nil:
-		return otelattr.StopPushback // pushback beyond the cap
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return otelattr.StopDeadline
-	default:
-		return otelattr.StopCanceled
 	}
+	return otelattr.StopNotRetryable
+}
+
+// refusalCode reports whether err is the answer a guard refuses with: HTTP 504, gRPC
+// DEADLINE_EXCEEDED.
+func refusalCode(err error) bool {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.StatusCode == http.StatusGatewayTimeout
+	}
+	return status.Code(err) == codes.DeadlineExceeded
 }
 
 // attemptKind is the kind of attempt n.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
+	"github.com/deadlinekit/deadlinekit/internal/drain"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -71,7 +72,13 @@ func IdempotentMethod(m string) bool {
 //
 // A Retryable answer carries the server's pushback: grpc-retry-pushback-ms if present,
 // else Retry-After. A negative or malformed one gives HasPushback with a negative
-// Pushback: the layer does not retry.
+// Pushback: the layer does not retry. A 5xx answer to a request that is not retried
+// anyway carries a negative grpc-retry-pushback-ms too, so that the call's stop reason
+// says the server refused (refused, downstream_retried) rather than not_retryable.
+//
+// An attempt that a layer beneath refused before sending it, for lack of budget (a
+// [*deadline.BudgetError], from package propagate's floor), never reaches the
+// classifier: it is not a transport failure, and it is not retried.
 func DefaultHTTPClassifier(a HTTPAttempt) Decision {
 	idem := a.HasKey || (a.Request != nil && IdempotentMethod(a.Request.Method))
 	if a.Err != nil {
@@ -102,7 +109,8 @@ func DefaultHTTPClassifier(a HTTPAttempt) Decision {
 	case code == http.StatusInternalServerError || code == http.StatusBadGateway ||
 		code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
 		if !idem {
-			return Decision{Verdict: Failed, Reason: "status " + strconv.Itoa(code) + ", and the request is neither idempotent nor keyed"}
+			return refusedByServer(Decision{Verdict: Failed, Reason: "status " + strconv.Itoa(code) + ", and the request is neither idempotent nor keyed"},
+				a.Response.Header.Values(HeaderPushbackMs))
 		}
 		return httpPushback(a, Decision{Verdict: Retryable, Reason: "status " + strconv.Itoa(code)})
 	case code >= 500:
@@ -114,8 +122,7 @@ func DefaultHTTPClassifier(a HTTPAttempt) Decision {
 func httpPushback(a HTTPAttempt, d Decision) Decision {
 	h := a.Response.Header
 	if v := h.Values(HeaderPushbackMs); len(v) > 0 {
-		p, err := ParsePushbackMs(v[0])
-		return withPushback(d, p, err)
+		return withPushbackMs(d, v[0])
 	}
 	if v := h.Values(HeaderRetryAfter); len(v) > 0 {
 		now := a.Now
@@ -124,6 +131,24 @@ func httpPushback(a HTTPAttempt, d Decision) Decision {
 		}
 		p, err := ParseRetryAfter(v[0], now)
 		return withPushback(d, p, err)
+	}
+	return d
+}
+
+// withPushbackMs gives d the pushback of a grpc-retry-pushback-ms value.
+func withPushbackMs(d Decision, v string) Decision {
+	p, err := ParsePushbackMs(v)
+	d = withPushback(d, p, err)
+	d.doNotRetry = negativePushback(v)
+	return d
+}
+
+// refusedByServer gives a failure that is not retried anyway the server's "do not
+// retry" (grpc-retry-pushback-ms: -1), when it said so, so that the call's stop
+// reason can say the server refused rather than the request was not retryable.
+func refusedByServer(d Decision, v []string) Decision {
+	if len(v) > 0 && negativePushback(v[0]) {
+		return withPushbackMs(d, v[0])
 	}
 	return d
 }
@@ -176,7 +201,8 @@ func dialFailure(err error) bool {
 // The caller's request is never modified: each attempt after the first is a shallow
 // copy with its own header map (grpc-previous-rpc-attempts, the idempotency key) and
 // a fresh body from GetBody. A request with a body but no GetBody is sent once. The
-// body of every response that is retried is drained (up to 4 KiB) and closed.
+// body of every response that is retried is drained and closed, within bounds (64
+// KiB, 100 ms): a body that stalls delays the retry by 100 ms at most.
 //
 // The response returned is that of the last attempt. When the layer stops before its
 // attempts ran out, it returns an error instead ([*DeadlineError],
@@ -218,13 +244,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
 	ctx := req.Context()
 	maxAttempts := c.maxAttempts
+	var single otelattr.StopReason // why the call makes one attempt, when cut to one
 	in := inboundFrom(ctx)
-	if in != nil && in.retry {
-		maxAttempts = 1
+	if in != nil && in.retry && maxAttempts > 1 {
+		maxAttempts, single = 1, otelattr.StopCallerRetries
 	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
-	if hasBody && req.GetBody == nil {
-		maxAttempts = 1
+	if hasBody && req.GetBody == nil && maxAttempts > 1 {
+		maxAttempts, single = 1, otelattr.StopNotRetryable
 	}
 	idem := IdempotentMethod(req.Method)
 	hasKey := req.Header.Get(HeaderIdempotencyKey) != ""
@@ -272,7 +299,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 					}
 					att.End(otelattr.OutcomeFailure, err)
 					otelattr.RecordRetryCall(ctx, n-1, otelattr.StopNotRetryable)
-					return nil, &StopError{Attempts: n - 1, Reason: "cannot replay the request body: " + err.Error(), Cause: err, Last: last}
+					return nil, &StopError{Attempts: n - 1, Reason: "cannot replay the request body: " + err.Error(), Cause: err, Last: last, stop: otelattr.StopNotRetryable}
 				}
 				r.Body = body
 			}
@@ -288,7 +315,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			now = time.Now()
 		}
 		if err != nil && resp != nil {
-			drainClose(resp)
+			drainClose(resp, nil)
 			resp = nil
 		}
 		timedOut := cancel != nil && err != nil && attemptTimedOut(ctx, actx, c.attemptTimeout)
@@ -300,7 +327,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				a.Sent = !dialFailure(err)
 			}
 		}
-		d := c.classifyHTTP(a)
+		var d Decision
+		if err != nil && localRefusal(err) {
+			// Refused beneath before anything was sent: not a transport failure, and
+			// another attempt would have less time still.
+			d = Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}
+		} else {
+			d = c.classifyHTTP(a)
+		}
 		if d.Verdict != Retryable {
 			if d.Verdict == Answered {
 				c.budget.Deposit()
@@ -309,7 +343,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if d.Verdict != Answered {
 				aerr = attemptErr(resp, err)
 			}
-			c.report(ctx, att, Event{Attempt: n, Took: now.Sub(start), Decision: d, Action: Return, Err: aerr}, maxAttempts)
+			c.report(ctx, att, Event{Attempt: n, Took: now.Sub(start), Decision: d, Action: Return, Err: aerr}, maxAttempts, single)
+			if in != nil && d.doNotRetry {
+				in.gaveUp.Store(true)
+			}
 			return finish(resp, err, cancel)
 		}
 		last = attemptErr(resp, err)
@@ -318,7 +355,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if action == Stop {
 			e.Err = stopErr
 		}
-		c.report(ctx, att, e, maxAttempts)
+		c.report(ctx, att, e, maxAttempts, single)
 		if action != Retry && in != nil && (maxAttempts > 1 || (d.HasPushback && d.Pushback < 0)) {
 			in.gaveUp.Store(true)
 		}
@@ -326,7 +363,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return finish(resp, err, cancel)
 		}
 		if resp != nil {
-			drainClose(resp)
+			drainClose(resp, cancel)
 		}
 		if cancel != nil {
 			cancel()
@@ -334,12 +371,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if action == Stop {
 			return nil, stopErr
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := c.waitToRetry(ctx, n, wait, last); err != nil {
 			if in != nil {
 				in.gaveUp.Store(true)
 			}
-			otelattr.RecordRetryCall(ctx, n, stopReason(ctx, Event{Attempt: n, Action: Stop, Err: err}, maxAttempts, c.maxAttempts))
-			return nil, &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last}
+			return nil, err
 		}
 	}
 }
@@ -387,14 +423,12 @@ func finish(resp *http.Response, err error, cancel context.CancelFunc) (*http.Re
 	return resp, err
 }
 
-// drainLimit bounds the bytes read from a discarded response body so that the
-// connection can be reused.
-const drainLimit = 4 << 10
-
-func drainClose(resp *http.Response) {
+// drainClose disposes of the body of a response that is not returned, within the
+// bounds of package drain, so that a retry is not held up by a body that stalls.
+// cancel, when not nil, is the attempt's context's.
+func drainClose(resp *http.Response, cancel context.CancelFunc) {
 	if resp == nil || resp.Body == nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-	_ = resp.Body.Close()
+	drain.Close(resp.Body, cancel)
 }

@@ -36,12 +36,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -97,12 +99,16 @@ type env struct {
 	tel     *telemetry
 	out     io.Writer // the scenario's own output (waterfalls)
 	verbose io.Writer // per-hop lines, io.Discard unless -v
-	traces  []string  // "label trace-id" lines, printed at the end when exporting
+	mu      sync.Mutex
+	traces  []string // "label trace-id" lines, printed at the end when exporting
 }
 
 // trace notes the trace of a representative request, for the user to open in Jaeger.
+// It may be called from several goroutines.
 func (e *env) trace(label string, span trace.Span) {
 	if sc := span.SpanContext(); sc.IsValid() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		e.traces = append(e.traces, fmt.Sprintf("trace %s  %s", sc.TraceID(), label))
 	}
 }
@@ -158,6 +164,25 @@ func printTable(w io.Writer, readings []reading) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.scenario, r.measure, r.without, r.with)
 	}
 	tw.Flush()
+}
+
+// clientSaw says what a caller saw of its call, in words for a root span's name:
+// "got 504", "gave up at its deadline". A root span is named after it once the call
+// is over, so that the name says what happened in that trace.
+func clientSaw(err error) string {
+	var he httpStatusError
+	switch {
+	case err == nil:
+		return "got its answer"
+	case errors.As(err, &he):
+		return fmt.Sprintf("got %d", he.code)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "gave up at its deadline"
+	case errors.Is(err, context.Canceled):
+		return "cancelled its call"
+	default:
+		return "failed to connect"
+	}
 }
 
 // propagateTransport puts propagate's transport on an outbound HTTP edge.

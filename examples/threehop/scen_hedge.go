@@ -3,14 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -91,7 +90,9 @@ func runHedgeOnce(e *env, hedged bool) (hedgeResult, error) {
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-r.Context().Done(): // a hedge won: this copy stops
+			io.WriteString(w, "ok\n")
+		case <-r.Context().Done(): // the other copy won, or the deadline passed: this copy stops
+			writeResult(w, r.Context().Err()) // 499 cancelled, 504 deadline
 		}
 	})))
 	cURL, stop, err := serveHTTP(c)
@@ -100,12 +101,10 @@ func runHedgeOnce(e *env, hedged bool) (hedgeResult, error) {
 	}
 	defer stop()
 
-	title := "hedging: B calls C plainly"
-	if hedged {
-		title = "hedging: B calls C, the hedge wins"
-	}
 	var wins atomic.Int64
-	var traced sync.Once
+	// The demo prints the trace of the first call the hedge won (its primary is the
+	// loser, cancelled) and of the first call hedged that the primary won anyway.
+	var tracedHedgeWon, tracedPrimaryWon sync.Once
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = 2 * hedgeConcurrency
 	defer base.CloseIdleConnections()
@@ -114,11 +113,17 @@ func runHedgeOnce(e *env, hedged bool) (hedgeResult, error) {
 		rt = hedge.NewTransport(rt, hedge.WithObserver(func(ctx context.Context, ev hedge.Event) {
 			if ev.Winner > 0 {
 				wins.Add(1)
-				traced.Do(func() { e.trace(title, trace.SpanFromContext(ctx)) })
+			}
+			if o, ok := ctx.Value(hedgeEventKey{}).(*hedgeEvent); ok {
+				o.ev, o.seen = ev, true
 			}
 		}))
 	}
 	client := &http.Client{Transport: e.tel.transport(svcB, rt)}
+	variant := "plain call"
+	if hedged {
+		variant = "through package hedge"
+	}
 
 	calls := func(n int, record bool) ([]time.Duration, error) {
 		var mu sync.Mutex
@@ -129,13 +134,29 @@ func runHedgeOnce(e *env, hedged bool) (hedgeResult, error) {
 		for range hedgeConcurrency {
 			wg.Go(func() {
 				for next.Add(1) <= int64(n) {
-					ctx, root := e.tel.provider(svcB).Tracer("threehop").Start(context.Background(), title)
+					ctx, root := e.tel.provider(svcB).Tracer("threehop").Start(context.Background(), "hedging, "+variant)
+					var o hedgeEvent
+					ctx = context.WithValue(ctx, hedgeEventKey{}, &o)
 					ctx, cancel := context.WithTimeout(ctx, hedgeBudget)
 					start := time.Now()
 					err := httpGet(ctx, client, cURL)
 					took := time.Since(start)
 					cancel()
+					// Named after what happened to this call, once it is over.
+					what := o.String()
+					if !hedged {
+						what = "the client " + clientSaw(err)
+					}
+					root.SetName("hedging, " + variant + ": " + what)
 					root.End()
+					if o.seen && o.ev.Attempts > 1 {
+						switch o.ev.Winner {
+						case 0:
+							tracedPrimaryWon.Do(func() { e.trace("hedging: a hedged call the primary won", root) })
+						case 1:
+							tracedHedgeWon.Do(func() { e.trace("hedging: a call the hedge won", root) })
+						}
+					}
 					mu.Lock()
 					if err != nil && firstErr == nil {
 						firstErr = err
@@ -151,17 +172,44 @@ func runHedgeOnce(e *env, hedged bool) (hedgeResult, error) {
 		return lat, firstErr
 	}
 	if _, err := calls(hedgeWarmup, false); err != nil {
-		return hedgeResult{}, fmt.Errorf("%s: warm-up: %w", title, err)
+		return hedgeResult{}, fmt.Errorf("hedging, %s: warm-up: %w", variant, err)
 	}
 	served.Store(0)
 	wins.Store(0)
 	lat, err := calls(hedgeCalls, true)
 	if err != nil {
-		return hedgeResult{}, fmt.Errorf("%s: %w", title, err)
+		return hedgeResult{}, fmt.Errorf("hedging, %s: %w", variant, err)
 	}
 	slices.Sort(lat)
 	res := hedgeResult{latencies: lat, extraLoad: float64(served.Load())/hedgeCalls - 1, hedgeWins: int(wins.Load())}
-	fmt.Fprintf(e.verbose, "  %s: p50 %s, p99 %s, p99.9 %s, max %s, extra load %.1f%%\n", title,
+	fmt.Fprintf(e.verbose, "  hedging, %s: p50 %s, p99 %s, p99.9 %s, max %s, extra load %.1f%%\n", variant,
 		msPrecise(res.percentile(0.5)), msPrecise(res.percentile(0.99)), msPrecise(res.percentile(0.999)), msPrecise(lat[len(lat)-1]), 100*res.extraLoad)
 	return res, nil
+}
+
+// hedgeEvent is where the hedge layer's observer leaves what it did with one call,
+// found on the call's context.
+type hedgeEvent struct {
+	ev   hedge.Event
+	seen bool
+}
+
+type hedgeEventKey struct{}
+
+// String says what the hedge layer did with the call, for its root span's name.
+func (o *hedgeEvent) String() string {
+	switch {
+	case !o.seen:
+		return "the hedge layer did not report"
+	case o.ev.Attempts <= 1 && o.ev.Skipped != hedge.SkipNone:
+		return "not hedged (" + o.ev.Skipped.String() + ")"
+	case o.ev.Attempts <= 1:
+		return "not hedged, done within the hedge delay"
+	case o.ev.Winner == 0:
+		return "hedged, the primary won"
+	case o.ev.Winner > 0:
+		return "hedged, the hedge won"
+	default:
+		return "hedged, no copy answered"
+	}
 }

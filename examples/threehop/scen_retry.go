@@ -87,12 +87,12 @@ func runRetryOnce(e *env, withToolkit bool) (calls int64, took time.Duration, er
 		return 0, 0, err
 	}
 	defer ch.stop()
-	title := "retry: C down, every layer retrying 3 times"
+	title, variant := "retry: C down, every layer retrying 3 times", "every layer retrying 3 times"
 	if withToolkit {
-		title = "retry: C down, one layer retries"
+		title, variant = "retry: C down, package retry on every layer", "package retry on every layer"
 	}
 	for i := range retryRequests {
-		ctx, root := e.tel.root(context.Background(), title)
+		ctx, root := e.tel.root(context.Background(), "retry, C down, "+variant)
 		if i == 0 {
 			e.trace(title, root)
 		}
@@ -107,11 +107,20 @@ func runRetryOnce(e *env, withToolkit bool) (calls int64, took time.Duration, er
 		}
 		took += time.Since(start)
 		cancel()
+		reached := reachedC.Load() - before
+		root.SetName(fmt.Sprintf("retry, C down, %s: the client %s, %d %s reached C", variant, clientSaw(err), reached, plural(reached, "call", "calls")))
 		root.End()
-		fmt.Fprintf(e.verbose, "  %s: request %d: %d calls reached C, user got %v\n", title, i+1, reachedC.Load()-before, err)
+		fmt.Fprintf(e.verbose, "  %s: request %d: %d calls reached C, user got %v\n", title, i+1, reached, err)
 		if err == nil {
 			return 0, 0, fmt.Errorf("%s: the request succeeded with C down", title)
 		}
 	}
 	return reachedC.Load(), took, nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -94,7 +94,7 @@ func runShortCircuitOnce(e *env, guarded bool) (*cTiming, error) {
 			ct.mu.Lock()
 			ct.handler, ct.ran = time.Since(start), true
 			ct.mu.Unlock()
-			return nil
+			return ctx.Err() // 504 when the deadline passed during the work
 		},
 		serverA:   propagate.NewMiddleware(),
 		clientToA: propagateTransport,
@@ -130,15 +130,16 @@ func runShortCircuitOnce(e *env, guarded bool) (*cTiming, error) {
 		return nil, err
 	}
 	defer ch.stop()
-	title := "short-circuit: C without a guard"
+	title, variant := "short-circuit: C without a guard", "no guard at C"
 	if guarded {
-		title = "short-circuit: refused at C"
+		title, variant = "short-circuit: C guarded", "C guarded, floor "+ms(scFloor)
 	}
-	ctx, root := e.tel.root(context.Background(), title)
+	ctx, root := e.tel.root(context.Background(), "short-circuit, "+variant)
 	e.trace(title, root)
 	ctx, cancel := context.WithTimeout(ctx, scBudget)
 	defer cancel()
 	err = ch.call(ctx)
+	root.SetName("short-circuit, " + variant + ": the client " + clientSaw(err))
 	root.End()
 	fmt.Fprintf(e.verbose, "  %s: client got %v\n", title, err)
 	ch.stop() // waits for C's handler to return

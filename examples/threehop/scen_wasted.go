@@ -146,12 +146,15 @@ func (h hopRecord) ending(start time.Time) string {
 func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 	rec := newRecorder(e.verbose)
 	// Without the toolkit, every hop works under its own fresh timeout (the
-	// anti-pattern: context.Background() plus a per-hop timeout).
+	// anti-pattern: a per-hop timeout on a context detached from the caller's).
+	// context.WithoutCancel keeps the request's values, the trace among them, and
+	// drops its deadline and cancellation: the trace travels, the deadline does
+	// not, so the one trace shows C working after the client gave up.
 	hop := func(name string) hopFunc {
 		return func(ctx context.Context, next func(context.Context) error) error {
 			if !propagated {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(context.Background(), ownTimeout)
+				ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
 				defer cancel()
 			}
 			if err := rec.work(ctx, name, hopWork); err != nil || next == nil {
@@ -173,17 +176,18 @@ func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 	}
 	defer ch.stop()
 
-	title := "wasted work: independent 300 ms timeouts"
+	title, variant := "wasted work: independent 300 ms timeouts", "own 300 ms timeout per hop"
 	if propagated {
-		title = "wasted work: deadline propagated"
+		title, variant = "wasted work: deadline propagated", "deadline propagated"
 	}
-	ctx, root := e.tel.root(context.Background(), title)
+	ctx, root := e.tel.root(context.Background(), "wasted work, "+variant)
 	e.trace(title, root)
 	rec.start = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, clientBudget)
 	defer cancel()
 	fmt.Fprintf(e.verbose, "  %s\n", title)
 	err = ch.call(ctx)
+	root.SetName("wasted work, " + variant + ": the client " + clientSaw(err))
 	root.End()
 	// The client's own deadline ends the call, or (propagated) a hop's deadline
 	// that fired a hair earlier brings its 504 just in time.

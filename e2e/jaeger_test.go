@@ -207,8 +207,40 @@ func TestThreeHopInJaeger(t *testing.T) {
 		}
 	})
 
+	t.Run("without the toolkit C works past the client's give-up, in the same trace", func(t *testing.T) {
+		id, ok := traces["wasted work: independent 300 ms timeouts"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for the run without the toolkit: %v", traces)
+		}
+		tr := fetchTrace(t, id, 7)
+		// The client gave up when its last span ended: its call span ends when the
+		// call returns at the client's deadline, its root span just after.
+		var gaveUp int64
+		var cs []jaegerSpan
+		for _, s := range tr.Spans {
+			switch tr.service(s) {
+			case "threehop-client":
+				gaveUp = max(gaveUp, s.StartTime+s.Duration)
+			case "threehop-c":
+				cs = append(cs, s)
+			}
+		}
+		if gaveUp == 0 {
+			t.Fatalf("trace %s has no span of threehop-client", id)
+		}
+		if len(cs) != 1 {
+			t.Fatalf("trace %s has %d spans of threehop-c; want 1 (the hops must carry the trace, if not the deadline)", id, len(cs))
+		}
+		c := cs[0]
+		past := time.Duration(c.StartTime+c.Duration-gaveUp) * time.Microsecond
+		t.Logf("C's span ends %v after the client gave up", past)
+		if past <= 0 {
+			t.Errorf("C's span ends %v after the client's last span; want after it (C works on after the client gave up)", past)
+		}
+	})
+
 	t.Run("short-circuited request carries its attributes", func(t *testing.T) {
-		id, ok := traces["short-circuit: refused at C"]
+		id, ok := traces["short-circuit: C guarded"]
 		if !ok {
 			t.Fatalf("threehop printed no trace for the short-circuited request: %v", traces)
 		}
@@ -235,7 +267,7 @@ func TestThreeHopInJaeger(t *testing.T) {
 	})
 
 	t.Run("retried call carries its attempts", func(t *testing.T) {
-		id, ok := traces["retry: C down, one layer retries"]
+		id, ok := traces["retry: C down, package retry on every layer"]
 		if !ok {
 			t.Fatalf("threehop printed no trace for the retried request: %v", traces)
 		}
@@ -283,7 +315,7 @@ func TestThreeHopInJaeger(t *testing.T) {
 	})
 
 	t.Run("hedged call carries its attempts", func(t *testing.T) {
-		id, ok := traces["hedging: B calls C, the hedge wins"]
+		id, ok := traces["hedging: a call the hedge won"]
 		if !ok {
 			t.Fatalf("threehop printed no trace for a hedged call: %v", traces)
 		}

@@ -309,8 +309,8 @@ func TestThreeHopInJaeger(t *testing.T) {
 		}
 		if as := tr.spansWith("threehop-a", "deadlinekit.retry.stop_reason"); len(as) != 1 {
 			t.Errorf("A's call to B: %d spans with a stop reason; want 1", len(as))
-		} else if r, _ := as[0].tag("deadlinekit.retry.stop_reason"); r != "pushback" {
-			t.Errorf("A's call to B stopped for %v; want pushback (B said it already retried)", r)
+		} else if r, _ := as[0].tag("deadlinekit.retry.stop_reason"); r != "downstream_retried" {
+			t.Errorf("A's call to B stopped for %v; want downstream_retried (B said it already retried)", r)
 		}
 	})
 

@@ -214,9 +214,11 @@ func (hedgeB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgr
 }
 
 // TestRetryOverHedgeSpans: with hedging under retry (the order DESIGN.md gives) and
-// otelgrpc beneath both, a call whose hedge wins shows one attempt span (retry's,
-// which hedge's primary shares) with the hedge's attempt span as its child, and each
-// of otelgrpc's client spans under the attempt that sent it.
+// otelgrpc beneath both, a call whose hedge wins shows one call span (the toolkit's,
+// under the caller's span, since otelgrpc starts none per call) carrying the call's
+// totals, two attempt spans under it (retry's first attempt, which hedge's primary
+// shares, and the hedge), and each of otelgrpc's client spans under the attempt that
+// sent it.
 func TestRetryOverHedgeSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -251,18 +253,21 @@ func TestRetryOverHedgeSpans(t *testing.T) {
 	handle.End()
 	gs.GracefulStop()
 
-	var attempts, rpcs []sdktrace.ReadOnlySpan
+	var attempts, rpcs, calls []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
 		switch {
 		case s.Name() == "attempt primary" || s.Name() == "attempt hedge" || s.Name() == "attempt retry":
 			attempts = append(attempts, s)
 		case s.Name() == "grpc.testing.TestService/UnaryCall" && s.SpanKind().String() == "client":
 			rpcs = append(rpcs, s)
+		case s.Name() == "Sent.grpc.testing.TestService.UnaryCall":
+			calls = append(calls, s)
 		}
 	}
-	if len(attempts) != 2 || len(rpcs) != 2 {
-		t.Fatalf("%d attempt spans and %d client RPC spans; want 2 and 2", len(attempts), len(rpcs))
+	if len(attempts) != 2 || len(rpcs) != 2 || len(calls) != 1 {
+		t.Fatalf("%d attempt spans, %d client RPC spans, %d call spans; want 2, 2 and 1", len(attempts), len(rpcs), len(calls))
 	}
+	call := calls[0]
 	primary, hedged := attempts[0], attempts[1]
 	if primary.Name() != "attempt primary" {
 		primary, hedged = hedged, primary
@@ -270,12 +275,28 @@ func TestRetryOverHedgeSpans(t *testing.T) {
 	if primary.Name() != "attempt primary" || hedged.Name() != "attempt hedge" {
 		t.Fatalf("attempt spans %q and %q; want one primary and one hedge", primary.Name(), hedged.Name())
 	}
-	if primary.Parent().SpanID() != handle.SpanContext().SpanID() || hedged.Parent().SpanID() != primary.SpanContext().SpanID() {
-		t.Errorf("parents: primary under %v (want the caller's span %v), hedge under %v (want the primary %v)",
-			primary.Parent().SpanID(), handle.SpanContext().SpanID(), hedged.Parent().SpanID(), primary.SpanContext().SpanID())
+	if call.Parent().SpanID() != handle.SpanContext().SpanID() || primary.Parent().SpanID() != call.SpanContext().SpanID() || hedged.Parent().SpanID() != call.SpanContext().SpanID() {
+		t.Errorf("parents: call under %v (want the caller's span %v), primary under %v and hedge under %v (want the call %v)",
+			call.Parent().SpanID(), handle.SpanContext().SpanID(), primary.Parent().SpanID(), hedged.Parent().SpanID(), call.SpanContext().SpanID())
 	}
-	if v, _ := value(primary, "deadlinekit.hedge.won"); !v.AsBool() {
-		t.Error("the attempt span does not record that its hedge won")
+	for _, a := range attempts {
+		if a.EndTime().After(call.EndTime()) {
+			t.Errorf("%s ends after its call", a.Name())
+		}
+	}
+	if v, _ := value(call, "deadlinekit.hedge.won"); !v.AsBool() {
+		t.Error("the call span does not record that its hedge won")
+	}
+	if v, _ := value(call, "deadlinekit.attempts"); v.AsInt64() != 2 {
+		t.Errorf("the call span records %d attempts; want 2", v.AsInt64())
+	}
+	if v, _ := value(hedged, "deadlinekit.attempt.number"); v.AsInt64() != 2 {
+		t.Errorf("the hedge is attempt %d; want 2", v.AsInt64())
+	}
+	for _, kv := range primary.Attributes() {
+		if kv.Key == "deadlinekit.attempts" || kv.Key == "deadlinekit.hedge.won" {
+			t.Errorf("the attempt span carries the call's %s", kv.Key)
+		}
 	}
 	parents := map[trace.SpanID]bool{}
 	for _, r := range rpcs {

@@ -27,7 +27,9 @@ import (
 // for budgets under 100 s.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
+		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		defer func() { call.End(err) }()
 		child, cancel, err := c.clientContext(ctx)
 		if err != nil {
 			return err

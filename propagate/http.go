@@ -38,8 +38,18 @@ type transport struct {
 	cfg  *config
 }
 
+// RoundTrip writes the budget into a copy of req and sends it. The call's span
+// ([otelattr.StartCall]) is started here when no layer above has one, and ends with
+// the answer's body.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
+	resp, err := t.roundTrip(ctx, req)
+	call.EndHTTP(resp, err)
+	return resp, err
+}
+
+// roundTrip is RoundTrip under ctx, the call's context.
+func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	child, cancel := ctx, noop
 	var left time.Duration
 	var has bool
@@ -55,6 +65,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		left, has = deadline.Remaining(child)
 	}
 	if !has {
+		if ctx != req.Context() {
+			req = req.WithContext(ctx)
+		}
 		return t.base.RoundTrip(req)
 	}
 	if left <= 0 {
@@ -75,6 +88,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// first has to dial (and shake hands), GotConn writes them again, so that the
 	// time spent connecting is not handed to the downstream.
 	st.trace.GotConn = st.gotConn
+	// The downstream's span is a child of the call's (or its attempt's) span, even
+	// with no instrumentation on this client.
+	otelattr.InjectHTTP(child, h)
 	out := req.WithContext(httptrace.WithClientTrace(child, &st.trace))
 	out.Header = h
 	otelattr.RecordBudgetSent(child, left)

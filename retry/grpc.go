@@ -146,7 +146,9 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	if c.grpcClassifier == nil {
 		c.grpcClassifier = DefaultGRPCClassifier
 	}
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
+		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		defer func() { call.End(err) }()
 		maxAttempts := c.maxAttempts
 		var single otelattr.StopReason
 		in := inboundFrom(ctx)

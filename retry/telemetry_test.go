@@ -66,8 +66,15 @@ func TestRetriedHTTPCallSpans(t *testing.T) {
 		call.End()
 
 		spans := rec.Ended()
-		if len(spans) != 4 {
-			t.Fatalf("%d spans; want 3 attempts and the call", len(spans))
+		if len(spans) != 5 {
+			t.Fatalf("%d spans; want 3 attempts, the call and the caller's", len(spans))
+		}
+		callSpan := spans[3]
+		if callSpan.Name() != "GET" || callSpan.SpanKind() != oteltrace.SpanKindClient || callSpan.Parent().SpanID() != call.SpanContext().SpanID() {
+			t.Errorf("call span %q (%v) under %v; want the layer's client span GET under the caller's", callSpan.Name(), callSpan.SpanKind(), callSpan.Parent().SpanID())
+		}
+		if len(spans[4].Attributes()) != 0 {
+			t.Errorf("the caller's span carries %v; want none of the call's totals", spans[4].Attributes())
 		}
 		for i, s := range spans[:3] {
 			n := i + 1
@@ -83,7 +90,7 @@ func TestRetriedHTTPCallSpans(t *testing.T) {
 				attribute.String("deadlinekit.attempt.kind", kind),
 				attribute.String("deadlinekit.attempt.outcome", outcome),
 				attribute.Int("http.request.resend_count", n-1))
-			if s.Parent().SpanID() != call.SpanContext().SpanID() {
+			if s.Parent().SpanID() != callSpan.SpanContext().SpanID() {
 				t.Errorf("attempt %d is not a child of the call's span", n)
 			}
 			sent := propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(base.reqs[i].Header))
@@ -91,7 +98,7 @@ func TestRetriedHTTPCallSpans(t *testing.T) {
 				t.Errorf("attempt %d's request names parent %s; want its own span %s", n, got, s.SpanContext().SpanID())
 			}
 		}
-		checkAttrs(t, spans[3],
+		checkAttrs(t, callSpan,
 			attribute.Int("deadlinekit.attempts", 3),
 			attribute.Int("deadlinekit.retry.count", 2),
 			attribute.String("deadlinekit.retry.stop_reason", "answered"))
@@ -123,11 +130,11 @@ func TestRetryStopReasons(t *testing.T) {
 			_ = retry.UnaryClientInterceptor(tc.opts...)(ctx, "/svc/Get", nil, nil, nil, invoker)
 			call.End()
 			spans := rec.Ended()
-			last := spans[len(spans)-1]
+			last := spans[len(spans)-2] // the layer's call span, then the caller's
 			checkAttrs(t, last,
 				attribute.Int("deadlinekit.attempts", tc.attempts),
 				attribute.String("deadlinekit.retry.stop_reason", tc.reason))
-			if got := len(spans) - 1; got != tc.attempts {
+			if got := len(spans) - 2; got != tc.attempts {
 				t.Errorf("%s: %d attempt spans; want %d", tc.name, got, tc.attempts)
 			}
 			checkAttrs(t, spans[0], attribute.Int("previous-rpc-attempts", 0))

@@ -240,9 +240,18 @@ func (s *sentTrace) wroteRequest(i httptrace.WroteRequestInfo) {
 	}
 }
 
+// RoundTrip sends req through the retry layer. The call's span ([otelattr.StartCall])
+// is started here when no layer above has one, and ends with the answer's body.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
+	resp, err := t.roundTrip(ctx, req)
+	call.EndHTTP(resp, err)
+	return resp, err
+}
+
+// roundTrip is RoundTrip under ctx, the call's context.
+func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	c := t.c
-	ctx := req.Context()
 	maxAttempts := c.maxAttempts
 	var single otelattr.StopReason // why the call makes one attempt, when cut to one
 	in := inboundFrom(ctx)
@@ -276,7 +285,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: sent.wroteRequest})
 		}
 		r := req
-		if n > 1 || genKey != "" || actx != ctx {
+		if n > 1 || genKey != "" || actx != req.Context() {
 			r = req.WithContext(actx)
 			if n > 1 || genKey != "" || att.Recording() {
 				r.Header = req.Header.Clone()

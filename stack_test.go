@@ -1,0 +1,261 @@
+package deadlinekit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// hopMethod is B's one method, registered by hand: google.protobuf.Empty both ways.
+const hopMethod = "/stacktest.Hop/Work"
+
+func hopService(h func(ctx context.Context) error) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: "stacktest.Hop",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Work",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+				in := new(emptypb.Empty)
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				call := func(ctx context.Context, _ any) (any, error) { return new(emptypb.Empty), h(ctx) }
+				if icpt == nil {
+					return call(ctx, in)
+				}
+				return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: hopMethod}, call)
+			},
+		}},
+	}
+}
+
+// chain is client → A (HTTP) → B (gRPC) → C (HTTP) on loopback, each hop built with
+// the four constructors and nothing else. The hops record what they saw.
+type chain struct {
+	t        *testing.T
+	client   *http.Client
+	aURL     string
+	hits     [3]atomic.Int32 // requests that reached A's, B's, C's handler or guard
+	mu       sync.Mutex
+	budgets  [3]time.Duration // time left each handler saw, last request
+	cAnswers func(n int32) int
+}
+
+type chainOpts struct {
+	a, b, c []deadlinekit.Option // per hop; the client's options are a's
+	// cAnswers gives C's status for its n-th request (1-based); nil: 200.
+	cAnswers func(n int32) int
+}
+
+// counting counts the requests that reach the stack of hop i (before its guard).
+func (ch *chain) counting(i int, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ch.hits[i].Add(1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (ch *chain) saw(i int, ctx context.Context) {
+	left, _ := deadline.Remaining(ctx)
+	ch.mu.Lock()
+	ch.budgets[i] = left
+	ch.mu.Unlock()
+}
+
+func startChain(t *testing.T, o chainOpts) *chain {
+	t.Helper()
+	ch := &chain{t: t, cAnswers: o.cAnswers}
+
+	// C: HTTP.
+	c := httptest.NewServer(ch.counting(2, deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ch.saw(2, r.Context())
+		code := http.StatusOK
+		if ch.cAnswers != nil {
+			code = ch.cAnswers(ch.hits[2].Load())
+		}
+		if code != http.StatusOK {
+			http.Error(w, "c says "+http.StatusText(code), code)
+			return
+		}
+		io.WriteString(w, "ok")
+	}), o.c...)))
+	t.Cleanup(c.Close)
+
+	// B: gRPC, calls C over HTTP.
+	bToC := &http.Client{Transport: deadlinekit.NewTransport(nil, o.b...)}
+	t.Cleanup(bToC.CloseIdleConnections)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		ch.hits[1].Add(1)
+		return h(ctx, req)
+	})
+	gs := grpc.NewServer(append([]grpc.ServerOption{count}, deadlinekit.ServerOptions(o.b...)...)...)
+	gs.RegisterService(hopService(func(ctx context.Context) error {
+		ch.saw(1, ctx)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := bToC.Do(req)
+		return relayHTTP(ctx, resp, err)
+	}), nil)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+
+	// A: HTTP, calls B over gRPC.
+	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(o.a...),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	a := httptest.NewServer(ch.counting(0, deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ch.saw(0, r.Context())
+		relayGRPC(w, conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty)))
+	}), o.a...)))
+	t.Cleanup(a.Close)
+	ch.aURL = a.URL
+	ch.client = &http.Client{Transport: deadlinekit.NewTransport(nil, o.a...)}
+	t.Cleanup(ch.client.CloseIdleConnections)
+	return ch
+}
+
+// call sends one user request with the given budget; it returns the status and body.
+func (ch *chain) call(budget time.Duration) (int, string, http.Header) {
+	ch.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ch.aURL, nil)
+	resp, err := ch.client.Do(req)
+	if err != nil {
+		ch.t.Fatalf("the user's call failed without an answer: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// The relays below are what a handler writes to pass a downstream's failure up.
+// TODO: replace by the root package's error mapping.
+
+func relayHTTP(ctx context.Context, resp *http.Response, err error) error {
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return status.Error(codes.DeadlineExceeded, err.Error())
+		}
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusGatewayTimeout:
+		if resp.Header.Get("Grpc-Retry-Pushback-Ms") != "" {
+			grpc.SetTrailer(ctx, map[string][]string{"grpc-retry-pushback-ms": {resp.Header.Get("Grpc-Retry-Pushback-Ms")}})
+		}
+		return status.Error(codes.DeadlineExceeded, string(b))
+	case http.StatusServiceUnavailable:
+		return status.Error(codes.Unavailable, string(b))
+	}
+	return status.Error(codes.Unknown, string(b))
+}
+
+func relayGRPC(w http.ResponseWriter, err error) {
+	if err == nil {
+		io.WriteString(w, "ok")
+		return
+	}
+	code := http.StatusInternalServerError
+	switch status.Code(err) {
+	case codes.DeadlineExceeded:
+		code = http.StatusGatewayTimeout
+	case codes.Unavailable:
+		code = http.StatusServiceUnavailable
+	}
+	http.Error(w, status.Convert(err).Message(), code)
+}
+
+// Budgets decrease hop by hop: each hop keeps its reserve and passes on the rest.
+func TestStackBudgetsDecrease(t *testing.T) {
+	ch := startChain(t, chainOpts{})
+	code, body, _ := ch.call(300 * time.Millisecond)
+	if code != http.StatusOK {
+		t.Fatalf("status %d (%s); want 200", code, body)
+	}
+	a, b, c := ch.budgets[0], ch.budgets[1], ch.budgets[2]
+	t.Logf("budgets: A %v, B %v, C %v", a, b, c)
+	if !(a <= 300*time.Millisecond && b < a-deadlinekit.DefaultReserve/2 && c < b-deadlinekit.DefaultReserve/2 && c > 0) {
+		t.Errorf("budgets A %v, B %v, C %v; want each hop below the previous by about the reserve (%v)", a, b, c, deadlinekit.DefaultReserve)
+	}
+}
+
+// A request below C's floor reaches the user as 504 with the floor in the message,
+// and no layer retries the refusal: C saw exactly one request.
+func TestStackRefusalIsNotRetried(t *testing.T) {
+	ch := startChain(t, chainOpts{c: []deadlinekit.Option{deadlinekit.WithFloor(time.Second)}})
+	code, body, _ := ch.call(300 * time.Millisecond)
+	if code != http.StatusGatewayTimeout {
+		t.Fatalf("status %d (%s); want 504", code, body)
+	}
+	if !strings.Contains(body, "floor 1s") {
+		t.Errorf("the user's answer %q does not say the floor", body)
+	}
+	for i, name := range []string{"A", "B", "C"} {
+		if n := ch.hits[i].Load(); n != 1 {
+			t.Errorf("%s saw %d requests; want 1", name, n)
+		}
+	}
+}
+
+// Two 503s then a 200: the layer nearest the failure absorbs them; the user sees 200.
+func TestStackAbsorbsTransientFailures(t *testing.T) {
+	ch := startChain(t, chainOpts{cAnswers: func(n int32) int {
+		if n <= 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	}})
+	code, body, _ := ch.call(2 * time.Second)
+	if code != http.StatusOK {
+		t.Fatalf("status %d (%s); want 200", code, body)
+	}
+	if a, b, c := ch.hits[0].Load(), ch.hits[1].Load(), ch.hits[2].Load(); a != 1 || b != 1 || c != 3 {
+		t.Errorf("requests A %d, B %d, C %d; want 1, 1, 3", a, b, c)
+	}
+}
+
+// C down, three retrying layers above it: the one-layer rule keeps C's load at the
+// one layer's attempts, not 3 × 3 × 3.
+func TestStackOutageIsNotAmplified(t *testing.T) {
+	ch := startChain(t, chainOpts{cAnswers: func(int32) int { return http.StatusServiceUnavailable }})
+	code, body, _ := ch.call(2 * time.Second)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d (%s); want 503", code, body)
+	}
+	if n := ch.hits[2].Load(); n > 3 {
+		t.Errorf("C saw %d requests for one user request; want at most 3", n)
+	}
+	t.Logf("requests A %d, B %d, C %d", ch.hits[0].Load(), ch.hits[1].Load(), ch.hits[2].Load())
+}

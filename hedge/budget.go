@@ -53,3 +53,16 @@ func (t *tokens) take() bool {
 }
 
 func (t *tokens) value() float64 { return float64(t.balance.Load()) / tokenUnit }
+
+// refund gives back the token of a hedge that was not sent after all.
+func (t *tokens) refund() {
+	if t.deposit <= 0 {
+		return
+	}
+	for {
+		b := t.balance.Load()
+		if t.balance.CompareAndSwap(b, min(b+tokenUnit, Reserve*tokenUnit)) {
+			return
+		}
+	}
+}

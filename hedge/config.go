@@ -89,6 +89,9 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
+// disabled reports whether the options leave no room for a hedge.
+func (c *config) disabled() bool { return c.maxAttempts < 2 || c.maxExtraLoad <= 0 }
+
 // WithPercentile sets the percentile of recent latencies after which a call is
 // hedged, in (0, 1]: 0.99 hedges the slowest 1% of calls. Values outside are clamped
 // to [0.5, 1] (NaN: the default). Default [DefaultPercentile] (0.99).

@@ -55,17 +55,39 @@
 // # Deadlines and errors
 //
 // No hedge is sent when the call has less than [WithFloor] (default 20 ms) left before
-// its deadline: a copy with no time to run only adds load. The first answer wins,
-// whichever attempt gives it; the other attempts are cancelled, and the response
-// bodies of HTTP losers are drained (at most 64 KiB, at most 100 ms) and closed, so
-// that their connections are reused or released. A failure with a non-fatal status
-// (default HTTP 503 or a connection refused, gRPC UNAVAILABLE;
-// [WithNonFatalHTTPStatus], [WithNonFatalCodes]) is not an answer: it fires the next
-// hedge at once, and is returned only when no attempt is left, as in gRPC's hedging
-// design (A6). Any other failure is an answer, returned as is. Every hedge carries
-// grpc-previous-rpc-attempts (an HTTP header, gRPC metadata) so that the server can
-// tell it is a copy; beneath a retry layer that already wrote one, the hedge adds to
-// its count.
+// its deadline: a copy with no time to run only adds load.
+//
+// The first answer wins, whichever copy gives it; a failure ends the call only when
+// no other copy is left. An answer is a success (an HTTP status below 400, gRPC OK) or
+// the server's verdict on the request itself, which any copy would get (another 4xx;
+// gRPC INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+// UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, ABORTED). A
+// failure is what one copy met and another may not: a transport error, a 5xx, 408 or
+// 429, any other gRPC code. So a hedge that fails fast never cuts a healthy primary
+// short, and a primary that fails while its hedge is out waits for the hedge. When
+// every copy has failed, the call returns the failure that came last. The copies
+// still running when the call is decided are cancelled, and the response bodies of
+// HTTP losers are drained (at most 64 KiB, at most 100 ms) and closed, so that their
+// connections are reused or released.
+//
+// A failure with a non-fatal status (default HTTP 503 or a connection refused, gRPC
+// UNAVAILABLE; [WithNonFatalHTTPStatus], [WithNonFatalCodes]) also fires the next
+// hedge at once, as in gRPC's hedging design (A6).
+//
+// A hedge refused for lack of budget is non-fatal for that copy and sends no further
+// hedge (the next would have even less time): the primary decides the call. A
+// refusal is a failure whose answer carries grpc-retry-pushback-ms with a negative
+// value (the toolkit's servers answer 504 / DEADLINE_EXCEEDED with -1 when their
+// floor refuses a request; an HTTP header, a gRPC trailer), or a refusal before
+// sending: an error matching deadline.ErrInsufficientBudget (propagate's floor,
+// beneath). A hedge whose body cannot be replayed (GetBody fails) is never sent: it
+// is not counted as a hedge, its token goes back to the account, and it sends no
+// further hedge.
+//
+// A hedge wins only with a success: when every copy failed, no win is counted and
+// deadlinekit.hedge.won is false. Every hedge carries grpc-previous-rpc-attempts (an
+// HTTP header, gRPC metadata) so that the server can tell it is a copy; beneath a
+// retry layer that already wrote one, the hedge adds to its count.
 //
 // # Where it sits
 //
@@ -93,13 +115,18 @@
 // with [New] to share it between adapters and to read [Hedger.Stats] (primaries,
 // hedges sent, hedge wins, hedges refused by the cap or the deadline, calls not
 // hedged because not idempotent) and [Hedger.Delay] (the current delay of a target).
-// With an OpenTelemetry SDK installed, package otelattr records each hedged call:
-// one child span per attempt (number, kind primary or hedge, outcome success,
-// failure or cancelled; an HTTP attempt carries its own trace context), and on the
-// call's span the attempts, the hedges and whether a hedge won; the counters
-// deadlinekit.hedge.sent and deadlinekit.hedge.wins. [WithObserver] receives one
-// [Event] per call with its attempt count, for anything else; unset, it costs
-// nothing.
+// With an OpenTelemetry SDK installed, package otelattr records each call: the
+// layer joins the call's span ([otelattr.StartCall]: the one a layer above started,
+// or the user's client span made for the call) or starts one; each attempt of a
+// hedgeable call gets a child span (number, kind primary or hedge, outcome success,
+// failure or cancelled; an HTTP attempt carries its own trace context), ended before
+// the call's: when the call is decided, the copies still in flight end "cancelled"
+// at once. On the call's span, the hedges sent and whether a hedge won, or, when none
+// was sent, why not (deadlinekit.hedge.skip: not_idempotent, warming_up, cap,
+// deadline, not_due, disabled), so that a slow unhedged call is explained; the
+// counters deadlinekit.hedge.sent and deadlinekit.hedge.wins. [WithObserver]
+// receives one [Event] per call with its attempt count, for anything else; unset, it
+// costs nothing.
 //
 // No goroutine runs between calls. Within a call, the primary runs on the caller's
 // goroutine, so a call that answers before the delay starts none; each hedge runs

@@ -2,12 +2,15 @@ package hedge
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -16,12 +19,17 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // MetadataPreviousAttempts is the gRPC metadata key sent on every hedge with the
 // number of copies of the call sent before it (gRPC A6).
 const MetadataPreviousAttempts = "grpc-previous-rpc-attempts"
+
+// metadataPushback is gRPC's pushback trailer (A6): -1 on a refusal for lack of
+// budget.
+const metadataPushback = "grpc-retry-pushback-ms"
 
 // MetadataIdempotencyKey in a call's outgoing metadata makes the call hedgeable,
 // whatever its method.
@@ -45,73 +53,90 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // (the reply must be a proto.Message), carries grpc-previous-rpc-attempts in its
 // metadata, and, when it wins, its reply is copied into the caller's, as are the
 // header, trailer and peer asked for with grpc.Header, grpc.Trailer and grpc.Peer.
-// The interceptor returns only once the primary has returned, so the caller's reply
-// is never written after it.
+// A hedge refused for lack of budget (DEADLINE_EXCEEDED with the
+// trailer grpc-retry-pushback-ms -1, or an error matching
+// deadline.ErrInsufficientBudget from propagate beneath) leaves the call to the
+// primary. The interceptor returns only once the primary has returned, so the
+// caller's reply is never written after it.
 //
 // Put it before propagate's interceptor in the chain, so that each attempt carries
 // the time left when it is sent.
 func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ev := Event{Target: method, Attempts: 1}
-		msg, isMsg := reply.(proto.Message)
-		t := h.target(method, true)
-		switch {
-		case !h.grpcIdempotent(ctx, t, method):
-			h.notIdempotent.Add(1)
-			ev.Skipped = SkipNotIdempotent
-		case !isMsg:
-			h.notReplayable.Add(1)
-			ev.Skipped = SkipNotReplayable
-		}
-		if ev.Skipped != SkipNone {
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			h.observe(ctx, &ev)
-			return err
-		}
+		// The call's span: a layer above (retry) started it, or grpc-go's
+		// OpenTelemetry plugin did, or it is started here.
+		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		err := h.unary(ctx, method, req, reply, cc, invoker, opts)
+		call.End(err)
+		return err
+	}
+}
 
-		h.primaries.Add(1)
-		h.tokens.pay()
-		w := h.window(t)
-		start := time.Now()
-		delay, ok := h.delay(w, start)
-		if !ok || h.cfg.maxAttempts < 2 || h.cfg.maxExtraLoad <= 0 {
-			if !ok {
-				ev.Skipped = SkipWarmingUp
-			}
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if w != nil && err == nil {
-				end := time.Now()
-				w.Add(end, end.Sub(start))
-			}
-			otelattr.RecordHedgeCall(ctx, 0, false, otelattr.HedgeSkipWarmingUp)
-			h.observe(ctx, &ev)
-			return err
-		}
+func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	ev := Event{Target: method, Attempts: 1}
+	msg, isMsg := reply.(proto.Message)
+	t := h.target(method, true)
+	switch {
+	case !h.grpcIdempotent(ctx, t, method):
+		h.notIdempotent.Add(1)
+		ev.Skipped = SkipNotIdempotent
+	case !isMsg:
+		h.notReplayable.Add(1)
+		ev.Skipped = SkipNotReplayable
+	}
+	if ev.Skipped != SkipNone {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
+		h.observe(ctx, &ev)
+		return err
+	}
 
-		// The call's state and its event, from a pool: most calls end before their
-		// hedge is due and leave nothing behind, and their state is reused. The
-		// reply's type is read now: once the primary runs, it writes to the reply.
-		gc := grpcCalls.Get().(*grpcCall)
-		gc.ev = Event{Target: method, Attempts: 1, Delay: delay}
-		gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
-		p := &gc.p
-		a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, start, delay, &gc.ev)
-		h.observe(ctx, &gc.ev)
-		if !won {
-			return status.FromContextError(ctx.Err()).Err()
+	h.primaries.Add(1)
+	h.tokens.pay()
+	w := h.window(t)
+	start := time.Now()
+	delay, ok := h.delay(w, start)
+	if !ok || h.cfg.disabled() {
+		ev.Skipped = SkipWarmingUp
+		if h.cfg.disabled() {
+			ev.Skipped = SkipDisabled
 		}
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if w != nil && err == nil {
+			end := time.Now()
+			w.Add(end, end.Sub(start))
+		}
+		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
+		h.observe(ctx, &ev)
+		return err
+	}
+
+	// The call's state and its event, from a pool: most calls end before their
+	// hedge is due and leave nothing behind, and their state is reused. The
+	// reply's type is read now: once the primary runs, it writes to the reply.
+	gc := grpcCalls.Get().(*grpcCall)
+	gc.ev = Event{Target: method, Attempts: 1, Delay: delay}
+	gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
+	p := &gc.p
+	a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, start, delay, &gc.ev)
+	h.observe(ctx, &gc.ev)
+	var err error
+	if !won {
+		err = status.FromContextError(ctx.Err()).Err()
+	} else {
 		if a.n > 0 {
 			p.adopt(a.n)
 		}
 		cancel()
+		err = a.err
 		if gc.c.quiet {
 			fire := gc.c.fireFn // bound to gc.c, which stays where it is
 			*gc = grpcCall{}
 			gc.c.fireFn = fire
 			grpcCalls.Put(gc)
 		}
-		return a.err
 	}
+	return err
 }
 
 // grpcCalls holds the state of calls that ended quietly ([call.quiet]), for reuse.
@@ -148,12 +173,16 @@ type hedgeCall struct {
 	peer    peer.Peer
 }
 
+func (p *grpcAttempts) prepare(int) error { return nil }
+func (p *grpcAttempts) abandon(int)       {}
+
 func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error) {
 	if n == 0 {
 		return struct{}{}, p.invoker(ctx, p.method, p.req, p.reply, p.cc, p.opts...)
 	}
 	hc := &hedgeCall{reply: p.replyType.New().Interface()}
-	hc.opts = make([]grpc.CallOption, len(p.opts))
+	hc.opts = make([]grpc.CallOption, len(p.opts), len(p.opts)+1)
+	trailer := false
 	for i, o := range p.opts {
 		switch o.(type) {
 		case grpc.HeaderCallOption:
@@ -161,15 +190,19 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error
 		case *grpc.HeaderCallOption:
 			o = grpc.Header(&hc.header)
 		case grpc.TrailerCallOption:
-			o = grpc.Trailer(&hc.trailer)
+			o, trailer = grpc.Trailer(&hc.trailer), true
 		case *grpc.TrailerCallOption:
-			o = grpc.Trailer(&hc.trailer)
+			o, trailer = grpc.Trailer(&hc.trailer), true
 		case grpc.PeerCallOption:
 			o = grpc.Peer(&hc.peer)
 		case *grpc.PeerCallOption:
 			o = grpc.Peer(&hc.peer)
 		}
 		hc.opts[i] = o
+	}
+	if !trailer {
+		// The trailer says whether the server refused the hedge for lack of budget.
+		hc.opts = append(hc.opts, grpc.Trailer(&hc.trailer))
 	}
 	p.hedges[n] = hc
 	// A layer above (retry) may have counted attempts already: add to its count,
@@ -226,17 +259,35 @@ func setPeer(dst, p *peer.Peer) {
 	}
 }
 
-func (p *grpcAttempts) verdict(_ struct{}, err error) verdict {
+// verdict classifies a gRPC attempt's outcome. A local refusal (an error matching
+// deadline.ErrInsufficientBudget: propagate's floor) and a hedge whose trailer
+// carries a negative grpc-retry-pushback-ms (a server's refusal for lack of budget)
+// are refusals; the non-fatal codes fire the next hedge; codes that judge the
+// request itself (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+// UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, ABORTED) are
+// answers; the others are this copy's failures.
+func (p *grpcAttempts) verdict(n int, _ struct{}, err error) verdict {
 	if err == nil {
 		return success
 	}
-	code := status.Code(err)
-	for _, c := range p.cfg.nonFatalGRPC {
-		if code == c {
-			return nonFatal
+	if errors.Is(err, deadline.ErrInsufficientBudget) {
+		return refused
+	}
+	if hc := p.hedges[n]; n > 0 && hc != nil {
+		if vs := hc.trailer.Get(metadataPushback); len(vs) > 0 && negativePushback(vs[0]) {
+			return refused
 		}
 	}
-	return final
+	code := status.Code(err)
+	if slices.Contains(p.cfg.nonFatalGRPC, code) {
+		return nonFatal
+	}
+	switch code {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.Unauthenticated,
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.Aborted:
+		return answer
+	}
+	return failure
 }
 
 func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }

@@ -54,9 +54,13 @@ type Stats struct {
 	// Primaries is the number of calls that could be hedged: idempotent (and
 	// replayable) calls, each sent once as a primary.
 	Primaries uint64
-	// Hedges is the number of hedges sent.
+	// Hedges is the number of hedges sent. A hedge whose body could not be replayed
+	// was not sent, and is not counted; one refused by a layer beneath (propagate's
+	// floor) or by the server is.
 	Hedges uint64
-	// HedgeWins is the number of calls answered by a hedge rather than the primary.
+	// HedgeWins is the number of calls whose result is a hedge's success (an HTTP
+	// status below 400, gRPC OK) rather than the primary's. A call whose copies all
+	// failed is no win, whichever failure it returned.
 	HedgeWins uint64
 	// RefusedByCap is the number of hedges not sent because the token account was
 	// empty ([WithMaxExtraLoad]).
@@ -69,7 +73,8 @@ type Stats struct {
 	// declared idempotent).
 	NotIdempotent uint64
 	// NotReplayable is the number of idempotent HTTP calls sent once because their
-	// body cannot be replayed (no GetBody).
+	// body cannot be replayed (no GetBody), and of gRPC calls whose reply is not a
+	// proto.Message.
 	NotReplayable uint64
 	// Tokens is the balance of the token account: how many hedges may go out now.
 	Tokens float64
@@ -193,7 +198,8 @@ func (h *Hedger) delay(w *quantile.Window, now time.Time) (time.Duration, bool) 
 type Event struct {
 	// Target is the host (HTTP) or full method (gRPC) of the call.
 	Target string
-	// Attempts is the number of copies of the call sent: 1 when it was not hedged.
+	// Attempts is the number of copies of the call sent: 1 when it was not hedged. A
+	// hedge that could not be sent (its body could not be replayed) is not counted.
 	Attempts int
 	// Winner is the index of the attempt whose answer (or failure) was returned: 0
 	// for the primary, 1 for the first hedge; -1 when none was (the caller gave up).
@@ -212,10 +218,11 @@ type Skip uint8
 const (
 	SkipNone          Skip = iota
 	SkipNotIdempotent      // the call is not idempotent
-	SkipNotReplayable      // the HTTP body cannot be replayed (no GetBody)
+	SkipNotReplayable      // the HTTP body cannot be replayed (no GetBody, or GetBody failed)
 	SkipWarmingUp          // too few latencies known for the target, no initial delay
 	SkipCap                // the token account was empty
 	SkipDeadline           // less than the floor was left
+	SkipDisabled           // hedging is configured off ([WithMaxAttempts] 1, [WithMaxExtraLoad] 0)
 )
 
 func (s Skip) String() string {
@@ -232,8 +239,28 @@ func (s Skip) String() string {
 		return "extra-load cap"
 	case SkipDeadline:
 		return "deadline"
+	case SkipDisabled:
+		return "disabled"
 	}
 	return fmt.Sprintf("Skip(%d)", uint8(s))
+}
+
+// otel is the reason recorded on the call's span for a call that sent no hedge;
+// SkipNone there means the call ended before its hedge was due.
+func (s Skip) otel() otelattr.HedgeSkip {
+	switch s {
+	case SkipNotIdempotent, SkipNotReplayable:
+		return otelattr.HedgeSkipNotIdempotent
+	case SkipWarmingUp:
+		return otelattr.HedgeSkipWarmingUp
+	case SkipCap:
+		return otelattr.HedgeSkipCap
+	case SkipDeadline:
+		return otelattr.HedgeSkipDeadline
+	case SkipDisabled:
+		return otelattr.HedgeSkipDisabled
+	}
+	return otelattr.HedgeSkipNotDue
 }
 
 func (h *Hedger) observe(ctx context.Context, e *Event) {
@@ -245,21 +272,29 @@ func (h *Hedger) observe(ctx context.Context, e *Event) {
 	f(ctx, *e)
 }
 
-// verdict classifies the outcome of one attempt.
+// verdict classifies the outcome of one attempt. The call ends at the first answer
+// (success or answer); a failure ends it only when no other copy is left.
 type verdict uint8
 
 const (
-	success  verdict = iota // final, and its latency feeds the window
-	final                   // final (an answer or a fatal failure), not a latency
-	nonFatal                // the next hedge may go out at once
+	success  verdict = iota // an answer that is not a failure; its latency feeds the window
+	answer                  // the server's verdict on the request itself (HTTP 404, gRPC NOT_FOUND): any copy would get it
+	failure                 // this copy failed (5xx, a transport error, gRPC INTERNAL): another may still answer
+	nonFatal                // a failure that fires the next hedge at once
+	refused                 // refused for lack of budget, or not sendable: no further hedge, and a hedge's refusal is never the call's result
 )
 
 // protocol is what the core needs from an adapter.
 type protocol[T any] interface {
+	// prepare readies hedge n (n ≥ 1) before it counts as sent; an error means it
+	// cannot be sent at all (an HTTP body that cannot be replayed).
+	prepare(n int) error
+	// abandon releases what prepare readied for hedge n, which will not be sent.
+	abandon(n int)
 	// send sends attempt n (0: the primary) under ctx; traced says ctx carries a
 	// recording attempt span, whose trace context the request should carry.
 	send(ctx context.Context, n int, traced bool) (T, error)
-	verdict(v T, err error) verdict
+	verdict(n int, v T, err error) verdict
 	// discard disposes of a result nobody will use, then calls cancel. It must not
 	// block: it runs under the call's lock or on the caller's goroutine.
 	discard(v T, err error, cancel context.CancelFunc)
@@ -271,14 +306,13 @@ type attempt[T any] struct {
 	v          T
 	err        error
 	start, end time.Time
-	span       otelattr.Attempt
 }
 
 // call is the state of one hedged call. The primary runs on the caller's goroutine;
 // hedges are sent by a timer (on the timer's goroutine) or, after a non-fatal
-// failure, on a goroutine of their own. Whoever brings a final result ends the call
-// under mu: the other attempts are cancelled, and the caller, blocked in the primary
-// or waiting on doneCh, returns the winner.
+// failure, on a goroutine of their own. Whoever brings the call's result ends the
+// call under mu: the other attempts are cancelled and their spans ended, and the
+// caller, blocked in the primary or waiting on doneCh, returns the winner.
 type call[T any] struct {
 	h     *Hedger
 	ctx   context.Context
@@ -294,14 +328,18 @@ type call[T any] struct {
 	mu       sync.Mutex
 	ev       *Event
 	done     bool
-	stopped  bool // a hedge was refused: no more for this call
-	sent     int
+	stopped  bool // a hedge was refused, or could not be sent: no more for this call
+	sent     int  // copies given an index, the primary included
+	unsent   int  // of which never sent
 	pending  int
 	winner   attempt[T]
-	won      bool
-	last     attempt[T] // the latest non-fatal failure, when hasLast
+	has      bool       // winner holds the call's result
+	hedgeWon bool       // ... and it is a hedge's success
+	last     attempt[T] // the latest failure, when hasLast
 	hasLast  bool
 	cancels  [MaxAttempts]context.CancelFunc
+	spans    [MaxAttempts]otelattr.Attempt // of the attempts in flight
+	started  [MaxAttempts]bool             // the attempt was sent (or is being)
 	returned [MaxAttempts]bool
 	start0   time.Time
 	doneCh   chan struct{} // made when the caller has to wait; closed when done
@@ -315,16 +353,18 @@ type call[T any] struct {
 // result is the call's, with the cancel function of that attempt's context (the
 // caller calls it once done with the result), or ok false when ctx ended while no
 // attempt was running on the caller's goroutine. When it returns, the primary has
-// returned.
+// returned, and every attempt span has ended.
 //
 // Every attempt gets an attempt span (package otelattr) when the call's span is
-// recording, ended with its outcome; the call's span gets the attempt and hedge
-// counts.
+// recording, ended with its outcome, or cancelled when the call ends first; the call
+// gets the hedges sent and whether one won, or why none was sent.
 func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Protocol, w *quantile.Window, p protocol[T], start time.Time, delay time.Duration, ev *Event) (a attempt[T], cancel context.CancelFunc, ok bool) {
 	c.h, c.ctx, c.proto, c.w, c.p, c.delay, c.ev, c.sent, c.pending = h, ctx, proto, w, p, delay, ev, 1, 1
 	ctx0, cancel0 := context.WithCancel(ctx)
 	c.cancels[0] = cancel0
 	c.start0 = start
+	actx, span := otelattr.StartAttempt(ctx0, proto, otelattr.KindPrimary, 1)
+	c.spans[0], c.started[0] = span, true
 	c.mu.Lock()
 	if c.fireFn == nil {
 		c.fireFn = c.fire
@@ -332,9 +372,8 @@ func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Pr
 	c.timer = time.AfterFunc(delay, c.fireFn)
 	c.mu.Unlock()
 
-	actx, span := otelattr.StartAttempt(ctx0, proto, otelattr.KindPrimary, 1)
 	v, err := safeSend(p, actx, 0, span.Recording())
-	c.result(attempt[T]{n: 0, v: v, err: err, start: c.start0, end: time.Now(), span: span})
+	c.result(attempt[T]{n: 0, v: v, err: err, start: c.start0, end: time.Now()})
 
 	c.mu.Lock()
 	if !c.done {
@@ -350,13 +389,15 @@ func hedged[T any](c *call[T], h *Hedger, ctx context.Context, proto otelattr.Pr
 			c.finish(attempt[T]{}, false, false)
 		}
 	}
-	attempts, won, winner := c.sent, c.won, c.winner
-	if won {
+	sent := c.sent - c.unsent
+	c.ev.Attempts = sent
+	ok, winner, won, skip := c.has, c.winner, c.hedgeWon, c.ev.Skipped
+	if ok {
 		cancel = c.cancels[winner.n]
 	}
 	c.mu.Unlock()
-	otelattr.RecordHedgeCall(ctx, attempts-1, won && winner.n > 0, "")
-	return winner, cancel, won
+	otelattr.RecordHedgeCall(ctx, sent-1, won, skip.otel())
+	return winner, cancel, ok
 }
 
 // fire sends the next hedge when the delay has passed (on the timer's goroutine).
@@ -372,7 +413,7 @@ func (c *call[T]) fire() {
 	}
 }
 
-// next decides whether a hedge goes out now and prepares it. c.mu is held.
+// next decides whether a hedge goes out now and gives it an index. c.mu is held.
 func (c *call[T]) next() (int, context.Context, bool) {
 	if c.done || c.stopped || c.sent >= c.h.cfg.maxAttempts {
 		return 0, nil, false
@@ -386,35 +427,65 @@ func (c *call[T]) next() (int, context.Context, bool) {
 	c.cancels[n] = cancel
 	c.sent++
 	c.pending++
-	c.ev.Attempts = c.sent
 	return n, ctx, true
 }
 
-// run sends hedge n and hands its result over.
+// run sends hedge n and hands its result over. A hedge that cannot be prepared is
+// not sent: it gives its token back, stops further hedges, and leaves the call to
+// the copies already out.
 func (c *call[T]) run(ctx context.Context, n int) {
-	start := time.Now()
+	perr := safePrepare(c.p, n)
+	c.mu.Lock()
+	if c.done {
+		// The call ended before this hedge went out; finish counted it unsent.
+		c.returned[n] = true
+		c.pending--
+		c.mu.Unlock()
+		c.p.abandon(n)
+		return
+	}
+	if perr != nil {
+		c.returned[n] = true
+		c.pending--
+		c.unsent++
+		c.h.tokens.refund()
+		c.stopped = true
+		c.ev.Skipped = SkipNotReplayable
+		c.cancels[n]()
+		if c.pending == 0 {
+			c.finish(c.last, c.hasLast, false)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.started[n] = true
+	c.h.hedges.Add(1)
 	ctx, span := otelattr.StartAttempt(ctx, c.proto, otelattr.KindHedge, n+1)
+	c.spans[n] = span
+	c.mu.Unlock()
+	start := time.Now()
 	v, err := safeSend(c.p, ctx, n, span.Recording())
-	c.result(attempt[T]{n: n, v: v, err: err, start: start, end: time.Now(), span: span})
+	c.result(attempt[T]{n: n, v: v, err: err, start: start, end: time.Now()})
 }
 
-// result takes the result of an attempt.
+// result takes the result of an attempt. Its span ends here, in the same step as
+// the decision it leads to; or it has ended already, cancelled, with the call.
 func (c *call[T]) result(a attempt[T]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.returned[a.n] = true
 	c.pending--
+	span := c.spans[a.n]
+	c.spans[a.n] = otelattr.Attempt{}
 	if c.done {
-		a.span.End(otelattr.OutcomeCancelled, nil)
 		c.p.discard(a.v, a.err, c.cancels[a.n])
 		return
 	}
-	v := c.p.verdict(a.v, a.err)
-	switch {
-	case v == nonFatal || a.err != nil:
-		a.span.End(otelattr.OutcomeFailure, a.err)
-	default:
-		a.span.End(otelattr.OutcomeSuccess, nil)
+	v := c.p.verdict(a.n, a.v, a.err)
+	if v == success || v == answer && a.err == nil {
+		span.End(otelattr.OutcomeSuccess, nil)
+	} else {
+		span.End(otelattr.OutcomeFailure, a.err)
 	}
 	switch v {
 	case success:
@@ -422,13 +493,28 @@ func (c *call[T]) result(a attempt[T]) {
 			c.w.Add(a.end, a.end.Sub(a.start))
 		}
 		c.finish(a, true, true)
-	case final:
+		return
+	case answer:
 		c.finish(a, true, false)
-	case nonFatal:
-		if c.hasLast {
-			c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])
+		return
+	case refused:
+		// A copy sent now would have even less time.
+		c.stopped = true
+		if a.n > 0 {
+			// The primary decides the call.
+			c.p.discard(a.v, a.err, c.cancels[a.n])
+			if c.pending == 0 {
+				c.finish(c.last, c.hasLast, false)
+			}
+			return
 		}
-		c.last, c.hasLast = a, true
+	}
+	// A failure: the call's result only if no other copy answers.
+	if c.hasLast {
+		c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])
+	}
+	c.last, c.hasLast = a, true
+	if v == nonFatal {
 		if n, ctx, ok := c.next(); ok {
 			if c.sent < c.h.cfg.maxAttempts {
 				c.timer.Reset(c.delay)
@@ -436,22 +522,24 @@ func (c *call[T]) result(a attempt[T]) {
 			go c.run(ctx, n)
 			return
 		}
-		if c.pending == 0 {
-			c.finish(a, true, false)
-		}
+	}
+	if c.pending == 0 {
+		c.finish(a, true, false)
 	}
 }
 
-// finish ends the call with winner (won false: none). Attempts still in flight are
-// cancelled; a primary cut short by a successful hedge feeds the window with its time
-// so far, a lower bound of its latency. c.mu is held.
-func (c *call[T]) finish(winner attempt[T], won, ok bool) {
+// finish ends the call with winner (has false: none; ok: winner is a success).
+// Attempts still in flight are cancelled, and their spans end now, cancelled: no
+// attempt span outlives its call. A primary cut short by a successful hedge feeds the
+// window with its time so far, a lower bound of its latency. c.mu is held.
+func (c *call[T]) finish(winner attempt[T], has, ok bool) {
 	c.done = true
 	// A timer stopped before it fired never will: then, with no hedge sent, nothing
 	// but the caller refers to the call any more.
 	c.quiet = c.timer.Stop() && c.sent == 1
-	c.winner, c.won = winner, won
-	if c.hasLast && (!won || c.last.n != winner.n) {
+	c.winner, c.has = winner, has
+	c.hedgeWon = has && ok && winner.n > 0
+	if c.hasLast && (!has || c.last.n != winner.n) {
 		c.p.discard(c.last.v, c.last.err, c.cancels[c.last.n])
 	}
 	for n, cancel := range c.cancels {
@@ -459,18 +547,26 @@ func (c *call[T]) finish(winner attempt[T], won, ok bool) {
 			continue
 		}
 		cancel()
+		if !c.started[n] {
+			// Given an index, never sent: its goroutine finds the call over.
+			c.unsent++
+			c.h.tokens.refund()
+			continue
+		}
+		c.spans[n].End(otelattr.OutcomeCancelled, nil)
+		c.spans[n] = otelattr.Attempt{}
 		if n == 0 && ok && c.w != nil {
 			now := time.Now()
 			c.w.Add(now, now.Sub(c.start0))
 		}
 	}
-	if won {
+	if has {
 		c.ev.Winner = winner.n
-		if winner.n > 0 {
-			c.h.wins.Add(1)
-		}
 	} else {
 		c.ev.Winner = -1
+	}
+	if c.hedgeWon {
+		c.h.wins.Add(1)
 	}
 	if c.doneCh != nil {
 		close(c.doneCh)
@@ -488,7 +584,18 @@ func safeSend[T any](p protocol[T], ctx context.Context, n int, traced bool) (v 
 	return p.send(ctx, n, traced)
 }
 
-// allow decides whether a hedge may go out now, and counts it.
+// safePrepare is safeSend for prepare (an HTTP request's GetBody).
+func safePrepare[T any](p protocol[T], n int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("hedge: preparing attempt %d panicked: %v", n, r)
+		}
+	}()
+	return p.prepare(n)
+}
+
+// allow decides whether a hedge may go out now and takes its token; the hedge is
+// counted in [Stats] once it is sent.
 func (h *Hedger) allow(ctx context.Context, ev *Event) bool {
 	if left, has := deadline.Remaining(ctx); has && left < h.cfg.floor {
 		h.refusedDeadline.Add(1)
@@ -500,6 +607,5 @@ func (h *Hedger) allow(ctx context.Context, ev *Event) bool {
 		ev.Skipped = SkipCap
 		return false
 	}
-	h.hedges.Add(1)
 	return true
 }

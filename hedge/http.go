@@ -6,10 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
@@ -45,9 +47,12 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // replay it, every attempt getting its own body. Other requests are sent once through
 // base, unchanged. Each hedge is a copy of the request with its own context and
 // header map, carrying Grpc-Previous-Rpc-Attempts; the caller's request is never
-// modified. The winner's context lives until its response body is closed or read to
-// the end; losers are cancelled and their bodies drained (64 KiB, 100 ms at most) and
-// closed.
+// modified. The first answer wins; a failure ends the call only when no other copy is
+// left, and a hedge refused for lack of budget (a 504 with grpc-retry-pushback-ms -1,
+// or propagate's refusal before sending) leaves the call to the primary (see the
+// package documentation). The winner's context lives until its response body is
+// closed or read to the end; losers are cancelled and
+// their bodies drained (64 KiB, 100 ms at most) and closed.
 func (h *Hedger) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -81,12 +86,23 @@ func IdempotentRequest(req *http.Request) bool {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	h := t.h
-	ctx := req.Context()
-	ev := Event{Target: req.Host, Attempts: 1}
 	if req.URL == nil {
 		return t.base.RoundTrip(req) // let the base transport refuse it
 	}
+	// The call's span: a layer above (retry) started it, or the user's client span
+	// (otelhttp) is it, or it is started here. Untraced, ctx is the request's own.
+	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
+	if ctx != req.Context() {
+		req = req.WithContext(ctx)
+	}
+	resp, err := t.roundTrip(ctx, req)
+	call.EndHTTP(resp, err)
+	return resp, err
+}
+
+func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+	h := t.h
+	ev := Event{Target: req.Host, Attempts: 1}
 	if req.URL.Host != "" {
 		ev.Target = req.URL.Host
 	}
@@ -101,6 +117,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if ev.Skipped != SkipNone {
 		resp, err := t.base.RoundTrip(req)
+		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
 		h.observe(ctx, &ev)
 		return resp, err
 	}
@@ -110,16 +127,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := h.window(h.target(ev.Target, false))
 	start := time.Now()
 	delay, ok := h.delay(w, start)
-	if !ok || h.cfg.maxAttempts < 2 || h.cfg.maxExtraLoad <= 0 {
-		if !ok {
-			ev.Skipped = SkipWarmingUp
+	if !ok || h.cfg.disabled() {
+		ev.Skipped = SkipWarmingUp
+		if h.cfg.disabled() {
+			ev.Skipped = SkipDisabled
 		}
 		resp, err := t.base.RoundTrip(req)
 		if w != nil && httpVerdict(h.cfg, resp, err) == success {
 			end := time.Now()
 			w.Add(end, end.Sub(start))
 		}
-		otelattr.RecordHedgeCall(ctx, 0, false, otelattr.HedgeSkipWarmingUp)
+		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
 		h.observe(ctx, &ev)
 		return resp, err
 	}
@@ -155,6 +173,27 @@ type httpAttempts struct {
 	t       *transport
 	req     *http.Request
 	hasBody bool
+	// The body of each hedge, from GetBody; element n is used by attempt n only.
+	bodies [MaxAttempts]io.ReadCloser
+}
+
+func (p *httpAttempts) prepare(n int) error {
+	if !p.hasBody {
+		return nil
+	}
+	body, err := p.req.GetBody()
+	if err != nil {
+		return &replayError{err}
+	}
+	p.bodies[n] = body
+	return nil
+}
+
+func (p *httpAttempts) abandon(n int) {
+	if b := p.bodies[n]; b != nil {
+		p.bodies[n] = nil
+		_ = b.Close()
+	}
 }
 
 func (p *httpAttempts) send(ctx context.Context, n int, traced bool) (*http.Response, error) {
@@ -174,41 +213,49 @@ func (p *httpAttempts) send(ctx context.Context, n int, traced bool) (*http.Resp
 	// A layer above (retry) may have counted attempts already: add to its count.
 	r.Header[HeaderPreviousAttempts] = []string{strconv.Itoa(previous(p.req.Header.Get(HeaderPreviousAttempts)) + n)}
 	if p.hasBody {
-		body, err := p.req.GetBody()
-		if err != nil {
-			// The hedge could not be built: let the primary decide the call.
-			return nil, &replayError{err}
-		}
-		r.Body = body
+		r.Body, p.bodies[n] = p.bodies[n], nil
 	}
 	return p.t.base.RoundTrip(r)
 }
 
-func (p *httpAttempts) verdict(resp *http.Response, err error) verdict {
+func (p *httpAttempts) verdict(_ int, resp *http.Response, err error) verdict {
 	return httpVerdict(p.t.h.cfg, resp, err)
 }
 
+// httpVerdict classifies an HTTP attempt's outcome. A local refusal (propagate's
+// floor, a body that could not be replayed) and a failure status carrying
+// grpc-retry-pushback-ms with a negative value (a server's refusal for lack of
+// budget, or a downstream that already retried) are refusals; a dial error and the
+// non-fatal statuses fire the next hedge; 5xx, 408, 429 and other transport errors
+// are this copy's failures; other 4xx are answers.
 func httpVerdict(c *config, resp *http.Response, err error) verdict {
 	if err != nil {
 		var op *net.OpError
 		var re *replayError
-		if errors.As(err, &op) && op.Op == "dial" || errors.As(err, &re) {
+		switch {
+		case errors.Is(err, deadline.ErrInsufficientBudget), errors.As(err, &re):
+			return refused
+		case errors.As(err, &op) && op.Op == "dial":
 			return nonFatal
 		}
-		return final
+		return failure
 	}
 	if resp == nil {
-		return final
+		return failure
 	}
-	for _, code := range c.nonFatalHTTP {
-		if resp.StatusCode == code {
-			return nonFatal
-		}
-	}
-	if resp.StatusCode < 400 {
+	v := answer
+	switch code := resp.StatusCode; {
+	case slices.Contains(c.nonFatalHTTP, code):
+		v = nonFatal
+	case code < 400:
 		return success
+	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		v = failure
 	}
-	return final
+	if v != answer && negativePushback(resp.Header.Get(headerPushback)) {
+		return refused
+	}
+	return v
 }
 
 func (p *httpAttempts) discard(resp *http.Response, _ error, cancel context.CancelFunc) {
@@ -238,6 +285,25 @@ func previous(v string) int {
 		return 0
 	}
 	return n
+}
+
+// headerPushback is gRPC's pushback header (A6), which the toolkit's servers also
+// send over HTTP: -1 on a refusal for lack of budget.
+const headerPushback = "Grpc-Retry-Pushback-Ms"
+
+// negativePushback reports whether v, a grpc-retry-pushback-ms value, is negative:
+// the server says not to send the request again.
+func negativePushback(v string) bool {
+	v = strings.TrimSpace(v)
+	if len(v) < 2 || v[0] != '-' {
+		return false
+	}
+	for i := 1; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // replayError is a hedge that could not get a body of its own.

@@ -25,6 +25,8 @@ type fakeSpan struct {
 	mu    sync.Mutex
 	attrs map[attribute.Key]attribute.Value
 	ended bool
+	ends  int       // times End was called
+	endAt time.Time // when End was first called
 }
 
 func (s *fakeSpan) IsRecording() bool { return true }
@@ -35,7 +37,18 @@ func (s *fakeSpan) SetAttributes(kv ...attribute.KeyValue) {
 		s.attrs[a.Key] = a.Value
 	}
 }
-func (s *fakeSpan) End(...trace.SpanEndOption)           { s.mu.Lock(); s.ended = true; s.mu.Unlock() }
+func (s *fakeSpan) End(...trace.SpanEndOption) {
+	s.mu.Lock()
+	if s.ends == 0 {
+		s.endAt = time.Now()
+	}
+	s.ended = true
+	s.ends++
+	s.mu.Unlock()
+	if s.tp.onEnd != nil {
+		s.tp.onEnd(s)
+	}
+}
 func (s *fakeSpan) TracerProvider() trace.TracerProvider { return s.tp }
 func (s *fakeSpan) attr(k string) attribute.Value {
 	s.mu.Lock()
@@ -47,6 +60,27 @@ type fakeProvider struct {
 	embedded.TracerProvider
 	mu    sync.Mutex
 	spans []*fakeSpan
+	onEnd func(*fakeSpan) // called by every End, when set
+}
+
+// named returns the spans called name, in the order they were started.
+func (p *fakeProvider) named(name string) []*fakeSpan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*fakeSpan
+	for _, s := range p.spans {
+		if s.name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// endState reports how often s was ended and when first.
+func (s *fakeSpan) endState() (int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ends, s.endAt
 }
 
 func (p *fakeProvider) Tracer(string, ...trace.TracerOption) trace.Tracer { return fakeTracer{p: p} }
@@ -71,19 +105,25 @@ func (t fakeTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	return trace.ContextWithSpan(ctx, s), s
 }
 
-// TestAttemptSpans: under a recording call span, each attempt gets a span of its own
-// with its number, kind and outcome, and the call span gets the counts.
+// TestAttemptSpans: under a recording span, the layer starts the call's span (the
+// caller's span is not a client span made for the call), each attempt gets a span of
+// its own under it with its number, kind and outcome, and the call span gets the
+// counts.
 func TestAttemptSpans(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tp := &fakeProvider{}
-		callSpan := tp.newSpan("call")
-		ctx := trace.ContextWithSpan(t.Context(), callSpan)
+		ctx := trace.ContextWithSpan(t.Context(), tp.newSpan("caller"))
 		b := &latencyBackend{latency: func(a, _ int) time.Duration { return time.Second / time.Duration(1+999*a) }}
 		rt := hedge.NewTransport(b, hedge.WithInitialDelay(10*time.Millisecond))
 		if got := get(ctx, rt); got != "attempt 1" {
 			t.Fatalf("answer %q", got)
 		}
 		synctest.Wait()
+		calls := tp.named("GET")
+		if len(calls) != 1 {
+			t.Fatalf("%d call spans, want 1", len(calls))
+		}
+		callSpan := calls[0]
 		if callSpan.attr("deadlinekit.attempts").AsInt64() != 2 || callSpan.attr("deadlinekit.hedge.count").AsInt64() != 1 || !callSpan.attr("deadlinekit.hedge.won").AsBool() {
 			t.Errorf("call span attributes %v", callSpan.attrs)
 		}
@@ -91,10 +131,10 @@ func TestAttemptSpans(t *testing.T) {
 			number  int64
 			outcome string
 		}{"attempt primary": {1, "cancelled"}, "attempt hedge": {2, "success"}}
-		if len(tp.spans) != 3 {
-			t.Fatalf("%d spans, want the call's and two attempts'", len(tp.spans))
+		if len(tp.spans) != 4 {
+			t.Fatalf("%d spans, want the caller's, the call's and two attempts'", len(tp.spans))
 		}
-		for _, s := range tp.spans[1:] {
+		for _, s := range tp.spans[2:] {
 			w, ok := want[s.name]
 			if !ok || s.attr("deadlinekit.attempt.number").AsInt64() != w.number ||
 				s.attr("deadlinekit.attempt.outcome").AsString() != w.outcome ||

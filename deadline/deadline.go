@@ -3,7 +3,6 @@ package deadline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -27,9 +26,28 @@ type BudgetError struct {
 
 func (e *BudgetError) Error() string {
 	if e.Remaining <= 0 {
-		return fmt.Sprintf("insufficient time budget: deadline passed %v ago, need %v", -e.Remaining, e.Needed)
+		return "insufficient time budget: deadline passed " + Format(-e.Remaining) + " ago, need " + Format(e.Needed)
 	}
-	return fmt.Sprintf("insufficient time budget: %v left, need %v", e.Remaining, e.Needed)
+	return "insufficient time budget: " + Format(e.Remaining) + " left, need " + Format(e.Needed)
+}
+
+// Format writes d at the precision a person reads in an error message, the one way
+// every deadlinekit message writes a duration: to 10 ms from a second up (1.53s), to
+// 0.1 ms from a millisecond up (7.9ms), to the microsecond below (850µs).
+func Format(d time.Duration) string {
+	a := d
+	if a < 0 {
+		a = -a
+	}
+	switch {
+	case a >= time.Second:
+		d = d.Round(10 * time.Millisecond)
+	case a >= time.Millisecond:
+		d = d.Round(100 * time.Microsecond)
+	default:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
 }
 
 // Is reports whether target is [ErrInsufficientBudget] or [context.DeadlineExceeded].

@@ -284,3 +284,24 @@ func BenchmarkDerive(b *testing.B) {
 		}
 	})
 }
+
+func TestFormat(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{7912345 * time.Nanosecond, "7.9ms"},
+		{20 * time.Millisecond, "20ms"},
+		{19987 * time.Microsecond, "20ms"},
+		{420 * time.Microsecond, "420µs"},
+		{1234 * time.Nanosecond, "1µs"},
+		{1534 * time.Millisecond, "1.53s"},
+		{-3 * time.Millisecond, "-3ms"},
+		{-1534 * time.Millisecond, "-1.53s"},
+		{0, "0s"},
+	} {
+		if got := deadline.Format(tc.d); got != tc.want {
+			t.Errorf("Format(%v) = %q; want %q", tc.d, got, tc.want)
+		}
+	}
+}

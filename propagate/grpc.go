@@ -108,7 +108,7 @@ type statusError struct {
 
 func budgetStatus(be *deadline.BudgetError) error { return statusError{be} }
 
-func (e statusError) Error() string { return "deadlinekit: " + e.BudgetError.Error() }
+func (e statusError) Error() string { return "propagate: " + e.BudgetError.Error() }
 func (e statusError) Unwrap() error { return e.BudgetError }
 func (e statusError) GRPCStatus() *status.Status {
 	return status.New(codes.DeadlineExceeded, e.Error())
@@ -186,7 +186,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, SourceGRPCTimeout
 	} else if d, ok, err := c.envoyMetadata(ctx); err != nil {
-		return ctx, nil, status.Error(codes.InvalidArgument, "deadlinekit: "+err.Error())
+		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	} else if ok {
 		in.Budget, in.Source = d, SourceEnvoyTimeout
 	} else if c.serverDefault > 0 {
@@ -197,7 +197,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	c.clamp(&in)
 	if in.Budget <= 0 {
 		otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
-		return ctx, nil, status.Errorf(codes.DeadlineExceeded, "deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget)
+		return ctx, nil, status.Error(codes.DeadlineExceeded, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")")
 	}
 	cancel := noop
 	if in.Source != SourceGRPCTimeout || in.Clamped {

@@ -435,7 +435,7 @@ func TestHostileHTTPWire(t *testing.T) {
 				if len(body) > 256 {
 					t.Errorf("refusal body of %d bytes", len(body))
 				}
-				fromUs := strings.Contains(body, "deadlinekit")
+				fromUs := strings.HasPrefix(body, "propagate: ")
 				if fromUs == tc.byHTTP {
 					t.Errorf("answer %q: from the middleware %v; want %v", body, fromUs, !tc.byHTTP)
 				}
@@ -492,5 +492,5 @@ func ExampleNewMiddleware_hostile() {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	fmt.Print(rec.Code, " ", rec.Body.String())
-	// Output: 400 deadlinekit: malformed Grpc-Timeout header "99999999999999999999999999999999…": more than 8 digits
+	// Output: 400 propagate: malformed Grpc-Timeout header "99999999999999999999999999999999…": more than 8 digits
 }

@@ -163,7 +163,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			}
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {
-				http.Error(w, "deadlinekit: "+err.Error(), http.StatusBadRequest)
+				http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 				return
 			}
 			if !found {
@@ -177,7 +177,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			if in.Budget <= 0 {
 				otelattr.RecordInbound(r.Context(), in.Budget, in.Source, in.Clamped)
 				w.Header().Set(headerPushbackMs, "-1")
-				http.Error(w, fmt.Sprintf("deadlinekit: request arrived with no time left (%s: %v)", in.Source, in.Budget), http.StatusGatewayTimeout)
+				http.Error(w, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")", http.StatusGatewayTimeout)
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)

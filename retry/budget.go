@@ -133,6 +133,19 @@ func (b *Budget) TryWithdraw() bool {
 	return true
 }
 
+// refund gives back the token of a retry that was never sent (its call's context
+// ended during the wait, or a layer beneath refused it before sending).
+func (b *Budget) refund() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.advance(time.Now())
+	b.slots[b.cur] += milli
+	b.sum += milli
+	b.mu.Unlock()
+}
+
 // Balance returns the number of retries the budget would allow now (possibly
 // fractional). A nil *Budget reports +Inf.
 func (b *Budget) Balance() float64 {

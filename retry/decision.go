@@ -105,9 +105,9 @@ type Event struct {
 // may make max attempts. It returns the action, the wait before the next attempt, and
 // the error to return on Stop. last is the attempt's failure, wrapped by stop errors.
 //
-// A retry's token is not taken here, only looked for: the caller withdraws it when
-// the wait is over and the retry is sent ([Budget.TryWithdraw]), so that a call whose
-// context ends during the wait spends none.
+// A Retry takes the retry's token; it is given back when the retry is not sent after
+// all (the context ends during the wait, or a layer beneath refuses it before
+// sending), so that such a call spends none.
 func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last error) (Action, time.Duration, error) {
 	if n >= maxAttempts {
 		return Return, 0, nil
@@ -121,7 +121,7 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last 
 	case d.HasPushback && d.Pushback < 0:
 		return Return, 0, nil
 	case d.HasPushback && d.Pushback > c.maxPushback:
-		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + d.Pushback.String() + " exceeds the cap of " + c.maxPushback.String(), Last: last, stop: otelattr.StopPushbackOverCap}
+		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + deadline.Format(d.Pushback) + " exceeds the cap of " + deadline.Format(c.maxPushback), Last: last, stop: otelattr.StopPushbackOverCap}
 	case pushback:
 		wait = d.Pushback
 	default:
@@ -133,25 +133,21 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last 
 	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.minAttempt {
 		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, MinAttempt: c.minAttempt, Pushback: pushback, Last: last}
 	}
-	if c.budget.Balance() < 1 {
+	if !c.budget.TryWithdraw() {
 		return Stop, 0, &BudgetExhaustedError{Attempts: n, Last: last}
 	}
 	return Retry, wait, nil
 }
 
-// waitToRetry waits d before retry n+1 and then takes the retry's token. It returns
-// nil when the retry may be sent; otherwise the call ends: the context ended during
-// the wait, or the budget was emptied by other calls meanwhile. It records the call's
-// stop reason in that case.
+// waitToRetry waits d before retry n+1, whose token plan took. It returns nil when
+// the retry may be sent; otherwise the context ended during the wait: the token is
+// given back, and the call's stop reason recorded.
 func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error) error {
 	if err := sleep(ctx, d); err != nil {
+		c.budget.refund()
 		stop := ctxStop(ctx)
 		otelattr.RecordRetryCall(ctx, n, stop)
 		return &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last, stop: stop}
-	}
-	if !c.budget.TryWithdraw() {
-		otelattr.RecordRetryCall(ctx, n, otelattr.StopBudgetEmpty)
-		return &BudgetExhaustedError{Attempts: n, Last: last}
 	}
 	return nil
 }

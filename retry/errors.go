@@ -44,8 +44,8 @@ func (e *DeadlineError) Error() string {
 	if e.Pushback {
 		what = "pushback"
 	}
-	return fmt.Sprintf("retry: no time for another attempt after %d: %v left, need %v %s + %v minimum attempt: %v",
-		e.Attempts, e.Remaining, e.Wait, what, e.MinAttempt, e.Last)
+	return fmt.Sprintf("retry: no time for another attempt after %d: %s left, need %s %s + %s minimum attempt: %v",
+		e.Attempts, deadline.Format(e.Remaining), deadline.Format(e.Wait), what, deadline.Format(e.MinAttempt), e.Last)
 }
 
 // Is reports whether target is [context.DeadlineExceeded],

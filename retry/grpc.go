@@ -201,8 +201,12 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			var d Decision
 			if localRefusal(err) {
 				// Refused beneath before anything was sent: not a transport failure,
-				// and another attempt would have less time still.
+				// and another attempt would have less time still. A retry's token
+				// comes back.
 				d = Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}
+				if n > 1 {
+					c.budget.refund()
+				}
 			} else {
 				st, _ := status.FromError(err)
 				a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: *trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}

@@ -339,8 +339,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		var d Decision
 		if err != nil && localRefusal(err) {
 			// Refused beneath before anything was sent: not a transport failure, and
-			// another attempt would have less time still.
+			// another attempt would have less time still. A retry's token comes back.
 			d = Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}
+			if n > 1 {
+				c.budget.refund()
+			}
 		} else {
 			d = c.classifyHTTP(a)
 		}

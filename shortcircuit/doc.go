@@ -8,7 +8,7 @@
 // handler needs) and, when less is left, answers at once: gRPC DeadlineExceeded or
 // HTTP 504, with a message that states both numbers:
 //
-//	deadlinekit: 4.2ms left, floor 20ms: request refused before the handler ran
+//	shortcircuit: 4.2ms left, floor 20ms: request refused before the handler ran
 //
 // A request whose deadline has already passed is always refused ("deadlinekit:
 // deadline passed 3ms ago: request refused before the handler ran"), whatever the

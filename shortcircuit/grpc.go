@@ -96,5 +96,5 @@ func budgetStatus(err error) (refused bool, _ error) {
 	if _, isStatus := status.FromError(err); isStatus {
 		return false, err
 	}
-	return true, status.Error(codes.DeadlineExceeded, "deadlinekit: "+err.Error())
+	return true, status.Error(codes.DeadlineExceeded, "shortcircuit: "+err.Error())
 }

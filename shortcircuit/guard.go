@@ -287,20 +287,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 // refusal is the message sent with a refusal.
 func (t *ticket) refusal() string {
 	if t.decision == Expired {
-		return "deadlinekit: deadline passed " + human(-t.left) + " ago: request refused before the handler ran"
+		return "shortcircuit: deadline passed " + deadline.Format(-t.left) + " ago: request refused before the handler ran"
 	}
-	return "deadlinekit: " + human(t.left) + " left, floor " + human(t.floor) + ": request refused before the handler ran"
-}
-
-// human rounds d to the precision a person reads: 4.2ms, 1.53s, 850µs.
-func human(d time.Duration) string {
-	switch {
-	case d >= time.Second:
-		d = d.Round(10 * time.Millisecond)
-	case d >= time.Millisecond:
-		d = d.Round(100 * time.Microsecond)
-	default:
-		d = d.Round(time.Microsecond)
-	}
-	return d.String()
+	return "shortcircuit: " + deadline.Format(t.left) + " left, floor " + deadline.Format(t.floor) + ": request refused before the handler ran"
 }

@@ -82,9 +82,9 @@ func TestStaticFloorHTTP(t *testing.T) {
 			{"no deadline", 0, 200, "", true},
 			{"above the floor", time.Second, 200, "", true},
 			{"exactly the floor", 20 * ms, 200, "", true},
-			{"below the floor", 5 * ms, 504, "deadlinekit: 5ms left, floor 20ms: request refused before the handler ran\n", false},
-			{"just below", 19*ms + 987*time.Microsecond, 504, "deadlinekit: 20ms left, floor 20ms: request refused before the handler ran\n", false},
-			{"sub-millisecond", 420 * time.Microsecond, 504, "deadlinekit: 420µs left, floor 20ms: request refused before the handler ran\n", false},
+			{"below the floor", 5 * ms, 504, "shortcircuit: 5ms left, floor 20ms: request refused before the handler ran\n", false},
+			{"just below", 19*ms + 987*time.Microsecond, 504, "shortcircuit: 20ms left, floor 20ms: request refused before the handler ran\n", false},
+			{"sub-millisecond", 420 * time.Microsecond, 504, "shortcircuit: 420µs left, floor 20ms: request refused before the handler ran\n", false},
 		} {
 			before := ran
 			w := serve(h, "/x", tc.budget)
@@ -109,7 +109,7 @@ func TestStaticFloorHTTP(t *testing.T) {
 		w := httptest.NewRecorder()
 		before := ran
 		bare.ServeHTTP(w, r)
-		want := "deadlinekit: deadline passed 3ms ago: request refused before the handler ran\n"
+		want := "shortcircuit: deadline passed 3ms ago: request refused before the handler ran\n"
 		if w.Code != 504 || w.Body.String() != want || ran != before {
 			t.Fatalf("expired: %d %q; want 504 %q and no handler", w.Code, w.Body, want)
 		}
@@ -185,7 +185,7 @@ func TestStaticFloorGRPC(t *testing.T) {
 		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(20*ms), shortcircuit.WithObserver(&c))
 		ran, err := unary(icpt, "/svc/M", 5*ms, 0, false)
 		if ran || status.Code(err) != codes.DeadlineExceeded ||
-			status.Convert(err).Message() != "deadlinekit: 5ms left, floor 20ms: request refused before the handler ran" {
+			status.Convert(err).Message() != "shortcircuit: 5ms left, floor 20ms: request refused before the handler ran" {
 			t.Fatalf("5ms left: ran %v, err %v", ran, err)
 		}
 		if ran, err := unary(icpt, "/svc/M", 30*ms, 10*ms, false); !ran || err != nil {
@@ -459,7 +459,7 @@ func TestHandlerErrorMapping(t *testing.T) {
 		defer cancel()
 		budgetErr := shortcircuit.Check(ctx, 20*ms)
 		err := call(budgetErr)
-		if status.Code(err) != codes.DeadlineExceeded || status.Convert(err).Message() != "deadlinekit: insufficient time budget: 5ms left, need 20ms" {
+		if status.Code(err) != codes.DeadlineExceeded || status.Convert(err).Message() != "shortcircuit: insufficient time budget: 5ms left, need 20ms" {
 			t.Fatalf("BudgetError mapped to %v", err)
 		}
 		plain := errors.New("plain")

@@ -100,7 +100,7 @@ func TestHTTPBurstLoopback(t *testing.T) {
 		case r.err != nil:
 			t.Errorf("request %d: %v", i, r.err)
 		case r.below && (r.code != http.StatusGatewayTimeout || handlerRan ||
-			!strings.HasPrefix(r.body, "deadlinekit: ") || !strings.HasSuffix(r.body, " left, floor 1s: request refused before the handler ran\n")):
+			!strings.HasPrefix(r.body, "shortcircuit: ") || !strings.HasSuffix(r.body, " left, floor 1s: request refused before the handler ran\n")):
 			t.Errorf("request %d (300ms left): %d %q, handler ran %v; want 504 with the message, no handler", i, r.code, r.body, handlerRan)
 		case !r.below && (r.code != http.StatusOK || r.body != "done" || !handlerRan):
 			t.Errorf("request %d (10s left): %d %q, handler ran %v; want 200 from the handler", i, r.code, r.body, handlerRan)
@@ -205,7 +205,7 @@ func TestGRPCBurstLoopback(t *testing.T) {
 		}
 		msg := status.Convert(err).Message()
 		if status.Code(err) != codes.DeadlineExceeded || handlerRan ||
-			!strings.HasPrefix(msg, "deadlinekit: ") || !strings.HasSuffix(msg, " left, floor 1s: request refused before the handler ran") {
+			!strings.HasPrefix(msg, "shortcircuit: ") || !strings.HasSuffix(msg, " left, floor 1s: request refused before the handler ran") {
 			t.Errorf("call %d (300ms left): %v, handler ran %v; want DeadlineExceeded with the message, no handler", i, err, handlerRan)
 		}
 	}

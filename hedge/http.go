@@ -51,7 +51,7 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // left, and a hedge refused for lack of budget (a 504 with grpc-retry-pushback-ms -1,
 // or propagate's refusal before sending) leaves the call to the primary (see the
 // package documentation). The winner's context lives until its response body is
-// closed or read to the end; losers are cancelled and
+// closed or read to the end (a 101's body keeps its Write); losers are cancelled and
 // their bodies drained (64 KiB, 100 ms at most) and closed.
 func (h *Hedger) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
@@ -154,6 +154,12 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
 		cancel()
 		return resp, err
+	}
+	if _, ok := resp.Body.(io.Writer); ok {
+		// A 101 Switching Protocols answer: its body is the connection, and keeps
+		// its Write (one allocation more, for upgrades only).
+		resp.Body = cancelbody.Wrap(resp.Body, cancel)
+		return resp, nil
 	}
 	hc.body = cancelbody.Body{ReadCloser: resp.Body, Cancel: cancel}
 	resp.Body = &hc.body

@@ -1,6 +1,7 @@
 package hedge_test
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -197,5 +198,54 @@ func (s *primaryServer) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest
 		return &testgrpc.SimpleResponse{Username: "primary"}, nil
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// TestUpgradeBodyKeepsWrite (issue 13, bug 15): the body of a 101 Switching Protocols
+// answer that went through an armed hedge is still the connection, readable and
+// writable.
+func TestUpgradeBodyKeepsWrite(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		line, err := brw.ReadString('\n')
+		if err != nil {
+			return
+		}
+		brw.WriteString(line)
+		brw.Flush()
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	rt := hedge.NewTransport(base, hedge.WithInitialDelay(time.Minute))
+
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("the 101 body %T lost its Write", resp.Body)
+	}
+	if _, err := io.WriteString(rw, "ping\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(rw).ReadString('\n')
+	if err != nil || line != "ping\n" {
+		t.Errorf("echo %q, %v; want ping", line, err)
 	}
 }

@@ -89,6 +89,13 @@
 // HTTP header, gRPC metadata) so that the server can tell it is a copy; beneath a
 // retry layer that already wrote one, the hedge adds to its count.
 //
+// Over gRPC, the caller's grpc.OnFinish callbacks run once per call, with the call's
+// result: no copy carries them. The header, trailer and peer asked for with
+// grpc.Header, grpc.Trailer and grpc.Peer are the winner's. The other call options
+// of grpc-go (credentials, codec, compressor, message sizes, wait-for-ready,
+// authority, MaxRetryRPCBufferSize, StaticMethod) configure each copy and report
+// nothing back, so every copy carries them.
+//
 // # Where it sits
 //
 // On the client, beneath retry and above propagate:

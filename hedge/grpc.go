@@ -53,7 +53,8 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // (the reply must be a proto.Message), carries grpc-previous-rpc-attempts in its
 // metadata, and, when it wins, its reply is copied into the caller's, as are the
 // header, trailer and peer asked for with grpc.Header, grpc.Trailer and grpc.Peer.
-// A hedge refused for lack of budget (DEADLINE_EXCEEDED with the
+// The caller's grpc.OnFinish callbacks are taken off every copy and run once, with
+// the call's result. A hedge refused for lack of budget (DEADLINE_EXCEEDED with the
 // trailer grpc-retry-pushback-ms -1, or an error matching
 // deadline.ErrInsufficientBudget from propagate beneath) leaves the call to the
 // primary. The interceptor returns only once the primary has returned, so the
@@ -111,6 +112,9 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 		return err
 	}
 
+	// The caller's completion callbacks run once, with the call's result, not once
+	// per copy: no copy carries them.
+	opts, onFinish := splitOnFinish(opts)
 	// The call's state and its event, from a pool: most calls end before their
 	// hedge is due and leave nothing behind, and their state is reused. The
 	// reply's type is read now: once the primary runs, it writes to the reply.
@@ -136,7 +140,38 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 			grpcCalls.Put(gc)
 		}
 	}
+	for _, f := range onFinish {
+		f(err)
+	}
 	return err
+}
+
+// splitOnFinish takes the grpc.OnFinish callbacks out of opts. Without any, opts is
+// returned as it is, with nothing allocated.
+func splitOnFinish(opts []grpc.CallOption) ([]grpc.CallOption, []func(error)) {
+	first := -1
+	for i, o := range opts {
+		if _, ok := o.(grpc.OnFinishCallOption); ok {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return opts, nil
+	}
+	kept := make([]grpc.CallOption, first, len(opts)-1)
+	copy(kept, opts[:first])
+	var fs []func(error)
+	for _, o := range opts[first:] {
+		if f, ok := o.(grpc.OnFinishCallOption); ok {
+			if f.OnFinish != nil {
+				fs = append(fs, f.OnFinish)
+			}
+			continue
+		}
+		kept = append(kept, o)
+	}
+	return kept, fs
 }
 
 // grpcCalls holds the state of calls that ended quietly ([call.quiet]), for reuse.

@@ -201,6 +201,75 @@ func (s *primaryServer) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest
 	}
 }
 
+// finishServer: a primary waits for its call to be cancelled; a hedge answers at
+// once. A request with ResponseSize 1 fails with INTERNAL, one with ResponseSize 2
+// answers at once whatever its kind.
+type finishServer struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (finishServer) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	switch req.ResponseSize {
+	case 1:
+		return nil, status.Error(codes.Internal, "broken")
+	case 2:
+		return &testgrpc.SimpleResponse{}, nil
+	}
+	if len(metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts)) > 0 {
+		return &testgrpc.SimpleResponse{Username: "hedge"}, nil
+	}
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestOnFinishOnce (issue 13, bug 13): a caller's grpc.OnFinish callback runs once
+// per call, with the call's own result, however many copies the call sent: not once
+// per copy, and never with the Canceled of a cancelled loser.
+func TestOnFinishOnce(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(gs, finishServer{})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	const unary = "/grpc.testing.TestService/UnaryCall"
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(hedge.New(hedge.WithInitialDelay(20*time.Millisecond), hedge.WithIdempotentMethods(unary)).UnaryClientInterceptor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := testgrpc.NewTestServiceClient(cc)
+
+	for _, tc := range []struct {
+		name string
+		size int32
+	}{
+		{"hedged, the hedge wins", 0},
+		{"a failure before the delay", 1},
+		{"an answer before the delay", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var mu sync.Mutex
+			var got []error
+			_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: tc.size}, grpc.OnFinish(func(err error) {
+				mu.Lock()
+				got = append(got, err)
+				mu.Unlock()
+			}))
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 1 || status.Code(got[0]) != status.Code(err) {
+				t.Errorf("OnFinish called with %v; want once, with the call's result %v", got, err)
+			}
+		})
+	}
+}
+
 // TestUpgradeBodyKeepsWrite (issue 13, bug 15): the body of a 101 Switching Protocols
 // answer that went through an armed hedge is still the connection, readable and
 // writable.

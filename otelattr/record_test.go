@@ -186,6 +186,9 @@ func TestHedgedCall(t *testing.T) {
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("a cancelled loser is marked as an error")
 	}
+	if ev := spans[1].Events(); len(ev) != 1 || ev[0].Name != cancelledEvent {
+		t.Errorf("the cancelled loser's events %v; want one saying it was cancelled", ev)
+	}
 	if spans[2].Name() != "Sent.svc.Get" {
 		t.Errorf("call span named %q; want gRFC A72's Sent.svc.Get", spans[2].Name())
 	}

@@ -1,0 +1,556 @@
+package deadlinekit
+
+// The error table of DESIGN, as functions a handler calls to pass a failure from one
+// protocol to the other: HTTPStatus, WriteHTTPError and GRPCError towards the wire,
+// FromHTTP and FromGRPC back from it.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/propagate"
+	"github.com/deadlinekit/deadlinekit/retry"
+)
+
+// StatusClientClosedRequest is the HTTP status of a request its caller cancelled
+// (499, nginx's convention; gRPC Canceled).
+const StatusClientClosedRequest = 499
+
+// Sentinels for the downstream failures that have no sentinel in the core packages.
+// A [*WireError] matches them under [errors.Is]; so do [context.DeadlineExceeded],
+// [context.Canceled] and [deadline.ErrInsufficientBudget] for the conditions they
+// name.
+var (
+	// ErrUnavailable: the downstream is unavailable (gRPC Unavailable, HTTP 502 and
+	// 503), or could not be reached.
+	ErrUnavailable = errors.New("deadlinekit: downstream unavailable")
+	// ErrOverloaded: the downstream is overloaded or over quota (gRPC
+	// ResourceExhausted, HTTP 429, HTTP 503 with a pushback).
+	ErrOverloaded = errors.New("deadlinekit: downstream overloaded")
+	// ErrInvalidArgument: the downstream found the request malformed (gRPC
+	// InvalidArgument, HTTP 400), a deadline header among other things.
+	ErrInvalidArgument = errors.New("deadlinekit: invalid argument")
+)
+
+// WireError is a failure as it travels between services: an HTTP status and a gRPC
+// code for one condition, the message, and the pushback. [FromHTTP] and [FromGRPC]
+// return it, with both HTTPStatus and Code set. A handler may return one of its own
+// (say, Code ResourceExhausted with a Pushback) to answer with a condition that has
+// no error of its own; a zero HTTPStatus is then derived from Code, a zero Code (OK)
+// from HTTPStatus.
+//
+// Under [errors.Is] it matches [context.DeadlineExceeded] (DeadlineExceeded, 504),
+// [deadline.ErrInsufficientBudget] (the same with a negative Pushback: a refusal for
+// lack of budget), [context.Canceled] (Canceled, 499), [ErrUnavailable],
+// [ErrOverloaded] and [ErrInvalidArgument]. [status.Code] reports its Code.
+type WireError struct {
+	// HTTPStatus is the HTTP status as received; one outside 400–599 is answered as
+	// the status of Code.
+	HTTPStatus int
+	Code       codes.Code // the gRPC code
+	// Message is the downstream's message, verbatim (from an HTTP body, at most 1 KiB
+	// of it, trimmed).
+	Message string
+	// Pushback is what the downstream said about a retry (grpc-retry-pushback-ms,
+	// Retry-After or google.rpc.RetryInfo): positive, wait that long; negative, do not
+	// retry (the value was negative or malformed, as package retry reads it); zero,
+	// nothing.
+	Pushback time.Duration
+
+	err error          // the error FromGRPC was given
+	st  *status.Status // its status, for the details
+}
+
+// Error returns Message, or a description of the status when there is none.
+func (e *WireError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	s, c := e.derive()
+	return "deadlinekit: " + c.String() + " (HTTP " + strconv.Itoa(s) + ")"
+}
+
+// Is reports whether the error matches target; see [WireError].
+func (e *WireError) Is(target error) bool {
+	s, c := e.derive()
+	switch target {
+	case context.DeadlineExceeded:
+		return c == codes.DeadlineExceeded
+	case deadline.ErrInsufficientBudget:
+		return c == codes.DeadlineExceeded && e.Pushback < 0
+	case context.Canceled:
+		return c == codes.Canceled
+	case ErrUnavailable:
+		return c == codes.Unavailable || s == http.StatusServiceUnavailable
+	case ErrOverloaded:
+		return c == codes.ResourceExhausted
+	case ErrInvalidArgument:
+		return c == codes.InvalidArgument
+	}
+	return false
+}
+
+// Unwrap returns the gRPC error [FromGRPC] was given, nil for other WireErrors.
+func (e *WireError) Unwrap() error { return e.err }
+
+// GRPCStatus returns the error as a gRPC status: Code, the message, the details of the
+// status it came from, and google.rpc.RetryInfo for a ResourceExhausted with a
+// positive Pushback.
+func (e *WireError) GRPCStatus() *status.Status {
+	_, c := e.derive()
+	return wireStatus(e.st, c, e.Error(), e.Pushback)
+}
+
+// derive returns the HTTP status and gRPC code, each derived from the other when unset.
+func (e *WireError) derive() (int, codes.Code) {
+	s, c := e.HTTPStatus, e.Code
+	if s < 400 || s > 599 {
+		s = 0
+	}
+	switch {
+	case s == 0 && c == codes.OK:
+		return http.StatusInternalServerError, codes.Unknown
+	case s == 0:
+		s = httpFromCode(c, e.Pushback)
+	case c == codes.OK:
+		c = codeFromHTTP(s, e.Pushback)
+	}
+	return s, c
+}
+
+// HTTPStatus returns the HTTP status that answers err (200 for nil). The first rule
+// that matches decides:
+//
+//   - the caller cancelled ([context.Canceled]): 499;
+//   - budget below the floor or spent ([deadline.ErrInsufficientBudget], also
+//     retry's DeadlineError), or [context.DeadlineExceeded]: 504;
+//   - a [*WireError]: its status;
+//   - a malformed inbound deadline header ([propagate.ErrMalformedTimeout]): 400;
+//   - a gRPC status: the status of its code (ResourceExhausted with a pushback: 503,
+//     without: 429; see [GRPCError] for the rest);
+//   - a [*retry.StatusError] (retries exhausted on an HTTP failure): its status;
+//   - a transport error reaching the downstream ([net.Error], [*url.Error]): 502;
+//   - anything else: 500.
+//
+// retry's stop errors other than DeadlineError wrap the last attempt's failure, so
+// exhausted retries answer with the last attempt's status.
+func HTTPStatus(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	return toWire(err).status
+}
+
+// WriteHTTPError answers an HTTP request with err, before anything else was written:
+// the status of [HTTPStatus], the message as a text/plain body, and the pushback as
+// headers: grpc-retry-pushback-ms: -1 for "do not retry" (a refusal for lack of
+// budget among others), Retry-After (whole seconds, rounded up) and
+// grpc-retry-pushback-ms (milliseconds) for a wait. A nil err writes nothing.
+//
+// The message is err's own, except that a gRPC status gives its message without
+// grpc-go's "rpc error: code = ... desc =" prefix, and that a bare
+// [*deadline.BudgetError] or [*propagate.TimeoutError] takes this package's prefix,
+// "deadlinekit: ".
+func WriteHTTPError(w http.ResponseWriter, err error) {
+	if err == nil {
+		return
+	}
+	x := toWire(err)
+	h := w.Header()
+	switch {
+	case x.pushback < 0:
+		h.Set(retry.HeaderPushbackMs, "-1")
+	case x.pushback > 0:
+		h.Set(retry.HeaderRetryAfter, strconv.FormatInt(ceilDiv(x.pushback, time.Second), 10))
+		h.Set(retry.HeaderPushbackMs, strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10))
+	}
+	http.Error(w, x.msg, x.status)
+}
+
+// GRPCError returns the error a gRPC handler returns for err (nil for nil), and sets
+// the pushback as the call's trailer grpc-retry-pushback-ms: -1 for "do not retry", or
+// the wait in milliseconds. ctx must be the handler's context (or one derived from
+// it), so that the trailer can be set: grpc.SetTrailer needs it; with another context
+// the trailer is silently left out.
+//
+// The code follows the rules of [HTTPStatus]: Canceled; DeadlineExceeded (with -1 for
+// a refusal for lack of budget); a [*WireError]'s code; InvalidArgument for a
+// malformed deadline header; a gRPC status's own code (so exhausted retries keep the
+// last attempt's code); an HTTP status mapped as google.rpc.Code documents it (400
+// InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 404 NotFound, 409
+// Aborted, 429 ResourceExhausted, 499 Canceled, 501 Unimplemented, 502 Unavailable,
+// 503 Unavailable, or ResourceExhausted with a pushback, 504 DeadlineExceeded, other
+// 4xx FailedPrecondition, other 5xx Unknown); Unavailable for a transport error;
+// Unknown otherwise. A ResourceExhausted with a wait also carries
+// google.rpc.RetryInfo, which package retry needs to retry it.
+//
+// The error returned unwraps to err, for the server's own interceptors.
+func GRPCError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	x := toWire(err)
+	if x.pushback != 0 {
+		v := "-1"
+		if x.pushback > 0 {
+			v = strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10)
+		}
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(retry.HeaderPushbackMs, v))
+	}
+	return &grpcError{st: wireStatus(x.st, x.code, x.msg, x.pushback), err: err}
+}
+
+// grpcError is what GRPCError returns: the status grpc-go sends, over the error it
+// stands for.
+type grpcError struct {
+	st  *status.Status
+	err error
+}
+
+func (e *grpcError) Error() string              { return e.st.Message() }
+func (e *grpcError) Unwrap() error              { return e.err }
+func (e *grpcError) GRPCStatus() *status.Status { return e.st }
+
+// Limits on what FromHTTP reads of a failure's body.
+const (
+	messageLimit = 1 << 10 // bytes kept as the message
+	drainLimit   = 4 << 10 // bytes read, so that the connection can be reused
+)
+
+// FromHTTP returns the error an HTTP call's result stands for, taking the two results
+// of [http.Client.Do] (or of a RoundTrip) as they come:
+//
+//	resp, err := client.Do(req)
+//	if err := deadlinekit.FromHTTP(resp, err); err != nil {
+//		return nil, deadlinekit.GRPCError(ctx, err)
+//	}
+//	defer resp.Body.Close()
+//
+// A transport error is returned unchanged. A status below 400 is a success: FromHTTP
+// returns nil and leaves the body to the caller, who reads and closes it. Any other
+// status gives a [*WireError]: the status, its gRPC code (see [GRPCError]), the body
+// as the message when it is text (text/plain, JSON, or no Content-Type; at most 1 KiB
+// kept), and the pushback from grpc-retry-pushback-ms, else Retry-After, read as
+// package retry reads them (a negative or malformed value means "do not retry"). For
+// a failure FromHTTP reads at most 4 KiB of the body and closes it: the caller must
+// not use it. The read ends, at the latest, with the request's context.
+//
+// 504 with grpc-retry-pushback-ms: -1 (a guard's refusal) matches
+// [deadline.ErrInsufficientBudget] and [context.DeadlineExceeded]; 504 alone only the
+// latter; 499 matches [context.Canceled]; 503 [ErrUnavailable], and [ErrOverloaded]
+// too with a pushback; 429 [ErrOverloaded]; 400 [ErrInvalidArgument].
+func FromHTTP(resp *http.Response, err error) error {
+	if err != nil {
+		// net/http has already closed the body of a response that comes with an
+		// error (a CheckRedirect failure).
+		return err
+	}
+	if resp == nil {
+		return errors.New("deadlinekit: no HTTP response and no error")
+	}
+	if resp.StatusCode >= 100 && resp.StatusCode < 400 {
+		return nil
+	}
+	e := &WireError{
+		HTTPStatus: resp.StatusCode,
+		Pushback:   httpPushback(resp.Header, time.Now()),
+		Message:    readMessage(resp),
+	}
+	e.Code = codeFromHTTP(resp.StatusCode, e.Pushback)
+	return e
+}
+
+// FromGRPC returns the error a gRPC call's error stands for (nil for nil). trailer
+// points at the call's trailer, captured with [grpc.Trailer]; it is read only when
+// FromGRPC runs, so one line does:
+//
+//	var tr metadata.MD
+//	deadlinekit.WriteHTTPError(w, deadlinekit.FromGRPC(conn.Invoke(ctx, method, in, out, grpc.Trailer(&tr)), &tr))
+//
+// A nil trailer loses the downstream's grpc-retry-pushback-ms, and with it the
+// "do not retry" of a refusal. An error that is not a gRPC status is returned
+// unchanged, and so is a [*WireError].
+//
+// A status gives a [*WireError] that unwraps to err: the code, its HTTP status (see
+// [HTTPStatus]), the status's message, and the pushback from the trailer's
+// grpc-retry-pushback-ms, else google.rpc.RetryInfo (a negative or malformed value
+// means "do not retry"). DeadlineExceeded with the trailer -1 (a guard's refusal)
+// matches [deadline.ErrInsufficientBudget] and [context.DeadlineExceeded];
+// DeadlineExceeded alone only the latter; Canceled matches [context.Canceled];
+// Unavailable [ErrUnavailable]; ResourceExhausted [ErrOverloaded]; InvalidArgument
+// [ErrInvalidArgument].
+func FromGRPC(err error, trailer *metadata.MD) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*WireError); ok {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() == codes.OK {
+		return err
+	}
+	var md metadata.MD
+	if trailer != nil {
+		md = *trailer
+	}
+	e := &WireError{Code: st.Code(), Message: st.Message(), Pushback: grpcPushback(st, md), err: err, st: st}
+	e.HTTPStatus = httpFromCode(e.Code, e.Pushback)
+	return e
+}
+
+// wire is one error's answer: on HTTP and on gRPC.
+type wire struct {
+	status   int
+	code     codes.Code
+	msg      string
+	pushback time.Duration
+	st       *status.Status // the gRPC status err carried, for its details
+}
+
+// toWire applies the rules of HTTPStatus to a non-nil err.
+func toWire(err error) wire {
+	var we *WireError
+	var se *retry.StatusError
+	var ue *url.Error
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return wire{status: StatusClientClosedRequest, code: codes.Canceled, msg: message(err), pushback: wirePushback(err, context.Canceled)}
+	case errors.Is(err, deadline.ErrInsufficientBudget):
+		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: -1}
+	case errors.Is(err, context.DeadlineExceeded):
+		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: wirePushback(err, context.DeadlineExceeded)}
+	case errors.As(err, &we):
+		s, c := we.derive()
+		x := wire{status: s, code: c, msg: message(err), pushback: we.Pushback, st: we.st}
+		if x.st != nil && x.st.Code() != c {
+			x.st = nil
+		}
+		return x
+	case errors.Is(err, propagate.ErrMalformedTimeout):
+		return wire{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: message(err)}
+	}
+	if st, ok := status.FromError(err); ok {
+		x := wire{code: st.Code(), msg: message(err), st: st}
+		if d, found, perr := retry.RetryInfoDelay(st); perr != nil {
+			x.pushback = -1
+		} else if found {
+			x.pushback = d
+		}
+		x.status = httpFromCode(x.code, x.pushback)
+		return x
+	}
+	switch {
+	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode <= 599:
+		return wire{status: se.StatusCode, code: codeFromHTTP(se.StatusCode, 0), msg: message(err)}
+	case errors.As(err, &ue), errors.As(err, &ne):
+		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err)}
+	}
+	return wire{status: http.StatusInternalServerError, code: codes.Unknown, msg: message(err)}
+}
+
+// wirePushback is the pushback of the first *WireError in err, when that is what
+// matches target.
+func wirePushback(err, target error) time.Duration {
+	var we *WireError
+	if errors.As(err, &we) && we.Is(target) {
+		return we.Pushback
+	}
+	return 0
+}
+
+// message is the text sent for err: its own, but a gRPC status's message without
+// grpc-go's prefix, and the root package's prefix on a core package's bare error.
+func message(err error) string {
+	switch e := err.(type) {
+	case *deadline.BudgetError, *propagate.TimeoutError:
+		return "deadlinekit: " + e.Error()
+	case interface{ GRPCStatus() *status.Status }:
+		if st := e.GRPCStatus(); st != nil {
+			return st.Message()
+		}
+	}
+	return err.Error()
+}
+
+// wireStatus builds the gRPC status of an answer, keeping the details of the status
+// it came from (from, when its code is c).
+func wireStatus(from *status.Status, c codes.Code, msg string, pushback time.Duration) *status.Status {
+	var st *status.Status
+	if from != nil && from.Code() == c {
+		p := from.Proto()
+		p.Message = msg
+		st = status.FromProto(p)
+	} else {
+		st = status.New(c, msg)
+	}
+	if c != codes.ResourceExhausted || pushback <= 0 {
+		return st
+	}
+	if _, found, _ := retry.RetryInfoDelay(st); found {
+		return st
+	}
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(pushback)}); err == nil {
+		return withInfo
+	}
+	return st
+}
+
+// httpFromCode maps a gRPC code to an HTTP status, as google.rpc.Code documents it;
+// ResourceExhausted with a wait is DESIGN's "overloaded, come back": 503.
+func httpFromCode(c codes.Code, pushback time.Duration) int {
+	switch c {
+	case codes.Canceled:
+		return StatusClientClosedRequest
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.ResourceExhausted:
+		if pushback > 0 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// codeFromHTTP maps a failure's HTTP status to a gRPC code; see GRPCError.
+func codeFromHTTP(s int, pushback time.Duration) codes.Code {
+	switch s {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.NotFound
+	case http.StatusConflict:
+		return codes.Aborted
+	case http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	case StatusClientClosedRequest:
+		return codes.Canceled
+	case http.StatusNotImplemented:
+		return codes.Unimplemented
+	case http.StatusBadGateway:
+		return codes.Unavailable
+	case http.StatusServiceUnavailable:
+		if pushback > 0 {
+			return codes.ResourceExhausted
+		}
+		return codes.Unavailable
+	case http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded
+	}
+	if s >= 400 && s < 500 {
+		return codes.FailedPrecondition
+	}
+	return codes.Unknown
+}
+
+// httpPushback reads an HTTP answer's pushback: grpc-retry-pushback-ms, else
+// Retry-After (first value of each); negative for "do not retry".
+func httpPushback(h http.Header, now time.Time) time.Duration {
+	if v := h.Values(retry.HeaderPushbackMs); len(v) > 0 {
+		return pushbackOf(retry.ParsePushbackMs(v[0]))
+	}
+	if v := h.Values(retry.HeaderRetryAfter); len(v) > 0 {
+		return pushbackOf(retry.ParseRetryAfter(v[0], now))
+	}
+	return 0
+}
+
+// grpcPushback reads a gRPC answer's pushback: the trailer, else RetryInfo.
+func grpcPushback(st *status.Status, trailer metadata.MD) time.Duration {
+	if v := trailer.Get(retry.HeaderPushbackMs); len(v) > 0 {
+		return pushbackOf(retry.ParsePushbackMs(v[0]))
+	}
+	d, found, err := retry.RetryInfoDelay(st)
+	if !found {
+		return 0
+	}
+	return pushbackOf(d, err)
+}
+
+func pushbackOf(d time.Duration, err error) time.Duration {
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// readMessage reads a failure's body for its message and closes it.
+func readMessage(resp *http.Response) string {
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, drainLimit))
+	_ = resp.Body.Close()
+	if !textual(resp.Header.Get("Content-Type")) {
+		return ""
+	}
+	if len(b) > messageLimit {
+		b = b[:messageLimit]
+		// Drop the rune the cut split, rather than show it as U+FFFD.
+		for i := 0; i < utf8.UTFMax-1 && len(b) > 0; i++ {
+			if r, size := utf8.DecodeLastRune(b); r != utf8.RuneError || size != 1 {
+				break
+			}
+			b = b[:len(b)-1]
+		}
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+}
+
+// textual reports whether a body of this Content-Type can serve as a message.
+func textual(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "text/plain" || mt == "application/json" || mt == "application/problem+json"
+}
+
+// ceilDiv is d / unit rounded up, for a positive d: a pushback is never shortened.
+func ceilDiv(d, unit time.Duration) int64 {
+	q := d / unit
+	if d%unit != 0 {
+		q++
+	}
+	return int64(q)
+}

@@ -2,7 +2,6 @@ package deadlinekit_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,9 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
@@ -117,8 +115,7 @@ func startChain(t *testing.T, o chainOpts) *chain {
 		if err != nil {
 			return err
 		}
-		resp, err := bToC.Do(req)
-		return relayHTTP(ctx, resp, err)
+		return deadlinekit.GRPCError(ctx, deadlinekit.FromHTTP(bToC.Do(req)))
 	}), nil)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
@@ -132,7 +129,13 @@ func startChain(t *testing.T, o chainOpts) *chain {
 	t.Cleanup(func() { conn.Close() })
 	a := httptest.NewServer(ch.counting(0, deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ch.saw(0, r.Context())
-		relayGRPC(w, conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty)))
+		var trailer metadata.MD
+		err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&trailer)), &trailer)
+		if err != nil {
+			deadlinekit.WriteHTTPError(w, err)
+			return
+		}
+		io.WriteString(w, "ok")
 	}), o.a...)))
 	t.Cleanup(a.Close)
 	ch.aURL = a.URL
@@ -156,47 +159,6 @@ func (ch *chain) call(budget time.Duration) (int, string, http.Header) {
 	return resp.StatusCode, string(b), resp.Header
 }
 
-// The relays below are what a handler writes to pass a downstream's failure up.
-// TODO: replace by the root package's error mapping.
-
-func relayHTTP(ctx context.Context, resp *http.Response, err error) error {
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return status.Error(codes.DeadlineExceeded, err.Error())
-		}
-		return status.Error(codes.Unavailable, err.Error())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return nil
-	case http.StatusGatewayTimeout:
-		if resp.Header.Get("Grpc-Retry-Pushback-Ms") != "" {
-			grpc.SetTrailer(ctx, map[string][]string{"grpc-retry-pushback-ms": {resp.Header.Get("Grpc-Retry-Pushback-Ms")}})
-		}
-		return status.Error(codes.DeadlineExceeded, string(b))
-	case http.StatusServiceUnavailable:
-		return status.Error(codes.Unavailable, string(b))
-	}
-	return status.Error(codes.Unknown, string(b))
-}
-
-func relayGRPC(w http.ResponseWriter, err error) {
-	if err == nil {
-		io.WriteString(w, "ok")
-		return
-	}
-	code := http.StatusInternalServerError
-	switch status.Code(err) {
-	case codes.DeadlineExceeded:
-		code = http.StatusGatewayTimeout
-	case codes.Unavailable:
-		code = http.StatusServiceUnavailable
-	}
-	http.Error(w, status.Convert(err).Message(), code)
-}
-
 // Budgets decrease hop by hop: each hop keeps its reserve and passes on the rest.
 func TestStackBudgetsDecrease(t *testing.T) {
 	ch := startChain(t, chainOpts{})
@@ -215,9 +177,12 @@ func TestStackBudgetsDecrease(t *testing.T) {
 // and no layer retries the refusal: C saw exactly one request.
 func TestStackRefusalIsNotRetried(t *testing.T) {
 	ch := startChain(t, chainOpts{c: []deadlinekit.Option{deadlinekit.WithFloor(time.Second)}})
-	code, body, _ := ch.call(300 * time.Millisecond)
+	code, body, hdr := ch.call(300 * time.Millisecond)
 	if code != http.StatusGatewayTimeout {
 		t.Fatalf("status %d (%s); want 504", code, body)
+	}
+	if v := hdr.Get("Grpc-Retry-Pushback-Ms"); v != "-1" {
+		t.Errorf("the user's answer carries grpc-retry-pushback-ms %q; want -1, the refusal's 'do not retry'", v)
 	}
 	if !strings.Contains(body, "floor 1s") {
 		t.Errorf("the user's answer %q does not say the floor", body)

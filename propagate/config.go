@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 )
 
 // DefaultMaxTimeout is the largest inbound budget a server accepts before clamping it
@@ -133,7 +134,7 @@ func WithTrustGRPC(f func(ctx context.Context) bool) Option {
 }
 
 // Headers an untrusted caller's request is stripped of.
-var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, "Grpc-Previous-Rpc-Attempts"}
+var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header}
 
 // Inbound describes the deadline a server applied to a request: what budget it got,
 // where from, and whether the clamp cut it. Read it with [InboundFromContext] in a

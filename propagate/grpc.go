@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -165,12 +167,9 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 const envoyMetadataKey = "x-envoy-expected-rq-timeout-ms"
 
-// headerPushbackMs is gRPC's pushback (gRPC A6), a trailer, and on HTTP a header. A
-// refusal for lack of time sends -1, "do not retry".
-const headerPushbackMs = "grpc-retry-pushback-ms"
-
-// doNotRetry is the trailer of a refusal.
-var doNotRetry = metadata.Pairs(headerPushbackMs, "-1")
+// doNotRetry is the trailer of a refusal for lack of time: grpc-retry-pushback-ms
+// (gRPC A6) -1, "do not retry".
+var doNotRetry = metadata.Pairs(pushback.Key, pushback.DoNotRetry)
 
 func (c *config) serverContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	trusted := c.trustGRPC == nil || c.trustGRPC(ctx)
@@ -178,7 +177,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			md = md.Copy()
 			delete(md, envoyMetadataKey)
-			delete(md, "grpc-previous-rpc-attempts")
+			delete(md, attempts.Key)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -176,7 +177,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			c.clamp(&in)
 			if in.Budget <= 0 {
 				otelattr.RecordInbound(r.Context(), in.Budget, in.Source, in.Clamped)
-				w.Header().Set(headerPushbackMs, "-1")
+				w.Header().Set(pushback.Key, pushback.DoNotRetry)
 				http.Error(w, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")", http.StatusGatewayTimeout)
 				return
 			}

@@ -150,7 +150,7 @@ func WithIdempotentMethods(methods ...string) Option {
 // one, generated once before the first attempt and sent unchanged on every attempt
 // (HTTP header Idempotency-Key, gRPC metadata idempotency-key). gen generates the key;
 // nil means [NewIdempotencyKey]. A key the caller set is always kept and sent, with or
-// without this option.
+// without this option; a blank one (empty or white space) is no key, and is replaced.
 //
 // On HTTP, keys are generated for methods that are not idempotent (POST, PATCH, …);
 // safe and idempotent methods need none. On gRPC, for every call.

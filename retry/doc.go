@@ -98,7 +98,8 @@
 // With [WithIdempotencyKeys], a call that carries no key gets one, generated once per
 // logical call before the first attempt (a random UUIDv4 from crypto/rand,
 // [NewIdempotencyKey]) and sent unchanged on every attempt as the Idempotency-Key
-// header (gRPC metadata idempotency-key). A key the caller set is kept. A key makes a
+// header (gRPC metadata idempotency-key). A key the caller set is kept; a blank one
+// (empty or white space) is no key, and is replaced. A key makes a
 // non-idempotent request retryable after it was sent: the server is expected to store
 // the first result under the key and answer repeats with it.
 //

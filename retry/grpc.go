@@ -3,19 +3,16 @@ package retry
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -33,8 +30,9 @@ type GRPCAttempt struct {
 	AttemptTimedOut bool
 	// Idempotent reports whether the call may safely run twice: its method is declared
 	// idempotent ([WithIdempotentMethods], or idempotency_level NO_SIDE_EFFECTS or
-	// IDEMPOTENT in its descriptor), or it carries an idempotency-key. It is filled in
-	// for a DEADLINE_EXCEEDED attempt, the one case the default classifier asks.
+	// IDEMPOTENT in its descriptor), or it carries an idempotency-key that is not
+	// blank. It is filled in for a DEADLINE_EXCEEDED attempt, the one case the
+	// default classifier asks.
 	Idempotent bool
 	// CallEnded reports whether the call's own context had ended.
 	CallEnded bool
@@ -155,9 +153,11 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 		if in != nil && in.retry && maxAttempts > 1 {
 			maxAttempts, single = 1, otelattr.StopCallerRetries
 		}
-		if c.keys != nil && len(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) == 0 {
-			if key := c.newKey(); key != "" {
-				ctx = metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, key)
+		if c.keys != nil {
+			if vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey); !idempotency.Keyed(vs) {
+				if key := c.newKey(); key != "" {
+					ctx = withKey(ctx, key, len(vs) > 0)
+				}
 			}
 		}
 		// The trailer (for pushback) and the attempt's options in one allocation.
@@ -172,7 +172,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 		for n := 1; ; n++ {
 			actx := ctx
 			if n > 1 {
-				actx = metadata.AppendToOutgoingContext(ctx, HeaderPreviousAttempts, strconv.Itoa(n-1))
+				actx = metadata.AppendToOutgoingContext(ctx, HeaderPreviousAttempts, attempts.Format(n-1))
 			}
 			var cancel context.CancelFunc
 			if c.attemptTimeout > 0 {
@@ -288,42 +288,20 @@ func (e *statusError) Unwrap() error { return e.err }
 // GRPCStatus lets status.FromError and status.Code report the mapped code.
 func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
 
-// grpcIdempotent reports whether a call to method may safely run twice: declared by
-// option, by the method's descriptor in the protobuf registry, or made safe by an
-// idempotency-key in the call's metadata.
-func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
-	return c.idempotent[method] || len(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) > 0 || descriptorIdempotent(method)
+// withKey returns ctx with the idempotency key in its outgoing metadata, in place of
+// the caller's blank one when blank.
+func withKey(ctx context.Context, key string, blank bool) context.Context {
+	if !blank {
+		return metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, key)
+	}
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy of its own
+	md.Set(MetadataIdempotencyKey, key)
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
-// descriptorIdempotent looks method ("/pkg.Service/Method") up in
-// protoregistry.GlobalFiles, filled by generated code, and reports whether it declares
-// idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT. (Package hedge reads the same
-// option the same way, for the same reason.)
-func descriptorIdempotent(method string) bool {
-	name := strings.TrimPrefix(method, "/")
-	i := strings.LastIndexByte(name, '/')
-	if i <= 0 {
-		return false
-	}
-	full := protoreflect.FullName(name[:i] + "." + name[i+1:])
-	if !full.IsValid() {
-		return false
-	}
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(full)
-	if err != nil {
-		return false
-	}
-	md, ok := d.(protoreflect.MethodDescriptor)
-	if !ok {
-		return false
-	}
-	opts, ok := md.Options().(*descriptorpb.MethodOptions)
-	if !ok || opts == nil {
-		return false
-	}
-	switch opts.GetIdempotencyLevel() {
-	case descriptorpb.MethodOptions_NO_SIDE_EFFECTS, descriptorpb.MethodOptions_IDEMPOTENT:
-		return true
-	}
-	return false
+// grpcIdempotent reports whether a call to method may safely run twice: declared by
+// option, by the method's descriptor in the protobuf registry (package hedge reads
+// it the same way), or made safe by an idempotency-key in the call's metadata.
+func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
+	return c.idempotent[method] || idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) || idempotency.Declared(method)
 }

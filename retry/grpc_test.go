@@ -187,6 +187,22 @@ func TestGRPCMetadataAndKey(t *testing.T) {
 			t.Fatalf("attempt %d key %q; want the caller's", i+1, got)
 		}
 	}
+	// A blank key is no key: it is replaced, and every attempt carries the new one
+	// alone.
+	ctx = metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", " ")
+	s.n, s.md = 0, nil
+	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	key = s.md[0].Get("idempotency-key")
+	if len(key) != 1 || len(key[0]) != 36 {
+		t.Fatalf("blank key replaced by %q; want one generated key", key)
+	}
+	for i, md := range s.md {
+		if got := md.Get("idempotency-key"); len(got) != 1 || got[0] != key[0] {
+			t.Fatalf("attempt %d key %q; want %q", i+1, got, key)
+		}
+	}
 }
 
 func TestGRPCPushback(t *testing.T) {

@@ -3,12 +3,18 @@ package retry
 import (
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 )
 
 // Idempotency key header and metadata key.
 const (
-	HeaderIdempotencyKey   = "Idempotency-Key"
-	MetadataIdempotencyKey = "idempotency-key"
+	// HeaderIdempotencyKey, "Idempotency-Key", is the HTTP header that carries a
+	// call's idempotency key. A blank value is no key.
+	HeaderIdempotencyKey = idempotency.Header
+	// MetadataIdempotencyKey, "idempotency-key", is the gRPC metadata key that
+	// carries a call's idempotency key. A blank value is no key.
+	MetadataIdempotencyKey = idempotency.Key
 )
 
 // NewIdempotencyKey returns a new random UUID (version 4) in its text form, e.g.

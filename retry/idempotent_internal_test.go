@@ -7,42 +7,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/deadlinekit/deadlinekit/internal/idempotency/idempotencytest"
 )
 
-// init registers a file descriptor in protoregistry.GlobalFiles, as generated code
-// would: Get has no side effects, Put is idempotent, Post declares nothing.
+// init registers service deadlinekit.retrytest.Store in protoregistry.GlobalFiles, as
+// generated code would: Get has no side effects, Put is idempotent, Post declares
+// nothing.
 func init() {
-	level := func(l descriptorpb.MethodOptions_IdempotencyLevel) *descriptorpb.MethodOptions {
-		return &descriptorpb.MethodOptions{IdempotencyLevel: l.Enum()}
-	}
-	method := func(name string, opts *descriptorpb.MethodOptions) *descriptorpb.MethodDescriptorProto {
-		return &descriptorpb.MethodDescriptorProto{
-			Name: proto.String(name), InputType: proto.String(".deadlinekit.retrytest.Msg"),
-			OutputType: proto.String(".deadlinekit.retrytest.Msg"), Options: opts,
-		}
-	}
-	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
-		Name:        proto.String("deadlinekit/retrytest/store.proto"),
-		Package:     proto.String("deadlinekit.retrytest"),
-		Syntax:      proto.String("proto3"),
-		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Msg")}},
-		Service: []*descriptorpb.ServiceDescriptorProto{{
-			Name: proto.String("Store"),
-			Method: []*descriptorpb.MethodDescriptorProto{
-				method("Get", level(descriptorpb.MethodOptions_NO_SIDE_EFFECTS)),
-				method("Put", level(descriptorpb.MethodOptions_IDEMPOTENT)),
-				method("Post", nil),
-			},
-		}},
-	}, protoregistry.GlobalFiles)
-	if err != nil {
-		panic(err)
-	}
-	if err := protoregistry.GlobalFiles.RegisterFile(fd); err != nil {
+	if err := idempotencytest.Register("deadlinekit.retrytest"); err != nil {
 		panic(err)
 	}
 }
@@ -50,6 +23,7 @@ func init() {
 func TestGRPCIdempotent(t *testing.T) {
 	c := newConfig([]Option{WithIdempotentMethods("/deadlinekit.retrytest.Store/Post2")})
 	keyed := metadata.AppendToOutgoingContext(context.Background(), MetadataIdempotencyKey, "k-1")
+	blank := metadata.AppendToOutgoingContext(context.Background(), MetadataIdempotencyKey, " ")
 	for _, tc := range []struct {
 		ctx    context.Context
 		method string
@@ -59,6 +33,7 @@ func TestGRPCIdempotent(t *testing.T) {
 		{context.Background(), "/deadlinekit.retrytest.Store/Put", true},
 		{context.Background(), "/deadlinekit.retrytest.Store/Post", false},
 		{keyed, "/deadlinekit.retrytest.Store/Post", true},
+		{blank, "/deadlinekit.retrytest.Store/Post", false},                // a blank key is no key
 		{context.Background(), "/deadlinekit.retrytest.Store/Post2", true}, // by option
 		{context.Background(), "/deadlinekit.retrytest.Msg/Get", false},
 		{context.Background(), "", false},

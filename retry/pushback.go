@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
 // Pushback headers and metadata keys.
@@ -20,7 +22,7 @@ const (
 	// on HTTP responses): milliseconds, a negative value means "do not retry". The
 	// server side of this package sends -1 when a layer below already retried;
 	// packages shortcircuit and propagate send it with a refusal for lack of budget.
-	HeaderPushbackMs = "grpc-retry-pushback-ms"
+	HeaderPushbackMs = pushback.Key
 )
 
 // maxDelta is the largest pushback represented; anything larger saturates to it
@@ -79,13 +81,6 @@ func ParsePushbackMs(v string) (time.Duration, error) {
 		return maxDelta, nil
 	}
 	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// negativePushback reports whether a grpc-retry-pushback-ms value is a well-formed
-// negative number: the server saying "do not retry", as opposed to garbage.
-func negativePushback(v string) bool {
-	v = strings.TrimSpace(v)
-	return strings.HasPrefix(v, "-") && isDigits(v[1:])
 }
 
 func isDigits(s string) bool {

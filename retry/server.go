@@ -3,17 +3,21 @@ package retry
 import (
 	"context"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
-// HeaderPreviousAttempts is sent on every attempt after the first (gRPC A6): the
-// number of attempts made before this one. It is an HTTP header and gRPC metadata.
-const HeaderPreviousAttempts = "grpc-previous-rpc-attempts"
+// HeaderPreviousAttempts, "grpc-previous-rpc-attempts", is sent on every attempt
+// after the first (gRPC A6): the number of attempts made before this one. It is an
+// HTTP header and gRPC metadata. The server side reads its first value: a decimal
+// count of 1 or more, spaces around it ignored, makes the request a retry; anything
+// unreadable counts as 0, not a retry.
+const HeaderPreviousAttempts = attempts.Key
 
 // inbound is the server-side state of one inbound request, shared between the server
 // layer and the outbound retry layers of its handler.
@@ -45,14 +49,6 @@ func WithServingRetry(ctx context.Context) context.Context {
 	return context.WithValue(ctx, inboundKey{}, &inbound{retry: true})
 }
 
-func previousAttempts(v string) int {
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
-
 // NewMiddleware returns the server side of the one-layer rule for HTTP. It marks the
 // request context when the request carries grpc-previous-rpc-attempts ≥ 1, so that
 // the retry layers ([NewTransport]) used by the handler with that context make a
@@ -65,7 +61,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	_ = opts
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			in := &inbound{retry: previousAttempts(r.Header.Get(HeaderPreviousAttempts)) > 0}
+			in := &inbound{retry: attempts.Parse(r.Header.Get(HeaderPreviousAttempts)) > 0}
 			r = r.WithContext(context.WithValue(r.Context(), inboundKey{}, in))
 			next.ServeHTTP(&pushbackWriter{ResponseWriter: w, in: in}, r)
 		})
@@ -84,7 +80,7 @@ func (w *pushbackWriter) WriteHeader(code int) {
 	if !w.wrote && code >= 200 {
 		w.wrote = true
 		if w.in.gaveUp.Load() && (code >= 500 || code == 429 || code == 408 || code == 425) {
-			w.Header().Set(HeaderPushbackMs, "-1")
+			w.Header().Set(HeaderPushbackMs, pushback.DoNotRetry)
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -121,12 +117,12 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 		in := &inbound{}
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if v := md.Get(HeaderPreviousAttempts); len(v) > 0 {
-				in.retry = previousAttempts(v[0]) > 0
+				in.retry = attempts.Parse(v[0]) > 0
 			}
 		}
 		resp, err := handler(context.WithValue(ctx, inboundKey{}, in), req)
 		if err != nil && in.gaveUp.Load() {
-			_ = grpc.SetTrailer(ctx, metadata.Pairs(HeaderPushbackMs, "-1"))
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(HeaderPushbackMs, pushback.DoNotRetry))
 		}
 		return resp, err
 	}

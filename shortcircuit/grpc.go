@@ -8,16 +8,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
-// headerPushbackMs is gRPC's pushback (gRPC A6), a trailer, and on HTTP a header. A
-// refusal for lack of budget sends -1, "do not retry", so that neither the
-// toolkit's retry layers nor grpc-go's own retry policy retry it: a retry could only
-// arrive with less time.
-const headerPushbackMs = "grpc-retry-pushback-ms"
-
-// doNotRetry is the trailer of a refusal.
-var doNotRetry = metadata.Pairs(headerPushbackMs, "-1")
+// doNotRetry is the trailer of a refusal for lack of budget: grpc-retry-pushback-ms
+// (gRPC A6) -1, "do not retry", so that neither the toolkit's retry layers nor
+// grpc-go's own retry policy retry it: a retry could only arrive with less time.
+var doNotRetry = metadata.Pairs(pushback.Key, pushback.DoNotRetry)
 
 // UnaryServerInterceptor returns a gRPC interceptor that refuses a call with
 // DeadlineExceeded, before the handler runs, when the time left is below the floor or

@@ -2,6 +2,8 @@ package shortcircuit
 
 import (
 	"net/http"
+
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
 // NewMiddleware returns HTTP middleware that refuses a request with 504 Gateway
@@ -20,7 +22,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx := r.Context()
 			var t ticket
 			if !g.admit(ctx, routeOf(r), &t) {
-				w.Header().Set(headerPushbackMs, "-1")
+				w.Header().Set(pushback.Key, pushback.DoNotRetry)
 				http.Error(w, t.refusal(), http.StatusGatewayTimeout)
 				return
 			}

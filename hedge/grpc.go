@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,24 +14,22 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// MetadataPreviousAttempts is the gRPC metadata key sent on every hedge with the
-// number of copies of the call sent before it (gRPC A6).
-const MetadataPreviousAttempts = "grpc-previous-rpc-attempts"
+// MetadataPreviousAttempts, "grpc-previous-rpc-attempts", is the gRPC metadata key
+// sent on every hedge with the number of copies of the call sent before it (gRPC
+// A6), added to the count a layer above (retry) wrote.
+const MetadataPreviousAttempts = attempts.Key
 
-// metadataPushback is gRPC's pushback trailer (A6): -1 on a refusal for lack of
-// budget.
-const metadataPushback = "grpc-retry-pushback-ms"
-
-// MetadataIdempotencyKey in a call's outgoing metadata makes the call hedgeable,
-// whatever its method.
-const MetadataIdempotencyKey = "idempotency-key"
+// MetadataIdempotencyKey, "idempotency-key", in a call's outgoing metadata makes the
+// call hedgeable, whatever its method, when its value is not blank.
+const MetadataIdempotencyKey = idempotency.Key
 
 // UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
 // calls after the observed latency percentile of their method, with a [Hedger] of
@@ -248,9 +244,9 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error
 	}
 	k := 0
 	if vs := md.Get(MetadataPreviousAttempts); len(vs) > 0 {
-		k = previous(vs[len(vs)-1])
+		k = attempts.Parse(vs[len(vs)-1]) // the nearest layer above appended the last
 	}
-	md.Set(MetadataPreviousAttempts, strconv.Itoa(k+n))
+	md.Set(MetadataPreviousAttempts, attempts.Format(k+n))
 	ctx = metadata.NewOutgoingContext(ctx, md)
 	return struct{}{}, p.invoker(ctx, p.method, p.req, hc.reply, p.cc, hc.opts...)
 }
@@ -309,7 +305,7 @@ func (p *grpcAttempts) verdict(n int, _ struct{}, err error) verdict {
 		return refused
 	}
 	if hc := p.hedges[n]; n > 0 && hc != nil {
-		if vs := hc.trailer.Get(metadataPushback); len(vs) > 0 && negativePushback(vs[0]) {
+		if vs := hc.trailer.Get(pushback.Key); len(vs) > 0 && pushback.Refuses(vs[0]) {
 			return refused
 		}
 	}
@@ -333,44 +329,20 @@ func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) b
 	if t != nil && t.idempotent || t == nil && h.declaredIdempotent(method) {
 		return true
 	}
-	vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)
-	return len(vs) > 0 && vs[0] != ""
+	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey))
 }
 
 // declaredIdempotent reports whether method is declared idempotent, by
 // [WithIdempotentMethods] or in its descriptor. [Hedger.target] remembers the answer.
 func (h *Hedger) declaredIdempotent(method string) bool {
-	return h.cfg.idempotent[method] || MethodIdempotent(method)
+	return h.cfg.idempotent[method] || idempotency.Declared(method)
 }
 
 // MethodIdempotent reports whether the descriptor of method (a full method name,
 // "/package.Service/Method"), found in protoregistry.GlobalFiles, declares
 // idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT. A method not registered is not.
+// Package retry reads the descriptor the same way, and both remember the answer per
+// method (a bounded number of methods).
 func MethodIdempotent(method string) bool {
-	name := strings.TrimPrefix(method, "/")
-	i := strings.LastIndexByte(name, '/')
-	if i <= 0 {
-		return false
-	}
-	full := protoreflect.FullName(name[:i] + "." + name[i+1:])
-	if !full.IsValid() {
-		return false
-	}
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(full)
-	if err != nil {
-		return false
-	}
-	md, ok := d.(protoreflect.MethodDescriptor)
-	if !ok {
-		return false
-	}
-	opts, ok := md.Options().(*descriptorpb.MethodOptions)
-	if !ok || opts == nil {
-		return false
-	}
-	switch opts.GetIdempotencyLevel() {
-	case descriptorpb.MethodOptions_NO_SIDE_EFFECTS, descriptorpb.MethodOptions_IDEMPOTENT:
-		return true
-	}
-	return false
+	return idempotency.Declared(method)
 }

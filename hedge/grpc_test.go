@@ -3,7 +3,6 @@ package hedge_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,13 +13,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protodesc"
-	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency/idempotencytest"
 )
 
 // The test service registered below: Get has no side effects, Put is idempotent,
@@ -33,39 +29,12 @@ const (
 
 var registerOnce sync.Once
 
-// registerStore registers a file descriptor for the test service in
-// protoregistry.GlobalFiles, as generated code would.
+// registerStore registers the test service in protoregistry.GlobalFiles, as
+// generated code would.
 func registerStore(t *testing.T) {
 	t.Helper()
 	registerOnce.Do(func() {
-		level := func(l descriptorpb.MethodOptions_IdempotencyLevel) *descriptorpb.MethodOptions {
-			return &descriptorpb.MethodOptions{IdempotencyLevel: l.Enum()}
-		}
-		method := func(name string, opts *descriptorpb.MethodOptions) *descriptorpb.MethodDescriptorProto {
-			return &descriptorpb.MethodDescriptorProto{
-				Name: proto.String(name), InputType: proto.String(".deadlinekit.hedgetest.Msg"),
-				OutputType: proto.String(".deadlinekit.hedgetest.Msg"), Options: opts,
-			}
-		}
-		fdp := &descriptorpb.FileDescriptorProto{
-			Name:        proto.String("deadlinekit/hedgetest/store.proto"),
-			Package:     proto.String("deadlinekit.hedgetest"),
-			Syntax:      proto.String("proto3"),
-			MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Msg")}},
-			Service: []*descriptorpb.ServiceDescriptorProto{{
-				Name: proto.String("Store"),
-				Method: []*descriptorpb.MethodDescriptorProto{
-					method("Get", level(descriptorpb.MethodOptions_NO_SIDE_EFFECTS)),
-					method("Put", level(descriptorpb.MethodOptions_IDEMPOTENT)),
-					method("Post", nil),
-				},
-			}},
-		}
-		fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
-		if err != nil {
-			panic(err)
-		}
-		if err := protoregistry.GlobalFiles.RegisterFile(fd); err != nil {
+		if err := idempotencytest.Register("deadlinekit.hedgetest"); err != nil {
 			panic(err)
 		}
 	})
@@ -253,30 +222,9 @@ func FuzzMethodIdempotent(f *testing.F) {
 // TestPreviousAttemptsAddUp: beneath a retry layer that already counted attempts, a
 // hedge adds to the count and sends a single value.
 func TestPreviousAttemptsAddUp(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var got []string
-		var mu sync.Mutex
-		invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
-			md, _ := metadata.FromOutgoingContext(ctx)
-			mu.Lock()
-			got = append(got, strings.Join(md.Get(hedge.MetadataPreviousAttempts), ","))
-			first := len(got) == 1
-			mu.Unlock()
-			if first {
-				<-ctx.Done()
-				return status.FromContextError(ctx.Err()).Err()
-			}
-			return nil
-		}
-		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(time.Millisecond), hedge.WithIdempotentMethods(methodPost))
-		ctx := metadata.AppendToOutgoingContext(t.Context(), hedge.MetadataPreviousAttempts, "2")
-		if err := ic(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, invoker); err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != 2 || got[0] != "2" || got[1] != "3" {
-			t.Errorf("grpc-previous-rpc-attempts sent: %q, want the retry's 2 then 3", got)
-		}
-	})
+	if got := hedgeGRPCAttempts(t, "2"); len(got) != 2 || got[0] != "2" || got[1] != "3" {
+		t.Errorf("grpc-previous-rpc-attempts sent: %q, want the retry's 2 then 3", got)
+	}
 }
 
 // TestCallStateReuse: the state of calls that end before their hedge is reused, and a

@@ -7,28 +7,26 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
+	"github.com/deadlinekit/deadlinekit/internal/drain"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // Header names the HTTP adapter reads and writes.
 const (
-	// HeaderPreviousAttempts is sent on every hedge with the number of copies of the
-	// call sent before it (gRPC A6's grpc-previous-rpc-attempts).
-	HeaderPreviousAttempts = "Grpc-Previous-Rpc-Attempts"
-	// HeaderIdempotencyKey makes any request hedgeable, whatever its method.
-	HeaderIdempotencyKey = "Idempotency-Key"
-)
-
-// Bounds of the disposal of a loser's response body.
-const (
-	drainMax     = 64 << 10
-	drainTimeout = 100 * time.Millisecond
+	// HeaderPreviousAttempts, "Grpc-Previous-Rpc-Attempts" (gRPC A6), is sent on every
+	// hedge with the number of copies of the call sent before it, added to the count a
+	// layer above (retry) wrote.
+	HeaderPreviousAttempts = attempts.Header
+	// HeaderIdempotencyKey, "Idempotency-Key", makes any request hedgeable, whatever
+	// its method, when its value is not blank.
+	HeaderIdempotencyKey = idempotency.Header
 )
 
 // NewTransport returns an http.RoundTripper that hedges idempotent requests after the
@@ -74,15 +72,11 @@ func (t *transport) CloseIdleConnections() {
 }
 
 // IdempotentRequest reports whether the hedging layer may send req more than once:
-// its method is safe or idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or it
-// carries an Idempotency-Key header. It does not look at the body.
+// its method is safe or idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE; the
+// empty method is GET) or it carries an Idempotency-Key header that is not blank. It
+// does not look at the body. Package retry decides the same way.
 func IdempotentRequest(req *http.Request) bool {
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
-	}
-	vs := req.Header[HeaderIdempotencyKey]
-	return len(vs) > 0 && strings.TrimSpace(vs[0]) != ""
+	return idempotency.Method(req.Method) || idempotency.Keyed(req.Header[HeaderIdempotencyKey])
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -217,7 +211,7 @@ func (p *httpAttempts) send(ctx context.Context, n int, traced bool) (*http.Resp
 		return p.t.base.RoundTrip(r)
 	}
 	// A layer above (retry) may have counted attempts already: add to its count.
-	r.Header[HeaderPreviousAttempts] = []string{strconv.Itoa(previous(p.req.Header.Get(HeaderPreviousAttempts)) + n)}
+	r.Header[HeaderPreviousAttempts] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(HeaderPreviousAttempts)) + n)}
 	if p.hasBody {
 		r.Body, p.bodies[n] = p.bodies[n], nil
 	}
@@ -258,7 +252,7 @@ func httpVerdict(c *config, resp *http.Response, err error) verdict {
 	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
 		v = failure
 	}
-	if v != answer && negativePushback(resp.Header.Get(headerPushback)) {
+	if v != answer && pushback.Refuses(resp.Header.Get(pushback.Key)) {
 		return refused
 	}
 	return v
@@ -269,47 +263,7 @@ func (p *httpAttempts) discard(resp *http.Response, _ error, cancel context.Canc
 		cancel()
 		return
 	}
-	go drain(resp.Body, cancel)
-}
-
-// drain reads a little of a loser's body, so that its connection can be reused, and
-// closes it; it never waits long for a slow body: cancelling the attempt ends the
-// read.
-func drain(body io.ReadCloser, cancel context.CancelFunc) {
-	t := time.AfterFunc(drainTimeout, cancel)
-	_, _ = io.CopyN(io.Discard, body, drainMax)
-	_ = body.Close()
-	t.Stop()
-	cancel()
-}
-
-// previous reads a grpc-previous-rpc-attempts value set above this layer; anything
-// but a small non-negative number counts as none.
-func previous(v string) int {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > 1000 {
-		return 0
-	}
-	return n
-}
-
-// headerPushback is gRPC's pushback header (A6), which the toolkit's servers also
-// send over HTTP: -1 on a refusal for lack of budget.
-const headerPushback = "Grpc-Retry-Pushback-Ms"
-
-// negativePushback reports whether v, a grpc-retry-pushback-ms value, is negative:
-// the server says not to send the request again.
-func negativePushback(v string) bool {
-	v = strings.TrimSpace(v)
-	if len(v) < 2 || v[0] != '-' {
-		return false
-	}
-	for i := 1; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return false
-		}
-	}
-	return true
+	go drain.Close(resp.Body, cancel)
 }
 
 // replayError is a hedge that could not get a body of its own.

@@ -545,32 +545,7 @@ func TestGetBodyFails(t *testing.T) {
 // TestPreviousAttemptsHeaderAddsUp: beneath a retry layer, a hedge adds to the count
 // the retry already wrote.
 func TestPreviousAttemptsHeaderAddsUp(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var sent []string
-		var mu sync.Mutex
-		rt := hedge.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			mu.Lock()
-			sent = append(sent, strings.Join(r.Header.Values(hedge.HeaderPreviousAttempts), ","))
-			d := time.Duration(0)
-			if len(sent) == 1 {
-				d = time.Second // the primary is slow
-			}
-			mu.Unlock()
-			if err := sleep(r.Context(), d); err != nil {
-				return nil, err
-			}
-			return response(r, 200, nil), nil
-		}), hedge.WithInitialDelay(10*time.Millisecond))
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://backend.test/", nil)
-		req.Header.Set(hedge.HeaderPreviousAttempts, "1")
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		synctest.Wait()
-		if len(sent) != 2 || sent[0] != "1" || sent[1] != "2" {
-			t.Errorf("Grpc-Previous-Rpc-Attempts sent: %q, want the retry's 1 then 2", sent)
-		}
-	})
+	if sent := hedgeHTTPAttempts(t, "1"); len(sent) != 2 || sent[0] != "1" || sent[1] != "2" {
+		t.Errorf("Grpc-Previous-Rpc-Attempts sent: %q, want the retry's 1 then 2", sent)
+	}
 }

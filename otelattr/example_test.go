@@ -34,7 +34,7 @@ func ExampleStartCall() {
 	for _, s := range rec.Ended() {
 		fmt.Println(s.Name())
 		for _, kv := range s.Attributes() {
-			fmt.Printf("  %s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Printf("  %s=%s\n", kv.Key, kv.Value.String())
 		}
 	}
 	// Output:

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -284,8 +285,13 @@ func FromHTTP(resp *http.Response, err error) error {
 //	var tr metadata.MD
 //	deadlinekit.WriteHTTPError(w, deadlinekit.FromGRPC(conn.Invoke(ctx, method, in, out, grpc.Trailer(&tr)), &tr))
 //
-// A nil trailer loses the downstream's grpc-retry-pushback-ms, and with it the
-// "do not retry" of a refusal. An error that is not a gRPC status is returned
+// Through the stack's retry layer ([DialOptions]) the error itself carries the last
+// attempt's grpc-retry-pushback-ms, and trailer may be nil:
+//
+//	deadlinekit.WriteHTTPError(w, deadlinekit.FromGRPC(conn.Invoke(ctx, method, in, out), nil))
+//
+// Otherwise a nil trailer loses the downstream's grpc-retry-pushback-ms, and with it
+// the "do not retry" of a refusal. An error that is not a gRPC status is returned
 // unchanged, and so is a [*WireError].
 //
 // A status gives a [*WireError] that unwraps to err: the code, its HTTP status (see
@@ -310,6 +316,13 @@ func FromGRPC(err error, trailer *metadata.MD) error {
 	var md metadata.MD
 	if trailer != nil {
 		md = *trailer
+	}
+	if len(md.Get(pushback.Key)) == 0 {
+		// Through the stack's retry layer, the error carries its last attempt's
+		// pushback itself.
+		if v, ok := pushback.Of(err); ok {
+			md = metadata.Pairs(pushback.Key, v)
+		}
 	}
 	e := &WireError{Code: st.Code(), Message: st.Message(), Pushback: grpcPushback(st, md), err: err, st: st}
 	e.HTTPStatus = httpFromCode(e.Code, e.Pushback)

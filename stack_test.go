@@ -2,6 +2,7 @@ package deadlinekit_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -13,8 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
@@ -129,8 +131,8 @@ func startChain(t *testing.T, o chainOpts) *chain {
 	t.Cleanup(func() { conn.Close() })
 	a := httptest.NewServer(ch.counting(0, deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ch.saw(0, r.Context())
-		var trailer metadata.MD
-		err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&trailer)), &trailer)
+		// Through the stack's retry layer the error carries the trailer's pushback.
+		err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
 		if err != nil {
 			deadlinekit.WriteHTTPError(w, err)
 			return
@@ -223,4 +225,32 @@ func TestStackOutageIsNotAmplified(t *testing.T) {
 		t.Errorf("C saw %d requests for one user request; want at most 3", n)
 	}
 	t.Logf("requests A %d, B %d, C %d", ch.hits[0].Load(), ch.hits[1].Load(), ch.hits[2].Load())
+}
+
+// Through the stack's client, a gRPC refusal's "do not retry" travels with the
+// error itself: FromGRPC needs no trailer to tell a refusal from a timeout.
+func TestFromGRPCThroughTheStack(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithFloor(time.Second))...)
+	gs.RegisterService(hopService(func(context.Context) error { return nil }), nil)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = deadlinekit.FromGRPC(conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
+	if !errors.Is(err, deadline.ErrInsufficientBudget) {
+		t.Fatalf("FromGRPC(refusal, nil) = %v; want a budget refusal (matching deadline.ErrInsufficientBudget)", err)
+	}
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "floor 1s") {
+		t.Errorf("code %v, message %q; want DeadlineExceeded with the floor", status.Code(err), err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -146,7 +147,16 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
 		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
-		defer func() { call.End(err) }()
+		// The trailer (for pushback) and the attempt's options in one allocation.
+		cs := &grpcCallState{}
+		defer func() {
+			// The last attempt's pushback travels with the error, for a handler that
+			// relays it (deadlinekit.FromGRPC) without capturing the trailer.
+			if v := cs.trailer.Get(pushback.Key); err != nil && len(v) > 0 {
+				err = &pushback.Error{Err: err, Value: v[0]}
+			}
+			call.End(err)
+		}()
 		maxAttempts := c.maxAttempts
 		var single otelattr.StopReason
 		in := inboundFrom(ctx)
@@ -160,8 +170,6 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				}
 			}
 		}
-		// The trailer (for pushback) and the attempt's options in one allocation.
-		cs := &grpcCallState{}
 		trailer := &cs.trailer
 		attemptOpts := cs.opts[:0]
 		if len(callOpts) >= len(cs.opts) {

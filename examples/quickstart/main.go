@@ -33,7 +33,6 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
@@ -107,8 +106,7 @@ func run(otlp string) error {
 	defer conn.Close()
 	frontMux := http.NewServeMux()
 	frontMux.HandleFunc("/price", func(w http.ResponseWriter, r *http.Request) {
-		var trailer metadata.MD
-		err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), priceMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&trailer)), &trailer)
+		err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), priceMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
 		if err != nil {
 			deadlinekit.WriteHTTPError(w, err)
 			return

@@ -6,7 +6,12 @@
 // retry" as a refusal of that copy. The toolkit sends it as an HTTP header too.
 package pushback
 
-import "strings"
+import (
+	"errors"
+	"strings"
+
+	"google.golang.org/grpc/status"
+)
 
 // Key is the gRPC metadata key (a trailer), and the HTTP header name for
 // http.Header's Get, Set, Values and Del, which canonicalize it.
@@ -30,4 +35,33 @@ func Refuses(v string) bool {
 		}
 	}
 	return true
+}
+
+// Error is a gRPC call's error with the grpc-retry-pushback-ms value its last
+// attempt's trailer held (package retry attaches it), so that a handler relaying the
+// error (deadlinekit.FromGRPC) keeps the downstream's "do not retry" without capturing
+// the trailer itself. It keeps the error's gRPC status and unwraps to it.
+type Error struct {
+	Err   error
+	Value string // the trailer's grpc-retry-pushback-ms
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap returns the call's error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// GRPCStatus is the status of the call's error, for status.FromError and status.Code.
+func (e *Error) GRPCStatus() *status.Status {
+	s, _ := status.FromError(e.Err)
+	return s
+}
+
+// Of returns the pushback value an [*Error] in err's chain carries.
+func Of(err error) (string, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Value, true
+	}
+	return "", false
 }

@@ -1,9 +1,14 @@
 package pushback_test
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
@@ -56,4 +61,20 @@ func FuzzRefuses(f *testing.F) {
 			t.Fatalf("Refuses(%q) = %v, but it reads as %d", v, got, n)
 		}
 	})
+}
+
+// An Error keeps the call's status and unwraps to its error.
+func TestError(t *testing.T) {
+	inner := status.Error(codes.DeadlineExceeded, "shortcircuit: 3ms left, floor 20ms")
+	err := fmt.Errorf("relayed: %w", &pushback.Error{Err: inner, Value: "-1"})
+	if v, ok := pushback.Of(err); !ok || v != "-1" {
+		t.Errorf("Of = %q, %v; want -1, true", v, ok)
+	}
+	if _, ok := pushback.Of(inner); ok {
+		t.Error("Of found a pushback on a plain status error")
+	}
+	e := &pushback.Error{Err: inner, Value: "-1"}
+	if st := status.Convert(e); st.Code() != codes.DeadlineExceeded || st.Message() != "shortcircuit: 3ms left, floor 20ms" || e.Error() != inner.Error() || !errors.Is(e, inner) {
+		t.Errorf("status %v %q, text %q; want the inner error's", st.Code(), st.Message(), e.Error())
+	}
 }

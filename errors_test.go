@@ -683,30 +683,6 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// relayMethod is the one method of the loopback tests' gRPC services.
-const relayMethod = "/wiretest.Relay/Call"
-
-func relayService(h func(ctx context.Context) error) *grpc.ServiceDesc {
-	return &grpc.ServiceDesc{
-		ServiceName: "wiretest.Relay",
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{
-			MethodName: "Call",
-			Handler: func(_ any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-				in := new(emptypb.Empty)
-				if err := dec(in); err != nil {
-					return nil, err
-				}
-				call := func(ctx context.Context, _ any) (any, error) { return new(emptypb.Empty), h(ctx) }
-				if icpt == nil {
-					return call(ctx, in)
-				}
-				return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: relayMethod}, call)
-			},
-		}},
-	}
-}
-
 // serveRelay starts a gRPC server for h and returns a client connection to it.
 func serveRelay(t *testing.T, h func(ctx context.Context) error, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
@@ -715,7 +691,7 @@ func serveRelay(t *testing.T, h func(ctx context.Context) error, opts ...grpc.Se
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer(opts...)
-	gs.RegisterService(relayService(h), nil)
+	gs.RegisterService(hopService(h), nil)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -773,7 +749,7 @@ func TestLoopbackGRPCRelaysHTTPRefusal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var tr metadata.MD
-	err := conn.Invoke(ctx, relayMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&tr))
+	err := conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&tr))
 	if got := status.Code(err); got != codes.DeadlineExceeded {
 		t.Fatalf("code %v (%v); want DeadlineExceeded", got, err)
 	}
@@ -811,7 +787,7 @@ func TestLoopbackHTTPRelaysGRPCRefusal(t *testing.T) {
 	var bTrailer atomic.Value
 	a := httptest.NewServer(propagate.NewMiddleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var tr metadata.MD
-		deadlinekit.WriteHTTPError(w, deadlinekit.FromGRPC(conn.Invoke(r.Context(), relayMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&tr)), &tr))
+		deadlinekit.WriteHTTPError(w, deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&tr)), &tr))
 		bTrailer.Store(strings.Join(tr.Get("grpc-retry-pushback-ms"), ","))
 	})))
 	t.Cleanup(a.Close)

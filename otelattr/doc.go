@@ -12,19 +12,30 @@
 // ([go.opentelemetry.io/otel.GetMeterProvider]), so an SDK installed at any time is
 // picked up.
 //
-// # Attempts as child spans
+// # One span per call, attempts as its children
 //
-// A call that may take several attempts (package retry, package hedge) gets one child
-// span per attempt, in the style of gRFC A72: the call's span (the user's client span)
-// carries the totals, each attempt span carries its number, its kind (primary, retry,
-// hedge), its outcome and the budget it was sent with, and the downstream server's span
-// is a child of the attempt that reached it. In Jaeger, a hedged call shows as two
-// overlapping attempt spans under the call, the loser ending "cancelled". Attempt spans
-// are made only when the call's span is recording, so an unsampled call costs nothing.
-// Layers stacked on one call share attempts: with hedging under retry, the hedging
-// layer's primary is the retry layer's attempt (no span of its own), and its hedges
-// are children of that attempt span, so a call answered at once has one attempt span
-// however many layers it went through.
+// Each outbound call has one span of its own, the call span, that carries the call's
+// totals: the attempts it made, its retries and why it stopped, the hedges it sent and
+// whether one won (or why none was sent), the budget it passed on. The outermost
+// layer of the call starts it ([StartCall]) and the layers beneath join it. It is the
+// client span made for the call by the user's instrumentation when there is one
+// (otelhttp's transport, grpc-go's OpenTelemetry plugin, gRFC A72), and otherwise a
+// client span the toolkit starts, named as A72 names call spans ("Sent.pkg.Service.Method")
+// or by the HTTP method ("GET"): under otelgrpc, whose stats handler makes one span
+// per attempt below the interceptors, and with no instrumentation. A server span
+// never carries a call's totals, and two calls from one handler have two call spans.
+//
+// Each attempt of a call (package retry, package hedge) is a child span of the call
+// span, in the style of gRFC A72: its number within the call (whichever layer made
+// it), its kind (primary, retry, hedge), its outcome and the budget it was sent
+// with; the downstream server's span hangs under the attempt that reached it. Layers
+// stacked on one call share attempts: with hedging under retry, the hedging layer's
+// primary is the retry layer's attempt (no span of its own), and its hedge is another
+// attempt of the call. Every attempt span ends before its call span; a cancelled
+// loser ends "cancelled", with an event saying so, not as an error. In Jaeger, a
+// hedged call shows as two overlapping attempt spans under the call. Nothing is
+// started when the call's parent is not recording, so an unsampled call costs
+// nothing.
 //
 // # Span attributes
 //
@@ -32,7 +43,7 @@
 //	deadlinekit.budget.received_ms       float64  ms    propagate     server span
 //	deadlinekit.budget.source            string          propagate     server span
 //	deadlinekit.budget.clamped           bool            propagate     server span
-//	deadlinekit.budget.sent_ms           float64  ms    propagate     client span or attempt span
+//	deadlinekit.budget.sent_ms           float64  ms    propagate     call span (first attempt's) and attempt span
 //	deadlinekit.shortcircuit.rejected    bool            shortcircuit  server span
 //	deadlinekit.shortcircuit.floor_ms    float64  ms    shortcircuit  server span
 //	deadlinekit.shortcircuit.remaining_ms float64 ms    shortcircuit  server span
@@ -42,6 +53,7 @@
 //	deadlinekit.retry.stop_reason        string          retry         call span
 //	deadlinekit.hedge.count              int             hedge         call span
 //	deadlinekit.hedge.won                bool            hedge         call span
+//	deadlinekit.hedge.skip               string          hedge         call span, when no hedge was sent
 //	deadlinekit.attempt.number           int             retry, hedge  attempt span
 //	deadlinekit.attempt.kind             string          retry, hedge  attempt span
 //	deadlinekit.attempt.outcome          string          retry, hedge  attempt span
@@ -50,8 +62,9 @@
 //
 // Budget source values are the lower-case header names (grpc-timeout,
 // connect-timeout-ms, x-envoy-expected-rq-timeout-ms) or "default". Stop reasons are
-// the StopReason constants; attempt kinds and outcomes the AttemptKind and Outcome
-// constants.
+// the StopReason constants, skip reasons the HedgeSkip constants, attempt kinds and
+// outcomes the AttemptKind and Outcome constants. deadlinekit.attempts counts every
+// copy of the call that was sent: retries and hedges included.
 //
 // # Metrics
 //

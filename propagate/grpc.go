@@ -3,6 +3,7 @@ package propagate
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,23 +46,27 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // options shorten the deadline, the derived context lives until the stream ends, as
 // grpc-go ends it: an error (io.EOF included) from RecvMsg, or, for a stream whose
 // server sends one message (client streaming), the RecvMsg that returns it; or until
-// its own deadline passes.
+// its own deadline passes. The stream's call span ([otelattr.StartCall]), when this
+// layer starts it, ends with the stream in the same way.
 func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
 		child, cancel, err := c.clientContext(ctx)
 		if err != nil {
+			call.End(err)
 			return nil, err
 		}
 		s, err := streamer(child, desc, cc, method, callOpts...)
-		if child == ctx {
-			return s, err
-		}
 		if err != nil {
 			cancel()
+			call.End(err)
 			return nil, err
 		}
-		return &cancelStream{ClientStream: s, cancel: cancel, single: !desc.ServerStreams}, nil
+		if child == ctx && !call.Owner() {
+			return s, nil
+		}
+		return &cancelStream{ClientStream: s, cancel: cancel, call: call, single: !desc.ServerStreams}, nil
 	}
 }
 
@@ -86,9 +91,11 @@ func (c *config) clientContext(ctx context.Context) (context.Context, context.Ca
 }
 
 // cancelStream releases a stream's derived context when the stream ends.
+// It also ends the stream's call span, when this layer started it.
 type cancelStream struct {
 	grpc.ClientStream
 	cancel context.CancelFunc
+	call   otelattr.Call
 	single bool // the server sends one message: the RecvMsg that returns it ends the stream
 }
 
@@ -98,6 +105,11 @@ func (s *cancelStream) RecvMsg(m any) error {
 	// and then the end of the stream, so that a nil error there means it is over.
 	if err != nil || s.single {
 		s.cancel()
+		if errors.Is(err, io.EOF) {
+			s.call.End(nil)
+		} else {
+			s.call.End(err)
+		}
 	}
 	return err
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
-type streamer struct{ testgrpc.UnimplementedTestServiceServer }
+type streamer struct {
+	testgrpc.UnimplementedTestServiceServer
+}
 
 func (streamer) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, s testgrpc.TestService_StreamingOutputCallServer) error {
 	for range 3 {

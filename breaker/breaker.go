@@ -1,0 +1,461 @@
+package breaker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/internal/quantile"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// State is a circuit's state.
+type State uint8
+
+const (
+	// Closed: calls go through and their outcomes are counted.
+	Closed State = iota
+	// Open: calls are refused with [ErrOpen] until the sleep is over.
+	Open
+	// HalfOpen: a few probes go through; their outcomes close or reopen the circuit.
+	HalfOpen
+)
+
+var stateNames = [...]string{Closed: "closed", Open: "open", HalfOpen: "half-open"}
+
+// String returns "closed", "open" or "half-open".
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+func (s State) otel() otelattr.BreakerState {
+	switch s {
+	case Open:
+		return otelattr.BreakerOpen
+	case HalfOpen:
+		return otelattr.BreakerHalfOpen
+	}
+	return otelattr.BreakerClosed
+}
+
+// typicalMinSamples is how many latencies a circuit's window must hold before their
+// median is trusted as the target's typical latency.
+const typicalMinSamples = 10
+
+// denseSamples is the number of latencies below which every success feeds the
+// typical-latency window; above, one success in sampleEvery does (adding to it takes
+// a lock and a histogram walk, the price of a call through the closed breaker).
+const (
+	denseSamples = 64
+	sampleEvery  = 16
+)
+
+// Breaker holds the circuits of a breaking layer, one per target, and its
+// statistics. Its methods and the adapters it makes are safe for concurrent use.
+// Make one with [New]; the zero Breaker is not usable. It starts no goroutine: a
+// circuit changes state on the goroutine of the call that finds the change due
+// (the call that trips it, or the first call after its sleep).
+type Breaker struct {
+	cfg      *config
+	circuits atomic.Pointer[map[key]*circuit] // copy-on-write; at most 4 × MaxTargets keys
+	mu       sync.Mutex                       // serialises additions
+	byName   map[string]*circuit              // under mu; at most MaxTargets
+
+	refused, probes, untracked         atomic.Uint64
+	successes, failures, neutral, slow atomic.Uint64
+	opens                              atomic.Uint64
+}
+
+// key identifies a circuit in the lookup map without building a string per call.
+type key struct {
+	kind uint8 // keyHTTP, keyGRPC, keyCustom
+	a, b string
+}
+
+const (
+	keyHTTP   uint8 = iota // a: scheme, b: host as in the URL
+	keyGRPC                // b: the ClientConn's target
+	keyCustom              // b: WithKey's result
+)
+
+// maxKeys bounds the lookup map: a circuit can be reached by a few spellings of its
+// target ("example.com" and "example.com:443").
+const maxKeys = 4 * MaxTargets
+
+// New returns a Breaker configured by opts. The adapters it makes
+// ([Breaker.Transport], [Breaker.UnaryClientInterceptor],
+// [Breaker.StreamClientInterceptor]) share its circuits and statistics.
+func New(opts ...Option) *Breaker {
+	return &Breaker{cfg: newConfig(opts), byName: map[string]*circuit{}}
+}
+
+// circuit is the state of one target's breaker.
+type circuit struct {
+	name  string
+	epoch time.Time
+	tel   *otelattr.BreakerTarget
+	lat   *quantile.Window // latencies of successes: the target's typical latency
+	seen  atomic.Uint32    // successes seen, for sampling them into lat
+
+	// sg is the state (low 2 bits) and the generation (above), which every change of
+	// state increments: an outcome counts only in the generation it was admitted in.
+	sg atomic.Uint64
+	// until is, while open, the time (ns since epoch) the next probe may go.
+	until atomic.Int64
+
+	mu       sync.Mutex
+	win      window
+	opened   int   // consecutive openings since the circuit was last closed
+	sleep    int64 // the current sleep, ns
+	inflight int   // half-open: probes sent, not yet back
+	passed   int   // half-open: probes that succeeded
+	lease    int64 // half-open: the time (ns since epoch) after which probes in flight are given up on
+}
+
+func (b *Breaker) newCircuit(name string) *circuit {
+	return &circuit{
+		name:  name,
+		epoch: time.Now(),
+		tel:   otelattr.NewBreakerTarget(name),
+		lat:   quantile.New(quantile.Config{Length: b.cfg.window, Buckets: b.cfg.buckets, Quantile: 0.5}),
+		win:   newWindow(int64(b.cfg.window), b.cfg.buckets),
+	}
+}
+
+func stateOf(sg uint64) State { return State(sg & 3) }
+
+// next returns sg moved to state s, in a new generation.
+func next(sg uint64, s State) uint64 { return (sg&^3 + 4) | uint64(s) }
+
+// lookup returns the circuit of k, nil when there is none yet.
+func (b *Breaker) lookup(k key) *circuit {
+	if m := b.circuits.Load(); m != nil {
+		return (*m)[k]
+	}
+	return nil
+}
+
+// circuit returns the circuit of k, named k.name() when it is made, or nil when
+// MaxTargets circuits exist already (the call goes unbroken). Keys with the same
+// name share a circuit.
+func (b *Breaker) circuit(k key) *circuit {
+	if c := b.lookup(k); c != nil {
+		return c
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := b.circuits.Load()
+	n := 0
+	if old != nil {
+		if c, ok := (*old)[k]; ok {
+			return c
+		}
+		n = len(*old)
+	}
+	if n >= maxKeys {
+		b.untracked.Add(1)
+		return nil
+	}
+	nm := k.name()
+	c, ok := b.byName[nm]
+	if !ok {
+		if len(b.byName) >= MaxTargets {
+			b.untracked.Add(1)
+			return nil
+		}
+		c = b.newCircuit(nm)
+		b.byName[nm] = c
+	}
+	m := make(map[key]*circuit, n+1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[k] = c
+	b.circuits.Store(&m)
+	return c
+}
+
+// ticket carries one call from admit to done. It lives on the adapter's stack.
+type ticket struct {
+	c     *circuit
+	sg    uint64 // state and generation the call was admitted in
+	start time.Time
+	probe bool
+	// stream: a gRPC stream, whose lifetime is neither slow nor a latency.
+	stream bool
+}
+
+// admit decides whether the call may be sent through c, filling t; it returns the
+// refusal, an *OpenError, when it may not. The closed path reads the clock once and
+// takes no lock.
+func (b *Breaker) admit(ctx context.Context, c *circuit, t *ticket) error {
+	t.c = c
+	sg := c.sg.Load()
+	t.start = time.Now()
+	if stateOf(sg) == Closed {
+		t.sg = sg
+		return nil
+	}
+	return b.admitSlow(ctx, c, t, sg)
+}
+
+func (b *Breaker) admitSlow(ctx context.Context, c *circuit, t *ticket, sg uint64) error {
+	ns := int64(t.start.Sub(c.epoch))
+	if stateOf(sg) == Open {
+		if wait := c.until.Load() - ns; wait > 0 {
+			return b.refuse(ctx, c, Open, wait)
+		}
+	}
+	c.mu.Lock()
+	sg = c.sg.Load()
+	var moved bool
+	switch stateOf(sg) {
+	case Closed:
+		c.mu.Unlock()
+		t.sg = sg
+		return nil
+	case Open:
+		if wait := c.until.Load() - ns; wait > 0 {
+			c.mu.Unlock()
+			return b.refuse(ctx, c, Open, wait)
+		}
+		sg = next(sg, HalfOpen)
+		c.sg.Store(sg)
+		c.inflight, c.passed = 0, 0
+		moved = true
+	case HalfOpen:
+		if c.inflight > 0 && ns >= c.lease {
+			// The probes in flight have been out for a whole sleep: they are given
+			// up on (their outcomes will not count), and new ones may go.
+			sg = next(sg, HalfOpen)
+			c.sg.Store(sg)
+			c.inflight, c.passed = 0, 0
+		}
+	}
+	if c.inflight+c.passed >= b.cfg.probes {
+		wait := c.lease - ns
+		c.mu.Unlock()
+		return b.refuse(ctx, c, HalfOpen, max(wait, 0))
+	}
+	c.inflight++
+	c.lease = ns + c.sleep
+	c.mu.Unlock()
+	t.sg, t.probe = sg, true
+	b.probes.Add(1)
+	if moved {
+		b.transition(ctx, c, Open, HalfOpen)
+	}
+	c.tel.RecordProbe(ctx)
+	return nil
+}
+
+func (b *Breaker) refuse(ctx context.Context, c *circuit, s State, wait int64) error {
+	b.refused.Add(1)
+	c.tel.RecordRefused(ctx, s.otel(), time.Duration(wait))
+	return &OpenError{Target: c.name, State: s, RetryAfter: time.Duration(wait)}
+}
+
+func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {
+	if to == Open {
+		b.opens.Add(1)
+	}
+	c.tel.RecordTransition(ctx, from.otel(), to.otel())
+}
+
+// done classifies the outcome of a call admitted by t and counts it. r holds what
+// the adapter knows of the call; done fills in the rest.
+func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
+	c := t.c
+	end := time.Now()
+	ns := int64(end.Sub(c.epoch))
+	r.Target = c.name
+	r.Took = end.Sub(t.start)
+	if d, ok := ctx.Deadline(); ok {
+		r.Budget, r.HasBudget = d.Sub(t.start), true
+	}
+	if v, n := c.lat.Tracked(end); n >= typicalMinSamples {
+		r.Typical, r.HasTypical = v, true
+	}
+	r.CallerErr = ctx.Err()
+	o := b.cfg.classify(*r)
+	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
+	b.count(ctx, c, o, slow)
+	if o == Success && !t.stream {
+		if s := c.seen.Add(1); s%sampleEvery == 0 || c.lat.Count(end) < denseSamples {
+			c.lat.Add(end, r.Took)
+		}
+	}
+	if o == Neutral && !t.probe {
+		return
+	}
+	c.mu.Lock()
+	sg := c.sg.Load()
+	if sg != t.sg {
+		c.mu.Unlock() // admitted in a generation that has ended: its outcome is stale
+		return
+	}
+	from := stateOf(sg)
+	to := from
+	switch {
+	case from == Closed:
+		c.win.add(ns, o == Failure, slow)
+		if c.win.trips(b.cfg.minCalls, b.cfg.failureRatio, b.cfg.slow > 0, b.cfg.slowRatio) {
+			c.opened = 0
+			to = b.open(c, sg, ns)
+		}
+	case o == Neutral:
+		c.inflight--
+	case o == Failure || slow:
+		to = b.open(c, sg, ns)
+	default:
+		c.inflight--
+		c.passed++
+		if c.passed >= b.cfg.probes {
+			c.sg.Store(next(sg, Closed))
+			c.win.reset()
+			c.opened = 0
+			to = Closed
+		}
+	}
+	c.mu.Unlock()
+	if to != from {
+		b.transition(ctx, c, from, to)
+	}
+}
+
+// open moves c, in state and generation sg, to open at time ns, for the next sleep.
+// c.mu is held.
+func (b *Breaker) open(c *circuit, sg uint64, ns int64) State {
+	c.opened++
+	c.sleep = int64(b.cfg.sleep.Delay(c.opened, b.cfg.random()))
+	c.until.Store(ns + c.sleep)
+	c.win.reset()
+	c.sg.Store(next(sg, Open))
+	return Open
+}
+
+// count adds the outcome to the statistics and the outcomes metric.
+func (b *Breaker) count(ctx context.Context, c *circuit, o Outcome, slow bool) {
+	switch o {
+	case Success:
+		b.successes.Add(1)
+		c.tel.RecordOutcome(ctx, otelattr.BreakerSuccess, slow)
+	case Failure:
+		b.failures.Add(1)
+		c.tel.RecordOutcome(ctx, otelattr.BreakerFailure, slow)
+	default:
+		b.neutral.Add(1)
+		c.tel.RecordOutcome(ctx, otelattr.BreakerNeutral, false)
+	}
+	if slow {
+		b.slow.Add(1)
+	}
+}
+
+// Stats is a snapshot of a [Breaker]'s counters, each counted since it was made.
+type Stats struct {
+	// Successes, Failures and Neutral count the outcomes of the calls sent
+	// ([Classify]); Slow counts those of them (successes or failures) slower than
+	// the slow-call threshold.
+	Successes, Failures, Neutral, Slow uint64
+	// Refused is the number of calls refused before sending ([ErrOpen]).
+	Refused uint64
+	// Probes is the number of calls let through in half-open.
+	Probes uint64
+	// Opens is the number of times a circuit opened (from closed or half-open).
+	Opens uint64
+	// Untracked is the number of calls sent unbroken because [MaxTargets] circuits
+	// existed already.
+	Untracked uint64
+	// Targets is the number of circuits.
+	Targets int
+}
+
+// Stats returns the current counters. Fields are read one by one.
+func (b *Breaker) Stats() Stats {
+	b.mu.Lock()
+	n := len(b.byName)
+	b.mu.Unlock()
+	return Stats{
+		Successes: b.successes.Load(),
+		Failures:  b.failures.Load(),
+		Neutral:   b.neutral.Load(),
+		Slow:      b.slow.Load(),
+		Refused:   b.refused.Load(),
+		Probes:    b.probes.Load(),
+		Opens:     b.opens.Load(),
+		Untracked: b.untracked.Load(),
+		Targets:   n,
+	}
+}
+
+// Circuit is a snapshot of one target's circuit.
+type Circuit struct {
+	Target string
+	// State is the state as the next call would find it: an open circuit whose sleep
+	// is over reads half-open.
+	State State
+	// Calls, Failures and Slow are the window's counts (closed state only).
+	Calls, Failures, Slow int
+	// RetryAfter is, while open, the time until the next probe.
+	RetryAfter time.Duration
+}
+
+// State returns the state of target's circuit (a name as [Result.Target] gives it:
+// "https://example.com:443", a gRPC target), Closed when it has none.
+func (b *Breaker) State(target string) State {
+	c, _ := b.Circuit(target)
+	return c.State
+}
+
+// Circuit returns a snapshot of target's circuit, and false when it has none.
+func (b *Breaker) Circuit(target string) (Circuit, bool) {
+	b.mu.Lock()
+	c := b.byName[target]
+	b.mu.Unlock()
+	if c == nil {
+		return Circuit{Target: target}, false
+	}
+	return c.snapshot(time.Now()), true
+}
+
+// Circuits returns a snapshot of every circuit.
+func (b *Breaker) Circuits() []Circuit {
+	b.mu.Lock()
+	cs := make([]*circuit, 0, len(b.byName))
+	for _, c := range b.byName {
+		cs = append(cs, c)
+	}
+	b.mu.Unlock()
+	now := time.Now()
+	out := make([]Circuit, len(cs))
+	for i, c := range cs {
+		out[i] = c.snapshot(now)
+	}
+	return out
+}
+
+func (c *circuit) snapshot(now time.Time) Circuit {
+	ns := int64(now.Sub(c.epoch))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Circuit{Target: c.name, State: stateOf(c.sg.Load())}
+	switch s.State {
+	case Closed:
+		c.win.advance(ns)
+		s.Calls, s.Failures, s.Slow = int(c.win.total.calls), int(c.win.total.failures), int(c.win.total.slow)
+	case Open:
+		if wait := c.until.Load() - ns; wait > 0 {
+			s.RetryAfter = time.Duration(wait)
+		} else {
+			s.State = HalfOpen
+		}
+	}
+	return s
+}

@@ -1,0 +1,160 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+)
+
+// Outcome is what one call says of its target's health.
+type Outcome uint8
+
+const (
+	// Success: a working server answered, whatever the answer (4xx and business
+	// gRPC codes included).
+	Success Outcome = iota
+	// Failure: the target did not answer, or said it cannot (502, 503, UNAVAILABLE),
+	// or timed out with a fair budget.
+	Failure
+	// Neutral: the call says nothing about the target (the caller gave up, or gave it
+	// too little time, or it was refused for lack of budget): counted neither way.
+	Neutral
+)
+
+var outcomeNames = [...]string{Success: "success", Failure: "failure", Neutral: "neutral"}
+
+// String returns "success", "failure" or "neutral".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Result is what a [Classifier] is given of one finished call. Its references (the
+// response, the trailer) are valid only during the call to the classifier.
+type Result struct {
+	// Target is the circuit's name: "https://example.com:443", a gRPC ClientConn's
+	// target, or the key [WithKey] gave.
+	Target string
+	// Method is the gRPC full method, or the HTTP method.
+	Method string
+	// GRPC says the call is a gRPC call: Err then carries its status.
+	GRPC bool
+	// Err is the call's error: a transport error (HTTP), the call's status (gRPC).
+	Err error
+	// Response is the HTTP response (nil for gRPC, and with Err).
+	Response *http.Response
+	// Trailer is the gRPC call's trailer metadata, when the call got one.
+	Trailer metadata.MD
+	// Took is how long the call ran (HTTP: until the response's header).
+	Took time.Duration
+	// Budget is the time that was left before the caller's deadline when the call was
+	// sent; HasBudget is false when the context had no deadline.
+	Budget    time.Duration
+	HasBudget bool
+	// Typical is the target's recent median latency (of its successes, over the
+	// window); HasTypical is false while too few are known.
+	Typical    time.Duration
+	HasTypical bool
+	// CallerErr is the caller's context's error when the call ended: the caller
+	// cancelled (context.Canceled) or its deadline passed.
+	CallerErr error
+}
+
+// Classifier decides what a call says of its target's health.
+type Classifier func(r Result) Outcome
+
+// Classify is the default [Classifier]. In order:
+//
+//   - neutral: a local refusal before sending ([deadline.ErrInsufficientBudget]:
+//     propagate's floor; [ErrOpen] from a breaker beneath); a downstream guard's refusal for lack of budget (504 or
+//     DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1); a call whose caller
+//     cancelled (or that failed CANCELED); a timeout (the caller's deadline passed, a
+//     context.DeadlineExceeded or net timeout error, DEADLINE_EXCEEDED, 504) of a call
+//     whose budget was below the target's typical latency: the caller gave it too
+//     little time, which is not the target's fault;
+//   - failure: any other timeout (the call had a fair budget, or no deadline, or the
+//     target's typical latency is not known); HTTP 502 and 503; UNAVAILABLE; an HTTP
+//     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
+//     without a status;
+//   - success: every other answer: HTTP 1xx–4xx and 500, every other gRPC code
+//     (NOT_FOUND, INVALID_ARGUMENT, INTERNAL, …): the server is up.
+func Classify(r Result) Outcome {
+	if r.Err != nil {
+		if errors.Is(r.Err, deadline.ErrInsufficientBudget) || errors.Is(r.Err, ErrOpen) {
+			return Neutral // refused before sending: nothing reached the target
+		}
+		if st, ok := status.FromError(r.Err); ok && r.GRPC {
+			switch st.Code() {
+			case codes.Canceled:
+				return Neutral
+			case codes.DeadlineExceeded:
+				if refused(r.Trailer.Get(pushback.Key)) {
+					return Neutral
+				}
+				return timedOut(r)
+			}
+			if errors.Is(r.CallerErr, context.Canceled) {
+				return Neutral
+			}
+			if st.Code() == codes.Unavailable {
+				return Failure
+			}
+			return Success
+		}
+		if errors.Is(r.Err, context.Canceled) || errors.Is(r.CallerErr, context.Canceled) {
+			return Neutral
+		}
+		if isTimeout(r.Err) || r.CallerErr != nil {
+			return timedOut(r)
+		}
+		return Failure
+	}
+	if r.Response == nil {
+		if r.GRPC {
+			return Success
+		}
+		return Neutral // nothing to judge: a RoundTripper breaking its contract
+	}
+	switch r.Response.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return Failure
+	case http.StatusGatewayTimeout:
+		if refused(r.Response.Header.Values(pushback.Key)) {
+			return Neutral
+		}
+		return timedOut(r)
+	}
+	return Success
+}
+
+// timedOut classifies a timeout: neutral when the call's budget was below the
+// target's typical latency (the caller starved it), else a failure.
+func timedOut(r Result) Outcome {
+	if r.HasBudget && r.HasTypical && r.Budget < r.Typical {
+		return Neutral
+	}
+	return Failure
+}
+
+// refused reports whether a grpc-retry-pushback-ms value says "do not retry".
+func refused(vs []string) bool { return len(vs) > 0 && pushback.Refuses(vs[0]) }
+
+// isTimeout reports whether err is a timeout: context.DeadlineExceeded, or a net
+// error that says it timed out.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

@@ -1,0 +1,54 @@
+package breaker
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+)
+
+// ErrOpen is the sentinel of a call refused by an open breaker: nothing was sent.
+// Match it with [errors.Is]; the concrete error is an [*OpenError].
+var ErrOpen = errors.New("circuit open")
+
+// OpenError reports a call refused, before sending, by the circuit of Target, which
+// lets its next probe through in RetryAfter (zero when the probe is due now but the
+// half-open state's probes are all in flight: then RetryAfter is the time until
+// they are given up on). Over gRPC its status is UNAVAILABLE.
+type OpenError struct {
+	Target     string
+	State      State
+	RetryAfter time.Duration
+}
+
+func (e *OpenError) Error() string {
+	return "breaker: circuit " + e.State.String() + " for " + e.Target + ": call refused before sending, next probe in " + deadline.Format(e.RetryAfter)
+}
+
+// Is reports whether target is [ErrOpen].
+func (e *OpenError) Is(target error) bool { return target == ErrOpen }
+
+// GRPCStatus is UNAVAILABLE with the error's message, for status.FromError and
+// status.Code.
+func (e *OpenError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
+// PushbackMs is the grpc-retry-pushback-ms value of the refusal: RetryAfter in
+// milliseconds, rounded up so that a retry honouring it finds the probe due.
+func (e *OpenError) PushbackMs() string {
+	ms := (e.RetryAfter + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatInt(int64(max(ms, 0)), 10)
+}
+
+// grpcError is the refusal as a gRPC interceptor returns it: the *OpenError (status
+// UNAVAILABLE) carrying its pushback, so that a layer above reads it with
+// pushback.Of without a trailer.
+func (e *OpenError) grpcError() error {
+	return &pushback.Error{Err: e, Value: e.PushbackMs()}
+}

@@ -1,0 +1,176 @@
+package breaker
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+)
+
+// UnaryClientInterceptor returns a gRPC unary client interceptor that breaks the
+// circuit of each ClientConn target, with a [Breaker] of its own made from opts.
+// Use [New] and [Breaker.UnaryClientInterceptor] to share the circuits with other
+// adapters (the stream interceptor).
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	return New(opts...).UnaryClientInterceptor()
+}
+
+// StreamClientInterceptor returns a gRPC stream client interceptor that breaks the
+// circuit of each ClientConn target, with a [Breaker] of its own made from opts.
+func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
+	return New(opts...).StreamClientInterceptor()
+}
+
+// UnaryClientInterceptor returns a unary client interceptor with b's circuits. A
+// refused call is not sent: it fails with status UNAVAILABLE, an error matching
+// [ErrOpen] that carries the time until the next probe as its
+// grpc-retry-pushback-ms (read with the internal pushback.Of; the caller's
+// grpc.Trailer options get it too), so that a retry layer above can tell when a
+// retry could pass.
+func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return b.unary
+}
+
+// unaryCall is what a unary call allocates, kept in a pool: the trailer (for a
+// guard's "do not retry") and the call options that capture it.
+type unaryCall struct {
+	trailer metadata.MD
+	topt    grpc.TrailerCallOption
+	opts    []grpc.CallOption
+}
+
+var unaryCalls = sync.Pool{New: func() any {
+	u := new(unaryCall)
+	u.topt.TrailerAddr = &u.trailer
+	return u
+}}
+
+func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c := b.grpcCircuit(ctx, cc, method)
+	if c == nil {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	var tk ticket
+	if err := b.admit(ctx, c, &tk); err != nil {
+		return refusal(err, opts)
+	}
+	u := unaryCalls.Get().(*unaryCall)
+	u.opts = append(append(u.opts[:0], opts...), &u.topt)
+	err := invoker(ctx, method, req, reply, cc, u.opts...)
+	b.done(ctx, &tk, &Result{Method: method, GRPC: true, Err: err, Trailer: u.trailer})
+	clear(u.opts)
+	u.opts, u.trailer = u.opts[:0], nil
+	unaryCalls.Put(u)
+	return err
+}
+
+// refusal is the gRPC form of an admission's refusal: its pushback on the error and
+// in the caller's trailer options.
+func refusal(err error, opts []grpc.CallOption) error {
+	oe, ok := err.(*OpenError)
+	if !ok {
+		return err
+	}
+	var md metadata.MD
+	for _, o := range opts {
+		var addr *metadata.MD
+		switch o := o.(type) {
+		case grpc.TrailerCallOption:
+			addr = o.TrailerAddr
+		case *grpc.TrailerCallOption:
+			addr = o.TrailerAddr
+		}
+		if addr != nil {
+			if md == nil {
+				md = metadata.Pairs(pushback.Key, oe.PushbackMs())
+			}
+			*addr = md
+		}
+	}
+	return oe.grpcError()
+}
+
+// StreamClientInterceptor returns a stream client interceptor with b's circuits. A
+// refused stream is not opened (the error is the unary interceptor's). A stream's
+// outcome is known when it ends: RecvMsg's final error (io.EOF: success), or its
+// caller's context ending; a stream that received a message and then ended by its
+// caller's cancellation or deadline counts as a success (reported to the classifier
+// with a nil Err). Streams do not count as slow calls, nor feed the typical latency.
+func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return b.stream
+}
+
+func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	c := b.grpcCircuit(ctx, cc, method)
+	if c == nil {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	s := &clientStream{b: b, ctx: ctx, method: method, serverStreams: desc.ServerStreams}
+	s.t.stream = true
+	if err := b.admit(ctx, c, &s.t); err != nil {
+		return nil, refusal(err, opts)
+	}
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		s.finish(err, nil)
+		return nil, err
+	}
+	s.ClientStream = cs
+	s.stop = context.AfterFunc(ctx, func() { s.finish(ctx.Err(), nil) })
+	return s, nil
+}
+
+type clientStream struct {
+	grpc.ClientStream
+	b             *Breaker
+	ctx           context.Context
+	method        string
+	serverStreams bool
+	t             ticket
+	stop          func() bool
+	received      atomic.Bool
+	finished      atomic.Bool
+}
+
+// finish reports the stream's outcome, once.
+func (s *clientStream) finish(err error, trailer metadata.MD) {
+	if !s.finished.CompareAndSwap(false, true) {
+		return
+	}
+	if s.stop != nil {
+		s.stop()
+	}
+	if err != nil && s.received.Load() && s.ctx.Err() != nil {
+		err = nil // it answered, then its caller ended it
+	}
+	s.b.done(s.ctx, &s.t, &Result{Method: s.method, GRPC: true, Err: err, Trailer: trailer})
+}
+
+func (s *clientStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	switch {
+	case err == nil:
+		s.received.Store(true)
+		if !s.serverStreams {
+			s.finish(nil, nil) // a single answer: the stream is done
+		}
+	case err == io.EOF:
+		s.finish(nil, nil)
+	default:
+		s.finish(err, s.ClientStream.Trailer())
+	}
+	return err
+}
+
+func (s *clientStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err != nil && err != io.EOF {
+		s.finish(err, nil)
+	}
+	return err
+}

@@ -1,0 +1,205 @@
+package otelattr
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Circuit breaker attributes (package breaker): on the call's span (and the
+// attempt's, under a retry layer) when a call was refused or was a probe, on the
+// state-change event, and on the breaker's metrics.
+const (
+	// BreakerTargetKey is the circuit's name: "https://host:443", a gRPC target, or
+	// the key the user chose.
+	BreakerTargetKey = attribute.Key("deadlinekit.breaker.target")
+	// BreakerStateKey is the circuit's state (a BreakerState) when the call was
+	// refused or let through as a probe; on a state-change event, the new state.
+	BreakerStateKey = attribute.Key("deadlinekit.breaker.state")
+	// BreakerRefusedKey is true when the breaker refused the call: nothing was sent.
+	BreakerRefusedKey = attribute.Key("deadlinekit.breaker.refused")
+	// BreakerProbeKey is true when the call was let through as a half-open probe.
+	BreakerProbeKey = attribute.Key("deadlinekit.breaker.probe")
+	// BreakerRetryAfterKey is the time (ms) until the refusing circuit's next probe.
+	BreakerRetryAfterKey = attribute.Key("deadlinekit.breaker.retry_after_ms")
+	// BreakerFromKey is the state a circuit left, on a state-change event.
+	BreakerFromKey = attribute.Key("deadlinekit.breaker.from")
+	// BreakerOutcomeKey is a BreakerOutcome, on the outcomes metric.
+	BreakerOutcomeKey = attribute.Key("deadlinekit.breaker.outcome")
+)
+
+// BreakerStateChangeEvent is the name of the span event a call's span gets when
+// that call changed its circuit's state.
+const BreakerStateChangeEvent = "breaker state change"
+
+// BreakerState is a circuit's state.
+type BreakerState string
+
+// States recorded under [BreakerStateKey] and [BreakerFromKey].
+const (
+	BreakerClosed   BreakerState = "closed"    // calls go through, outcomes are counted
+	BreakerOpen     BreakerState = "open"      // calls are refused until the next probe
+	BreakerHalfOpen BreakerState = "half_open" // a few probes go through
+)
+
+// gaugeValue is the state's value on the deadlinekit.breaker.state gauge.
+func (s BreakerState) gaugeValue() int64 {
+	switch s {
+	case BreakerHalfOpen:
+		return 1
+	case BreakerOpen:
+		return 2
+	}
+	return 0
+}
+
+// BreakerOutcome is what a call said of its target, on the outcomes metric.
+type BreakerOutcome string
+
+// Outcomes recorded under [BreakerOutcomeKey]. A slow call is counted twice: as its
+// success or failure, and as slow.
+const (
+	BreakerSuccess BreakerOutcome = "success" // a working server answered
+	BreakerFailure BreakerOutcome = "failure" // the target did not answer, or timed out with a fair budget
+	BreakerNeutral BreakerOutcome = "neutral" // counted neither way (caller cancelled, starved, refused before sending)
+	BreakerSlow    BreakerOutcome = "slow"    // slower than the slow-call threshold
+)
+
+var breakerOutcomes = [...]BreakerOutcome{BreakerSuccess, BreakerFailure, BreakerNeutral, BreakerSlow}
+
+type breakerInstrumentSet struct {
+	state       metric.Int64Gauge
+	transitions metric.Int64Counter
+	refused     metric.Int64Counter
+	outcomes    metric.Int64Counter
+}
+
+var breakerInstruments = sync.OnceValue(func() *breakerInstrumentSet {
+	m := otel.GetMeterProvider().Meter(ScopeName)
+	s := &breakerInstrumentSet{}
+	// As in newInstruments: a creation error leaves a usable no-op instrument.
+	s.state, _ = m.Int64Gauge("deadlinekit.breaker.state",
+		metric.WithUnit("{state}"), metric.WithDescription("State of each circuit: 0 closed, 1 half-open, 2 open."))
+	s.transitions, _ = m.Int64Counter("deadlinekit.breaker.transitions",
+		metric.WithUnit("{transition}"), metric.WithDescription("Circuit state changes, by target and new state."))
+	s.refused, _ = m.Int64Counter("deadlinekit.breaker.refused",
+		metric.WithUnit("{call}"), metric.WithDescription("Calls refused by an open circuit before sending."))
+	s.outcomes, _ = m.Int64Counter("deadlinekit.breaker.outcomes",
+		metric.WithUnit("{call}"), metric.WithDescription("Calls through a circuit breaker, by target and outcome."))
+	return s
+})
+
+// BreakerTarget records the telemetry of one circuit. Its metric attributes are
+// made once, by [NewBreakerTarget], so that recording an outcome does not allocate.
+// The number of targets is bounded by the breaker; a nil *BreakerTarget does
+// nothing.
+type BreakerTarget struct {
+	target   attribute.KeyValue
+	outcomes [len(breakerOutcomes)][]metric.AddOption
+	refused  []metric.AddOption
+	states   [3][]metric.RecordOption // by gaugeValue
+	moves    [3][]metric.AddOption    // transitions, by the new state's gaugeValue
+}
+
+// NewBreakerTarget returns the recorder of the circuit named target, and sets its
+// state gauge to closed.
+func NewBreakerTarget(target string) *BreakerTarget {
+	t := &BreakerTarget{target: BreakerTargetKey.String(target)}
+	for i, o := range breakerOutcomes {
+		t.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, BreakerOutcomeKey.String(string(o))))}
+	}
+	one := attribute.NewSet(t.target)
+	t.refused = []metric.AddOption{metric.WithAttributeSet(one)}
+	for _, s := range []BreakerState{BreakerClosed, BreakerHalfOpen, BreakerOpen} {
+		t.states[s.gaugeValue()] = []metric.RecordOption{metric.WithAttributeSet(one)}
+		t.moves[s.gaugeValue()] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, BreakerStateKey.String(string(s))))}
+	}
+	breakerInstruments().state.Record(context.Background(), 0, t.states[0]...)
+	return t
+}
+
+// RecordOutcome counts a call's outcome in deadlinekit.breaker.outcomes (and, when
+// slow, once more as slow). It writes nothing on spans.
+func (t *BreakerTarget) RecordOutcome(ctx context.Context, o BreakerOutcome, slow bool) {
+	if t == nil {
+		return
+	}
+	in := breakerInstruments()
+	for i, k := range breakerOutcomes[:3] {
+		if k == o {
+			in.outcomes.Add(ctx, 1, t.outcomes[i]...)
+		}
+	}
+	if slow {
+		in.outcomes.Add(ctx, 1, t.outcomes[3]...)
+	}
+}
+
+// RecordRefused records a call refused by the circuit in state, whose next probe is
+// retryAfter away: on the call's span (and the attempt's) and in
+// deadlinekit.breaker.refused.
+func (t *BreakerTarget) RecordRefused(ctx context.Context, state BreakerState, retryAfter time.Duration) {
+	if t == nil {
+		return
+	}
+	breakerInstruments().refused.Add(ctx, 1, t.refused...)
+	forCallSpans(ctx, func(s trace.Span) {
+		s.SetAttributes(t.target, BreakerStateKey.String(string(state)), BreakerRefusedKey.Bool(true),
+			BreakerRetryAfterKey.Float64(millis(retryAfter)))
+	})
+}
+
+// RecordProbe records, on the call's span (and the attempt's), that the call was let
+// through as a probe of the circuit in state half-open.
+func (t *BreakerTarget) RecordProbe(ctx context.Context) {
+	if t == nil {
+		return
+	}
+	forCallSpans(ctx, func(s trace.Span) {
+		s.SetAttributes(t.target, BreakerStateKey.String(string(BreakerHalfOpen)), BreakerProbeKey.Bool(true))
+	})
+}
+
+// RecordTransition records that the call of ctx moved its circuit from one state to
+// another: an event on the call's span (and the attempt's), the state gauge, and
+// deadlinekit.breaker.transitions.
+func (t *BreakerTarget) RecordTransition(ctx context.Context, from, to BreakerState) {
+	if t == nil {
+		return
+	}
+	in := breakerInstruments()
+	in.state.Record(ctx, to.gaugeValue(), t.states[to.gaugeValue()]...)
+	in.transitions.Add(ctx, 1, t.moves[to.gaugeValue()]...)
+	forCallSpans(ctx, func(s trace.Span) {
+		s.AddEvent(BreakerStateChangeEvent, trace.WithAttributes(t.target, BreakerFromKey.String(string(from)), BreakerStateKey.String(string(to))))
+	})
+}
+
+// forCallSpans calls f with each recording span of ctx that belongs to the call: the
+// attempt's span when ctx's span is one, and the call's span ([StartCall]); without
+// a call, ctx's span when it is a client span (the user's instrumentation made it for
+// this call). Never a server span.
+func forCallSpans(ctx context.Context, f func(trace.Span)) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attempt := isAttempt(ctx, span)
+	if attempt {
+		f(span)
+	}
+	if c := callFrom(ctx); c != nil {
+		if c.span != span || !attempt {
+			f(c.span)
+		}
+		return
+	}
+	if !attempt && isClientSpan(span) {
+		f(span)
+	}
+}

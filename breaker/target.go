@@ -70,7 +70,9 @@ func orDefault(s, def string) string {
 // Scheme and Host): "scheme://host:port", lower case, with the scheme's default port
 // when the host has none (80 for http and ws, 443 for https and wss), so that every
 // spelling of one target shares its circuit. The scheme defaults to http. An IPv6
-// literal keeps its brackets ("http://[::1]:8080").
+// literal keeps its brackets ("http://[::1]:8080"); a host that is not host[:port]
+// (unbracketed colons) is kept whole, without a default port, so that the name of a
+// name is itself.
 func TargetName(scheme, host string) string {
 	scheme = strings.ToLower(scheme)
 	if scheme == "" {
@@ -78,7 +80,7 @@ func TargetName(scheme, host string) string {
 	}
 	h, port := splitHostPort(host)
 	h = strings.ToLower(h)
-	if port == "" {
+	if port == "" && (!strings.Contains(h, ":") || strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]")) {
 		switch scheme {
 		case "http", "ws":
 			port = "80"

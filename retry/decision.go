@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -166,6 +167,21 @@ func ctxStop(ctx context.Context) otelattr.StopReason {
 func localRefusal(err error) bool {
 	var be *deadline.BudgetError
 	return errors.As(err, &be)
+}
+
+// localPushback reports whether err is a layer beneath refusing the attempt before
+// sending it with a time to come back (package breaker's open circuit: the time until
+// its next probe), and decides it: Retryable after that wait, which the deadline
+// rule then weighs like a server's pushback, so that the call is retried only when
+// the next probe comes before the deadline, and otherwise stops without spending a
+// token.
+func localPushback(err error) (Decision, bool) {
+	v, ok := pushback.Of(err)
+	if !ok {
+		return Decision{}, false
+	}
+	p, perr := ParsePushbackMs(v)
+	return withPushback(Decision{Verdict: Retryable, Reason: "refused before sending, come back later"}, p, perr), true
 }
 
 // sleep waits d or until ctx ends; it reports the context's error in that case.

@@ -41,7 +41,11 @@
 // An attempt that a layer beneath refused before sending anything, for lack of
 // budget (package propagate's floor: a [*deadline.BudgetError]), is not a transport
 // failure: it is not retried, spends no budget token, and is returned as is, so that
-// it still matches [deadline.ErrInsufficientBudget].
+// it still matches [deadline.ErrInsufficientBudget]. One refused beneath with a time
+// to come back (package breaker's open circuit: the time until its next probe) is
+// retried after that time, whatever the method, when that comes before the deadline
+// (the deadline rule below, as for a server's pushback); otherwise the call stops at
+// once, without spending a token.
 //
 // # One deadline for all attempts
 //

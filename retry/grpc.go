@@ -215,6 +215,8 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				if n > 1 {
 					c.budget.refund()
 				}
+			} else if ld, ok := localPushback(err); ok && len(trailer.Get(pushback.Key)) == 0 {
+				d = ld
 			} else {
 				st, _ := status.FromError(err)
 				a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: *trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}

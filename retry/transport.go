@@ -344,6 +344,8 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 			if n > 1 {
 				c.budget.refund()
 			}
+		} else if ld, ok := localPushback(err); ok && resp == nil {
+			d = ld
 		} else {
 			d = c.classifyHTTP(a)
 		}

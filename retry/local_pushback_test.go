@@ -1,0 +1,103 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/retry"
+)
+
+// errRefusedLocally stands for a layer beneath refusing an attempt before sending it,
+// with a time to come back: package breaker's open circuit, its next probe in 30 ms.
+var errRefusedLocally = &pushback.Error{Err: status.Error(codes.Unavailable, "breaker: circuit open"), Value: "30"}
+
+// A call refused beneath with a time to come back is retried after that time when it
+// comes before the deadline, whatever the method (nothing was sent); when it comes
+// after, the call stops at once and spends no retry token.
+func TestLocalRefusalWithPushback(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		budget   time.Duration
+		attempts int
+		wait     time.Duration
+	}{
+		{"next probe before the deadline", time.Second, 2, 30 * time.Millisecond},
+		{"next probe after the deadline", 40 * time.Millisecond, 1, 0},
+	} {
+		t.Run(tc.name+"/HTTP", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &fakeRT{fn: func(n int, _ *http.Request) (*http.Response, error) {
+					if n == 1 {
+						return nil, errRefusedLocally
+					}
+					return httpStatus(http.StatusOK), nil
+				}}
+				b := retry.NewBudget(0.1, 10, 10*time.Second)
+				before := b.Balance()
+				ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://backend.test/orders", nil)
+				start := time.Now()
+				resp, err := retry.NewTransport(base, retry.WithBudget(b)).RoundTrip(req)
+				if got := base.attempts(); got != tc.attempts {
+					t.Fatalf("%d attempts; want %d", got, tc.attempts)
+				}
+				if tc.attempts == 1 {
+					if !errors.Is(err, retry.ErrStopped) || !errors.Is(err, errRefusedLocally) || b.Balance() != before {
+						t.Errorf("err %v, tokens %v → %v; want a stop wrapping the refusal and no token spent", err, before, b.Balance())
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if waited := base.times[1].Sub(start); waited != tc.wait {
+					t.Errorf("retried after %v; want the refusal's %v", waited, tc.wait)
+				}
+			})
+		})
+		t.Run(tc.name+"/gRPC", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var times []time.Time
+				invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+					times = append(times, time.Now())
+					if len(times) == 1 {
+						return errRefusedLocally
+					}
+					return nil
+				}
+				b := retry.NewBudget(0.1, 10, 10*time.Second)
+				before := b.Balance()
+				ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+				defer cancel()
+				start := time.Now()
+				err := retry.UnaryClientInterceptor(retry.WithBudget(b))(ctx, "/svc/Create", nil, nil, nil, invoker)
+				if len(times) != tc.attempts {
+					t.Fatalf("%d attempts; want %d", len(times), tc.attempts)
+				}
+				if tc.attempts == 1 {
+					if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, errRefusedLocally) || b.Balance() != before {
+						t.Errorf("err %v, tokens %v → %v; want DEADLINE_EXCEEDED wrapping the refusal, no token spent", err, before, b.Balance())
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if waited := times[1].Sub(start); waited != tc.wait {
+					t.Errorf("retried after %v; want the refusal's %v", waited, tc.wait)
+				}
+			})
+		})
+	}
+}

@@ -185,19 +185,19 @@ func (b *Breaker) circuit(k key) *circuit {
 type ticket struct {
 	c     *circuit
 	sg    uint64 // state and generation the call was admitted in
-	start time.Time
+	start int64  // when it was admitted: ns since the circuit's epoch
 	probe bool
 	// stream: a gRPC stream, whose lifetime is neither slow nor a latency.
 	stream bool
 }
 
 // admit decides whether the call may be sent through c, filling t; it returns the
-// refusal, an *OpenError, when it may not. The closed path reads the clock once and
-// takes no lock.
+// refusal, an *OpenError, when it may not. The closed path reads the monotonic clock
+// once (time.Since, not time.Now: half the price) and takes no lock.
 func (b *Breaker) admit(ctx context.Context, c *circuit, t *ticket) error {
 	t.c = c
 	sg := c.sg.Load()
-	t.start = time.Now()
+	t.start = int64(time.Since(c.epoch))
 	if stateOf(sg) == Closed {
 		t.sg = sg
 		return nil
@@ -206,7 +206,7 @@ func (b *Breaker) admit(ctx context.Context, c *circuit, t *ticket) error {
 }
 
 func (b *Breaker) admitSlow(ctx context.Context, c *circuit, t *ticket, sg uint64) error {
-	ns := int64(t.start.Sub(c.epoch))
+	ns := t.start
 	if stateOf(sg) == Open {
 		if wait := c.until.Load() - ns; wait > 0 {
 			return b.refuse(ctx, c, Open, wait)
@@ -272,22 +272,23 @@ func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {
 // the adapter knows of the call; done fills in the rest.
 func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	c := t.c
-	end := time.Now()
-	ns := int64(end.Sub(c.epoch))
+	ns := int64(time.Since(c.epoch))
+	end := c.epoch.Add(time.Duration(ns)) // for the latency window: no second clock read
 	r.Target = c.name
-	r.Took = end.Sub(t.start)
+	r.Took = time.Duration(ns - t.start)
 	if d, ok := ctx.Deadline(); ok {
-		r.Budget, r.HasBudget = d.Sub(t.start), true
+		r.Budget, r.HasBudget = d.Sub(c.epoch.Add(time.Duration(t.start))), true
 	}
-	if v, n := c.lat.Tracked(end); n >= typicalMinSamples {
-		r.Typical, r.HasTypical = v, true
+	typical, samples := c.lat.Tracked(end)
+	if samples >= typicalMinSamples {
+		r.Typical, r.HasTypical = typical, true
 	}
 	r.CallerErr = ctx.Err()
 	o := b.cfg.classify(*r)
 	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
 	b.count(ctx, c, o, slow)
 	if o == Success && !t.stream {
-		if s := c.seen.Add(1); s%sampleEvery == 0 || c.lat.Count(end) < denseSamples {
+		if s := c.seen.Add(1); s%sampleEvery == 0 || samples < denseSamples {
 			c.lat.Add(end, r.Took)
 		}
 	}

@@ -130,12 +130,17 @@ func (t *BreakerTarget) RecordOutcome(ctx context.Context, o BreakerOutcome, slo
 		return
 	}
 	in := breakerInstruments()
-	for i, k := range breakerOutcomes[:3] {
-		if k == o {
-			in.outcomes.Add(ctx, 1, t.outcomes[i]...)
-		}
+	i := 0
+	switch o {
+	case BreakerFailure:
+		i = 1
+	case BreakerNeutral:
+		i = 2
+	case BreakerSlow:
+		i = 3
 	}
-	if slow {
+	in.outcomes.Add(ctx, 1, t.outcomes[i]...)
+	if slow && i != 3 {
 		in.outcomes.Add(ctx, 1, t.outcomes[3]...)
 	}
 }

@@ -144,7 +144,7 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 func TestHTTPDeadTargetOpensAfterMinCalls(t *testing.T) {
 	dead := deadAddr(t)
 	healthy := newBackend(t)
-	b := breaker.New(short)
+	b := breaker.New(breaker.WithOpenFor(time.Minute))
 	client := &http.Client{Transport: b.Transport(nil)}
 	defer client.CloseIdleConnections()
 	for i := range breaker.DefaultMinCalls {

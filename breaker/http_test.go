@@ -57,12 +57,11 @@ var short = breaker.WithSleep(breaker.Sleep{First: 50 * time.Millisecond, Max: 5
 // waitSleep waits for a short sleep to be over.
 func waitSleep() { time.Sleep(60 * time.Millisecond) }
 
-// get sends a GET to url through client under ctx (Background when nil); it returns
-// the status (0 with an error) and the error.
+var bg = context.Background()
+
+// get sends a GET to url through client under ctx; it returns the status (0 with an
+// error) and the error.
 func get(ctx context.Context, client *http.Client, url string) (int, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		return 0, err
@@ -84,7 +83,7 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 	target := breaker.TargetName("http", be.Listener.Addr().String())
 
 	for range 30 {
-		if code, err := get(nil, client, be.URL); err != nil || code != 200 {
+		if code, err := get(bg, client, be.URL); err != nil || code != 200 {
 			t.Fatalf("healthy: %d %v", code, err)
 		}
 	}
@@ -92,7 +91,7 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 	// 46/76 > 0.6.
 	be.failing.Store(true)
 	for i := range 46 {
-		if code, err := get(nil, client, be.URL); err != nil || code != 503 {
+		if code, err := get(bg, client, be.URL); err != nil || code != 503 {
 			t.Fatalf("failure %d: %d %v, want 503", i+1, code, err)
 		}
 	}
@@ -101,7 +100,7 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 	}
 	hits := be.hits.Load()
 	for range 100 {
-		_, err := get(nil, client, be.URL)
+		_, err := get(bg, client, be.URL)
 		var oe *breaker.OpenError
 		if !errors.As(err, &oe) || !errors.Is(err, breaker.ErrOpen) || oe.Target != target || oe.RetryAfter <= 0 {
 			t.Fatalf("while open: %v", err)
@@ -113,11 +112,11 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 
 	// A probe finds it still down: open again; nothing else got through.
 	waitSleep()
-	if code, _ := get(nil, client, be.URL); code != 503 {
+	if code, _ := get(bg, client, be.URL); code != 503 {
 		t.Fatalf("probe: %d", code)
 	}
 	for range 10 {
-		if _, err := get(nil, client, be.URL); !errors.Is(err, breaker.ErrOpen) {
+		if _, err := get(bg, client, be.URL); !errors.Is(err, breaker.ErrOpen) {
 			t.Fatalf("after a failed probe: %v", err)
 		}
 	}
@@ -129,7 +128,7 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 	be.failing.Store(false)
 	waitSleep()
 	for i := range 50 {
-		if code, err := get(nil, client, be.URL); err != nil || code != 200 {
+		if code, err := get(bg, client, be.URL); err != nil || code != 200 {
 			t.Fatalf("after recovery, call %d: %d %v", i+1, code, err)
 		}
 	}
@@ -148,18 +147,18 @@ func TestHTTPDeadTargetOpensAfterMinCalls(t *testing.T) {
 	client := &http.Client{Transport: b.Transport(nil)}
 	defer client.CloseIdleConnections()
 	for i := range breaker.DefaultMinCalls {
-		if _, err := get(nil, client, "http://"+dead); err == nil || errors.Is(err, breaker.ErrOpen) {
+		if _, err := get(bg, client, "http://"+dead); err == nil || errors.Is(err, breaker.ErrOpen) {
 			t.Fatalf("call %d to the dead target: %v, want a connection error", i+1, err)
 		}
-		if code, err := get(nil, client, healthy.URL); err != nil || code != 200 {
+		if code, err := get(bg, client, healthy.URL); err != nil || code != 200 {
 			t.Fatalf("healthy, while the other is dying: %d %v", code, err)
 		}
 	}
-	if _, err := get(nil, client, "http://"+dead); !errors.Is(err, breaker.ErrOpen) {
+	if _, err := get(bg, client, "http://"+dead); !errors.Is(err, breaker.ErrOpen) {
 		t.Fatalf("after %d connection errors: %v, want the circuit open", breaker.DefaultMinCalls, err)
 	}
 	for range 200 {
-		if code, err := get(nil, client, healthy.URL); err != nil || code != 200 {
+		if code, err := get(bg, client, healthy.URL); err != nil || code != 200 {
 			t.Fatalf("healthy, next to a dead target: %d %v", code, err)
 		}
 	}
@@ -273,14 +272,14 @@ func TestHTTPConcurrentCallers(t *testing.T) {
 	var goodOK, badSent, badRefused atomic.Int64
 	parallel(200, 200*20, func(i int) {
 		if i%2 == 0 {
-			if code, err := get(nil, client, good.URL); err != nil || code != 200 {
+			if code, err := get(bg, client, good.URL); err != nil || code != 200 {
 				t.Errorf("healthy: %d %v", code, err)
 				return
 			}
 			goodOK.Add(1)
 			return
 		}
-		code, err := get(nil, client, bad.URL)
+		code, err := get(bg, client, bad.URL)
 		switch {
 		case errors.Is(err, breaker.ErrOpen):
 			badRefused.Add(1)

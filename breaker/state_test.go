@@ -195,6 +195,16 @@ func openNow(t *testing.T, b *Breaker, target string) {
 	wantState(t, b, target, Open)
 }
 
+// halfOpen returns a breaker (min calls 5, sleep 1 s, and opts) whose circuit "a"
+// has opened and slept: the next call is a probe. Call it in a synctest bubble.
+func halfOpen(t *testing.T, opts ...Option) *Breaker {
+	t.Helper()
+	b := fixed(append([]Option{WithMinCalls(5), WithOpenFor(time.Second)}, opts...)...)
+	openNow(t, b, "a")
+	time.Sleep(time.Second)
+	return b
+}
+
 func TestHalfOpenProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := fixed(WithMinCalls(5), WithOpenFor(2*time.Second), WithProbes(3))
@@ -235,9 +245,7 @@ func TestHalfOpenProbes(t *testing.T) {
 
 func TestNeutralProbeFreesItsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := fixed(WithMinCalls(5), WithOpenFor(time.Second), WithProbes(1))
-		openNow(t, b, "a")
-		time.Sleep(time.Second)
+		b := halfOpen(t, WithProbes(1))
 		for range 10 { // probes whose callers gave up: they say nothing
 			if err := do(b, "a", time.Millisecond, errNeutral); err != nil {
 				t.Fatal(err)
@@ -283,9 +291,7 @@ func TestFailedProbeReopensWithAGrowingSleep(t *testing.T) {
 
 func TestSlowProbeReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := fixed(WithMinCalls(5), WithOpenFor(time.Second), WithSlowCall(100*time.Millisecond, 0.5))
-		openNow(t, b, "a")
-		time.Sleep(time.Second)
+		b := halfOpen(t, WithSlowCall(100*time.Millisecond, 0.5))
 		if err := do(b, "a", 200*time.Millisecond, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -295,9 +301,7 @@ func TestSlowProbeReopens(t *testing.T) {
 
 func TestLostProbesAreGivenUpAfterASleep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := fixed(WithMinCalls(5), WithOpenFor(time.Second), WithProbes(1))
-		openNow(t, b, "a")
-		time.Sleep(time.Second)
+		b := halfOpen(t, WithProbes(1))
 		c := b.circuit(key{kind: keyCustom, b: "a"})
 		var lost ticket
 		if err := b.admit(context.Background(), c, &lost); err != nil {

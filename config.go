@@ -3,6 +3,7 @@ package deadlinekit
 import (
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -27,13 +28,14 @@ const (
 // Layer names one layer of the stack, for [Without].
 type Layer uint8
 
-// The layers, in the order a request meets them on the client side (retry first)
-// and on the server side (propagate first).
+// The layers. On the client side a call meets them in the order retry, breaker,
+// hedge, propagate; on the server side propagate, retry, shortcircuit.
 const (
 	Propagate Layer = iota + 1
 	ShortCircuit
 	Retry
 	Hedge
+	Breaker
 )
 
 func (l Layer) String() string {
@@ -46,6 +48,8 @@ func (l Layer) String() string {
 		return "retry"
 	case Hedge:
 		return "hedge"
+	case Breaker:
+		return "breaker"
 	}
 	return "Layer(?)"
 }
@@ -60,13 +64,14 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	floor, reserve time.Duration
-	without        [Hedge + 1]bool
+	without        [Breaker + 1]bool
 	idempotent     []string
 	hedger         *hedge.Hedger
 	propagate      []propagate.Option
 	shortcircuit   []shortcircuit.Option
 	retry          []retry.Option
 	hedge          []hedge.Option
+	breaker        []breaker.Option
 }
 
 func newConfig(opts []Option) *config {
@@ -101,7 +106,7 @@ func WithReserve(d time.Duration) Option {
 func Without(layers ...Layer) Option {
 	return optionFunc(func(c *config) {
 		for _, l := range layers {
-			if l >= Propagate && l <= Hedge {
+			if l >= Propagate && l <= Breaker {
 				c.without[l] = true
 			}
 		}
@@ -146,6 +151,12 @@ func WithRetry(opts ...retry.Option) Option {
 // floor): they take precedence.
 func WithHedge(opts ...hedge.Option) Option {
 	return optionFunc(func(c *config) { c.hedge = append(c.hedge, opts...) })
+}
+
+// WithBreaker passes options to the breaker layer (one circuit per target, which
+// knows the deadline: see package breaker).
+func WithBreaker(opts ...breaker.Option) Option {
+	return optionFunc(func(c *config) { c.breaker = append(c.breaker, opts...) })
 }
 
 func (c *config) has(l Layer) bool { return !c.without[l] }

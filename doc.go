@@ -16,20 +16,23 @@
 // # The order, outermost first
 //
 //	server: user's tracing → propagate → retry (server side) → shortcircuit → handler
-//	client: user's tracing → retry → hedge → propagate → transport
+//	client: user's tracing → retry → breaker → hedge → propagate → transport
 //
 // propagate reads the caller's budget (grpc-timeout, Connect-Timeout-Ms, Envoy's
 // header when trusted), clamps it and sets it on the context; on the client it writes
 // the time left when each attempt is sent, minus a reserve. shortcircuit refuses a
 // request whose budget is below the floor, with "do not retry"
 // (grpc-retry-pushback-ms: -1). retry retries only what can succeed, inside the one
-// deadline, under a retry budget, in one layer only. hedge sends a backup copy of an
-// idempotent call that runs past the observed P99, the extra load capped at 15%.
+// deadline, under a retry budget, in one layer only. breaker keeps a circuit per
+// target and refuses calls to a dead one at once, counting neither the caller's
+// cancellations nor timeouts it caused by giving too little time. hedge sends a backup
+// copy of an idempotent call that runs past the observed P99, the extra load capped
+// at 15%.
 //
 // One floor ([WithFloor], 20 ms) and one reserve ([WithReserve], 5 ms) set every
 // layer's thresholds, so that no layer sends what the next would refuse. Each layer's
-// own options pass through [WithPropagate], [WithShortCircuit], [WithRetry] and
-// [WithHedge]; [Without] leaves a layer out. To change the order, nest the packages'
+// own options pass through [WithPropagate], [WithShortCircuit], [WithRetry],
+// [WithBreaker] and [WithHedge]; [Without] leaves a layer out. To change the order, nest the packages'
 // adapters by hand: they have the same names in every package (NewTransport,
 // NewMiddleware, UnaryClientInterceptor, ...).
 //

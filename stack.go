@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -32,10 +33,10 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 }
 
 // NewTransport returns base (nil: [http.DefaultTransport]) behind the client side of
-// the stack, outermost first: retry → hedge → propagate (write the budget left when
-// each attempt is sent, minus the reserve) → base. One transport is one client: its
-// calls share one retry budget and one [hedge.Hedger] unless [WithRetry] and
-// [WithHedger] say otherwise. Put the user's tracing outside it
+// the stack, outermost first: retry → breaker (a circuit per host) → hedge →
+// propagate (write the budget left when each attempt is sent, minus the reserve) →
+// base. One transport is one client: its calls share one retry budget, one set of
+// circuits and one [hedge.Hedger] unless [WithRetry] and [WithHedger] say otherwise. Put the user's tracing outside it
 // (otelhttp.NewTransport(deadlinekit.NewTransport(nil))): its client span is then the
 // call's span, and the toolkit's attempt spans are its children; without it, the
 // toolkit starts the call's span itself.
@@ -50,6 +51,9 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	}
 	if c.has(Hedge) {
 		rt = c.newHedger().Transport(rt)
+	}
+	if c.has(Breaker) {
+		rt = breaker.New(c.breaker...).Transport(rt)
 	}
 	if c.has(Retry) {
 		rt = retry.NewTransport(rt, c.retryOptions()...)
@@ -86,8 +90,8 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 }
 
 // DialOptions returns the client side of the stack for grpc.NewClient, in the order
-// of [NewTransport], as unary and stream interceptor chains (streams: propagate only;
-// a stream is neither retried nor hedged). One set of options is one client: its
+// of [NewTransport], as unary and stream interceptor chains (streams: breaker and
+// propagate; a stream is neither retried nor hedged). One set of options is one client: its
 // calls share one retry budget and one [hedge.Hedger]. The user's tracing:
 // otelgrpc's stats handler (grpc.WithStatsHandler(otelgrpc.NewClientHandler())) may
 // go anywhere, and its per-attempt spans hang under the toolkit's attempt spans,
@@ -100,6 +104,11 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 	var stream []grpc.StreamClientInterceptor
 	if c.has(Retry) {
 		unary = append(unary, retry.UnaryClientInterceptor(c.retryOptions()...))
+	}
+	if c.has(Breaker) {
+		b := breaker.New(c.breaker...)
+		unary = append(unary, b.UnaryClientInterceptor())
+		stream = append(stream, b.StreamClientInterceptor())
 	}
 	if c.has(Hedge) {
 		unary = append(unary, c.newHedger().UnaryClientInterceptor())

@@ -14,6 +14,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -41,12 +42,14 @@ func handNested() ([]grpc.ServerOption, []grpc.DialOption) {
 		grpc.ChainUnaryInterceptor(propagate.UnaryServerInterceptor(po...), retry.UnaryServerInterceptor(), shortcircuit.UnaryServerInterceptor(so...)),
 		grpc.ChainStreamInterceptor(propagate.StreamServerInterceptor(po...), shortcircuit.StreamServerInterceptor(so...)),
 	}
+	b := breaker.New()
 	client := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(
 			retry.UnaryClientInterceptor(retry.WithMinAttemptBudget(floor+reserve), retry.WithIdempotentMethods(benchMethod)),
+			b.UnaryClientInterceptor(),
 			hedge.New(hedge.WithFloor(floor+reserve), hedge.WithIdempotentMethods(benchMethod)).UnaryClientInterceptor(),
 			propagate.UnaryClientInterceptor(po...)),
-		grpc.WithChainStreamInterceptor(propagate.StreamClientInterceptor(po...)),
+		grpc.WithChainStreamInterceptor(b.StreamClientInterceptor(), propagate.StreamClientInterceptor(po...)),
 	}
 	return server, client
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
 )
 
@@ -252,5 +253,56 @@ func TestFromGRPCThroughTheStack(t *testing.T) {
 	}
 	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "floor 1s") {
 		t.Errorf("code %v, message %q; want DeadlineExceeded with the floor", status.Code(err), err)
+	}
+}
+
+// A dead downstream under steady load: with the breaker in the stack (beneath
+// retry), the calls reaching it stop once its circuit is open, and the refusals are
+// not retried (the next probe comes after the deadline); without it, every user
+// request puts retry's three attempts on it.
+func TestStackBreakerStopsTheFlood(t *testing.T) {
+	var hits atomic.Int32
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer dead.Close()
+	const requests = 50
+	for _, tc := range []struct {
+		name string
+		opts []deadlinekit.Option
+		max  int32
+	}{
+		{"without the breaker", []deadlinekit.Option{deadlinekit.Without(deadlinekit.Breaker)}, requests * 3},
+		{"with the breaker", nil, breaker.DefaultMinCalls + 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hits.Store(0)
+			c := &http.Client{Transport: deadlinekit.NewTransport(nil, tc.opts...)}
+			defer c.CloseIdleConnections()
+			var refused int
+			for range requests {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, dead.URL, nil)
+				resp, err := c.Do(req)
+				cancel()
+				switch {
+				case errors.Is(err, breaker.ErrOpen):
+					refused++
+				case err != nil:
+					t.Fatalf("unexpected error: %v", err)
+				default:
+					resp.Body.Close()
+				}
+			}
+			n := hits.Load()
+			t.Logf("%d requests reached the dead server for %d user requests; %d refused at once", n, requests, refused)
+			if n > tc.max {
+				t.Errorf("%d requests reached the dead server; want at most %d", n, tc.max)
+			}
+			if tc.opts == nil && refused < requests-10 {
+				t.Errorf("%d user requests refused by the open circuit; want nearly all %d after it opened", refused, requests)
+			}
+		})
 	}
 }

@@ -31,10 +31,11 @@
 //		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor()),
 //		grpc.WithChainStreamInterceptor(b.StreamClientInterceptor()))
 //
-// A refused HTTP request returns an [*OpenError] and no response; a refused gRPC
-// call fails with UNAVAILABLE and grpc-retry-pushback-ms set to the time until the
-// next probe, so that a retry layer above retries only when the probe comes before
-// its deadline.
+// A refused HTTP request returns an error matching [ErrOpen] (find the
+// [*OpenError] with [IsOpen]) and no response; a refused gRPC call fails with
+// UNAVAILABLE and grpc-retry-pushback-ms set to the time until the next probe. Both
+// carry that time on the error, so that package retry above retries only when the
+// probe comes before its deadline, and otherwise stops at once, spending no token.
 //
 // The closed path takes no lock to admit a call, one to count its outcome, reads the
 // clock twice and does not allocate. A Breaker starts no goroutine: a circuit

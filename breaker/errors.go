@@ -46,9 +46,9 @@ func (e *OpenError) PushbackMs() string {
 	return strconv.FormatInt(int64(max(ms, 0)), 10)
 }
 
-// grpcError is the refusal as a gRPC interceptor returns it: the *OpenError (status
-// UNAVAILABLE) carrying its pushback, so that a layer above reads it with
-// pushback.Of without a trailer.
-func (e *OpenError) grpcError() error {
+// carried is the refusal as the adapters return it: the *OpenError (status
+// UNAVAILABLE) carrying its pushback, so that a retry layer above reads the time until
+// the next probe with pushback.Of, without a trailer or a response.
+func (e *OpenError) carried() error {
 	return &pushback.Error{Err: e, Value: e.PushbackMs()}
 }

@@ -92,7 +92,7 @@ func refusal(err error, opts []grpc.CallOption) error {
 			*addr = md
 		}
 	}
-	return oe.grpcError()
+	return oe.carried()
 }
 
 // StreamClientInterceptor returns a stream client interceptor with b's circuits. A

@@ -16,9 +16,9 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 
 // Transport returns an http.RoundTripper that sends requests through base (nil:
 // http.DefaultTransport) while their target's circuit lets them, with b's circuits.
-// A refused request is not sent: RoundTrip closes its body and returns an
-// [*OpenError] (matching [ErrOpen]; http.Client wraps it in a *url.Error), and no
-// response. The request is never modified. A call's time, for slow calls, is its time
+// A refused request is not sent: RoundTrip closes its body and returns an error that
+// matches [ErrOpen] and carries the time until the next probe ([IsOpen] finds the
+// [*OpenError]; http.Client wraps it in a *url.Error), and no response. The request is never modified. A call's time, for slow calls, is its time
 // to the response's header.
 func (b *Breaker) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
@@ -42,6 +42,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.b.admit(ctx, c, &tk); err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close()
+		}
+		if oe, ok := IsOpen(err); ok {
+			err = oe.carried()
 		}
 		return nil, err
 	}

@@ -98,9 +98,10 @@
 //
 // # Where it sits
 //
-// On the client, beneath retry and above propagate:
+// On the client, beneath retry and the breaker, above propagate (the breaker above
+// counts the copies of one call as one outcome):
 //
-//	user's tracing → retry → hedge → propagate → transport
+//	user's tracing → retry → breaker → hedge → propagate → transport
 //
 // propagate, beneath, writes into every attempt the time left at the moment that
 // attempt is sent; hedge itself never writes grpc-timeout:

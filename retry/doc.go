@@ -125,9 +125,10 @@
 // # Where it sits
 //
 // On the client, retry is the outermost deadlinekit layer, inside the user's tracing:
-// tracing → retry → hedge → propagate → transport. Each attempt goes through hedge and
-// propagate again, so the grpc-timeout of each attempt is computed by propagate when
-// that attempt is sent; this package never writes grpc-timeout itself. [WithObserver]
+// tracing → retry → breaker → hedge → propagate → transport. Each attempt goes through
+// breaker, hedge and propagate again, so the grpc-timeout of each attempt is computed
+// by propagate when that attempt is sent; this package never writes grpc-timeout
+// itself. [WithObserver]
 // reports every attempt (number, verdict, wait) so that tracing can record the attempt
 // count; it costs nothing when unset.
 //

@@ -113,3 +113,24 @@ func startBenchCall(b *testing.B, sopts []grpc.ServerOption, copts []grpc.DialOp
 		return err
 	}
 }
+
+// BenchmarkBreakerInStack pairs the stack of ServerOptions and DialOptions with the
+// same stack without its breaker layer (pairbench), untraced and traced: what the
+// breaker's closed path adds to a whole loopback gRPC call.
+//
+//	go test -run '^$' -bench BreakerInStack -benchtime 20000x -count 5 .
+func BenchmarkBreakerInStack(b *testing.B) {
+	for _, traced := range []bool{false, true} {
+		name := "untraced"
+		if traced {
+			name = "traced"
+		}
+		b.Run(name, func(b *testing.B) {
+			idem := deadlinekit.WithIdempotentMethods(benchMethod)
+			without := startBenchCall(b, deadlinekit.ServerOptions(), deadlinekit.DialOptions(idem, deadlinekit.Without(deadlinekit.Breaker)), traced)
+			with := startBenchCall(b, deadlinekit.ServerOptions(), deadlinekit.DialOptions(idem), traced)
+			b.ReportAllocs()
+			pairbench.Run(b, without, with)
+		})
+	}
+}

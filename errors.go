@@ -544,7 +544,16 @@ func readMessage(resp *http.Response) string {
 			b = b[:len(b)-1]
 		}
 	}
-	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	// Each invalid byte becomes U+FFFD, three bytes: cut again, on a rune's start.
+	text := strings.ToValidUTF8(string(b), "\uFFFD")
+	if len(text) > messageLimit {
+		cut := messageLimit
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut]
+	}
+	return strings.TrimSpace(text)
 }
 
 // textual reports whether a body of this Content-Type can serve as a message.

@@ -1,0 +1,151 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/retry"
+)
+
+// metricsReader installs, once per process, the SDK MeterProvider a service would
+// install at start-up: otelattr's instruments are made once, from the global
+// provider, and follow only the first one installed.
+var metricsReader = sync.OnceValue(func() *sdkmetric.ManualReader {
+	r := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)))
+	return r
+})
+
+var runs atomic.Int32
+
+type always503 struct{}
+
+func (always503) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("down"))}, nil
+}
+
+// The breaker's telemetry through a recording SDK, as a user's exporter receives it:
+// the call that opens the circuit carries the state-change event, the refused call
+// carries the refusal on its call span (never on the handler's server span), and the
+// metrics count the outcomes, the transition, the refusal and the state.
+func TestTelemetryThroughTheSDK(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	reader := metricsReader()
+	// A target of its own for each run: the metrics are the process's.
+	host := fmt.Sprintf("down%d.test", runs.Add(1))
+	target := "http://" + host + ":80"
+	rt := deadlinekit.NewTransport(always503{},
+		deadlinekit.WithBreaker(breaker.WithMinCalls(2), breaker.WithFailureRatio(0.5), breaker.WithOpenFor(time.Hour)),
+		deadlinekit.WithRetry(retry.WithMaxAttempts(1)), deadlinekit.Without(deadlinekit.Hedge))
+	sctx, server := tp.Tracer("test").Start(context.Background(), "GET /handle", trace.WithSpanKind(trace.SpanKindServer))
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(sctx, time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/x", nil)
+		resp, err := rt.RoundTrip(req)
+		if i < 2 {
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			resp.Body.Close()
+		} else if !errors.Is(err, breaker.ErrOpen) {
+			t.Fatalf("third call: %v; want refused by the open circuit", err)
+		}
+		cancel()
+	}
+	server.End()
+
+	var calls []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch {
+		case s.SpanKind() == trace.SpanKindServer:
+			for _, kv := range s.Attributes() {
+				if strings.HasPrefix(string(kv.Key), "deadlinekit.breaker.") {
+					t.Errorf("the server span carries %s", kv.Key)
+				}
+			}
+		case s.Name() == "GET":
+			calls = append(calls, s)
+		}
+	}
+	if len(calls) != 3 {
+		t.Fatalf("%d call spans; want 3", len(calls))
+	}
+	var opened bool
+	for _, ev := range calls[1].Events() {
+		opened = opened || ev.Name == otelattr.BreakerStateChangeEvent && hasAttr(ev.Attributes, otelattr.BreakerStateKey.String("open"))
+	}
+	if !opened {
+		t.Errorf("the call that opened the circuit has events %v; want the state change to open", calls[1].Events())
+	}
+	for _, want := range []attribute.KeyValue{otelattr.BreakerRefusedKey.Bool(true), otelattr.BreakerStateKey.String("open"), otelattr.BreakerTargetKey.String(target)} {
+		if !hasAttr(calls[2].Attributes(), want) {
+			t.Errorf("the refused call's span lacks %s=%s (has %v)", want.Key, want.Value.String(), calls[2].Attributes())
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if v, ok := p.Attributes.Value(otelattr.BreakerTargetKey); ok && v.AsString() == target {
+						o, _ := p.Attributes.Value(otelattr.BreakerOutcomeKey)
+						s, _ := p.Attributes.Value(otelattr.BreakerStateKey)
+						got[m.Name+"/"+o.AsString()+s.AsString()] += p.Value
+					}
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					if v, ok := p.Attributes.Value(otelattr.BreakerTargetKey); ok && v.AsString() == target {
+						got[m.Name] = p.Value
+					}
+				}
+			}
+		}
+	}
+	for name, want := range map[string]int64{
+		"deadlinekit.breaker.outcomes/failure": 2,
+		"deadlinekit.breaker.transitions/open": 1,
+		"deadlinekit.breaker.refused/":         1,
+		"deadlinekit.breaker.state":            2,
+	} {
+		if got[name] != want {
+			t.Errorf("metric %s = %d; want %d (all: %v)", name, got[name], want, got)
+		}
+	}
+}
+
+func hasAttr(kvs []attribute.KeyValue, want attribute.KeyValue) bool {
+	for _, kv := range kvs {
+		if kv.Key == want.Key && kv.Value == want.Value {
+			return true
+		}
+	}
+	return false
+}

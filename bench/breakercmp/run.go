@@ -356,6 +356,8 @@ type NeutralResult struct {
 	// AsPlanned those of them that ended as planned (context.Canceled, or
 	// context.DeadlineExceeded without an answer).
 	Calls, Planned, AsPlanned int
+	// Scripted counts the requests sent after the warm-up, among which the planned ones are drawn.
+	Scripted int
 	// FairOK counts the other requests answered 200, FairFailed those that were
 	// not (refusals included).
 	FairOK, FairFailed int
@@ -364,6 +366,9 @@ type NeutralResult struct {
 	Opens, Refused, Failures int
 	// Median is the fair requests' median latency: the target's typical latency.
 	Median time.Duration
+	// LongestRun is the longest run of planned calls among the calls sent, taken in
+	// the order they ended: what a breaker counting consecutive failures sees.
+	LongestRun int
 }
 
 // RunNeutral runs the neutral scenario for every variant side by side.
@@ -403,6 +408,9 @@ func RunNeutral(vs []Variant, cfg NeutralConfig) ([]NeutralResult, error) {
 		var fair []time.Duration
 		for _, rec := range l.records {
 			r.Calls++
+			if rec.sent >= cfg.Warmup {
+				r.Scripted++
+			}
 			if rec.kind == kindRefused {
 				r.Refused++
 			}
@@ -426,6 +434,7 @@ func RunNeutral(vs []Variant, cfg NeutralConfig) ([]NeutralResult, error) {
 				}
 			}
 		}
+		r.LongestRun = longestRun(l.records)
 		if len(fair) > 0 {
 			slices.Sort(fair)
 			r.Median = fair[len(fair)/2]
@@ -433,4 +442,23 @@ func RunNeutral(vs []Variant, cfg NeutralConfig) ([]NeutralResult, error) {
 		out[i] = r
 	}
 	return out, nil
+}
+
+// longestRun returns the longest run of planned (cancelled or starved) calls that
+// reached the breaker, in the order they ended; refused calls are left out.
+func longestRun(recs []record) int {
+	sorted := slices.Clone(recs)
+	slices.SortFunc(sorted, func(a, b record) int { return int((a.sent + a.took) - (b.sent + b.took)) })
+	run, best := 0, 0
+	for _, r := range sorted {
+		switch {
+		case r.kind == kindRefused:
+		case r.plan != planFair:
+			run++
+			best = max(best, run)
+		default:
+			run = 0
+		}
+	}
+	return best
 }

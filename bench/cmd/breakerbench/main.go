@@ -38,6 +38,7 @@ func main() {
 	capd := flag.Duration("cap", 65*time.Second, "how long the recovery is watched at most, waiting for every breaker to close")
 	neutral := flag.Duration("neutral", 5*time.Second, "duration of each false-open scenario, after a 1 s plain warm-up")
 	count := flag.Int("count", 3, "runs of each closed-path benchmark (the median is printed)")
+	seed := flag.Uint64("seed", 15, "seed of the draw that picks the cancelled or starved calls")
 	only := flag.String("only", "", "run only the variants whose name contains this")
 	flag.Parse()
 	if !(*rate >= 1 && *rate <= 1000) || *budget <= 0 || *budget > 10*time.Second || *warmup <= 0 || *warmup > 20*time.Second ||
@@ -84,7 +85,7 @@ func main() {
 	var ns [2][]breakercmp.NeutralResult
 	for i, kind := range []breakercmp.Neutral{breakercmp.Cancel, breakercmp.Starved} {
 		ncfg := breakercmp.NeutralConfig{Kind: kind, Rate: *rate, Share: 0.3, Budget: *budget, Delay: 20 * time.Millisecond,
-			CancelAfter: 5 * time.Millisecond, StarvedBudget: 5 * time.Millisecond, Warmup: time.Second, Duration: *neutral, Seed: 15}
+			CancelAfter: 5 * time.Millisecond, StarvedBudget: 5 * time.Millisecond, Warmup: time.Second, Duration: *neutral, Seed: *seed}
 		fmt.Fprintf(os.Stderr, "%s: %v + %v...\n", kind, ncfg.Warmup, ncfg.Duration)
 		ns[i], err = breakercmp.RunNeutral(vs, ncfg)
 		if err != nil {
@@ -93,16 +94,16 @@ func main() {
 		}
 	}
 	fmt.Printf("### False opens on a healthy downstream (answers in 20 ms): %.0f requests/s, budget %v; 1 s of plain traffic, then %v in which 30%% of the calls (a seeded draw, the same for every variant) are cancelled by their caller 5 ms after sending, or (a second run) carry a 5 ms budget\n\n", *rate, *budget, *neutral)
-	fmt.Println("| variant | cancellations: opens | refused | counted as failures | starved budgets: opens | refused | counted as failures | harness: planned / as planned (cancel; starved), median latency |")
+	fmt.Println("| variant | cancellations: opens | refused | counted as failures | starved budgets: opens | refused | counted as failures | harness: as planned / planned of the calls after the warm-up (cancel; starved), median latency, longest run of planned calls in the order they ended |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for j := range ns[0] {
 		c, s := ns[0][j], ns[1][j]
-		fmt.Printf("| %s | **%d** | %d | %d | **%d** | %d | %d | %d/%d of %d; %d/%d of %d; %s, %s |\n", c.Variant,
+		fmt.Printf("| %s | **%d** | %d | %d | **%d** | %d | %d | %d/%d of %d; %d/%d of %d; %s, %s; %d, %d |\n", c.Variant,
 			c.Opens, c.Refused, c.Failures, s.Opens, s.Refused, s.Failures,
-			c.AsPlanned, c.Planned, c.Calls, s.AsPlanned, s.Planned, s.Calls, ms(c.Median), ms(s.Median))
+			c.AsPlanned, c.Planned, c.Scripted, s.AsPlanned, s.Planned, s.Scripted, ms(c.Median), ms(s.Median), c.LongestRun, s.LongestRun)
 	}
 	fmt.Println()
-	fmt.Println("As planned: a cancelled call ended with context.Canceled, a starved one with context.DeadlineExceeded; calls refused by an open breaker are neither.")
+	fmt.Println("As planned: a cancelled call ended with context.Canceled, a starved one with context.DeadlineExceeded; calls refused by an open breaker are neither. Longest run: the most planned calls in a row (refusals left out), what gobreaker's default (more than 5 consecutive failures) trips on; it depends on the seeded draw (-seed).")
 	fmt.Println()
 
 	if *count > 0 {

@@ -51,7 +51,7 @@ func FuzzTargetName(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, scheme, host string) {
 		if strings.Contains(scheme, "://") || strings.ContainsAny(scheme, ":") {
-			t.Skip() // not a URL scheme
+			return // not a URL scheme: outside the property's domain
 		}
 		n := breaker.TargetName(scheme, host)
 		s, h, ok := strings.Cut(n, "://")

@@ -53,6 +53,14 @@ func (r *recorder) last(t *testing.T) shortcircuit.Event {
 
 // serve runs h behind the middleware on a request whose context has the given budget
 // (no deadline when budget is 0, a passed deadline when negative).
+// spend is d of work or waiting in a synctest bubble's fake time: the bubble's clock
+// jumps once every goroutine in it is blocked, and no wall-clock time passes. Outside
+// a bubble synctest.Wait panics, so a test cannot use it to sleep on the wall clock.
+func spend(d time.Duration) {
+	synctest.Wait()
+	<-time.After(d)
+}
+
 func serve(h http.Handler, target string, budget time.Duration) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", target, nil)
 	if budget != 0 {
@@ -102,9 +110,8 @@ func TestStaticFloorHTTP(t *testing.T) {
 
 		// Already past the deadline: refused whatever the floor, even with none.
 		bare := shortcircuit.NewMiddleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ }))
-		ctx, cancel := context.WithTimeout(context.Background(), 0)
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-3*ms))
 		defer cancel()
-		time.Sleep(3 * ms)
 		r := httptest.NewRequest("GET", "/x", nil).WithContext(ctx)
 		w := httptest.NewRecorder()
 		before := ran
@@ -170,7 +177,7 @@ func unary(icpt grpc.UnaryServerInterceptor, method string, budget, work time.Du
 	}
 	_, err = icpt(ctx, "req", &grpc.UnaryServerInfo{FullMethod: method}, func(ctx context.Context, req any) (any, error) {
 		ran = true
-		time.Sleep(work)
+		spend(work)
 		if fail {
 			return nil, status.Error(codes.Internal, "boom")
 		}
@@ -212,7 +219,7 @@ func TestOverrunEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
 		h := shortcircuit.NewMiddleware(shortcircuit.WithObserver(&rec))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(30 * ms)
+			spend(30 * ms)
 		}))
 		serve(h, "/work", 10*ms)
 		e := rec.last(t)
@@ -276,7 +283,7 @@ func TestAdaptiveWarmUpRiseFall(t *testing.T) {
 		}
 
 		// Rise: start afresh so the counts are exact, 40 fast calls, then slow ones.
-		time.Sleep(time.Minute)
+		spend(time.Minute)
 		for range 40 {
 			unary(icpt, m, time.Hour, 10*ms, false) // 400ms in all, one bucket
 		}
@@ -351,7 +358,7 @@ func TestAdaptiveSelfHeal(t *testing.T) {
 		if ran, _ := unary(icpt, "/m", 50*ms, 0, false); ran {
 			t.Fatal("50ms left below a learned 100ms floor: admitted")
 		}
-		time.Sleep(shortcircuit.DefaultAdaptive.Window)
+		spend(shortcircuit.DefaultAdaptive.Window)
 		if ran, _ := unary(icpt, "/m", 50*ms, 0, false); !ran {
 			t.Fatal("after an empty window the route is still locked")
 		}
@@ -380,7 +387,7 @@ func TestAdaptiveHTTPStatus(t *testing.T) {
 			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 3}),
 			shortcircuit.WithObserver(&rec),
 		)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(40 * ms)
+			spend(40 * ms)
 			if _, ok := w.(http.Flusher); !ok {
 				t.Error("the wrapped writer lost http.Flusher")
 			}

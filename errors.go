@@ -177,10 +177,10 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 	h := w.Header()
 	switch {
 	case x.pushback < 0:
-		h.Set(retry.HeaderPushbackMs, "-1")
+		h.Set(pushback.Key, pushback.DoNotRetry)
 	case x.pushback > 0:
 		h.Set(retry.HeaderRetryAfter, strconv.FormatInt(ceilDiv(x.pushback, time.Second), 10))
-		h.Set(retry.HeaderPushbackMs, strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10))
+		h.Set(pushback.Key, strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10))
 	}
 	http.Error(w, x.msg, x.status)
 }
@@ -213,7 +213,7 @@ func GRPCError(ctx context.Context, err error) error {
 		if x.pushback > 0 {
 			v = strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10)
 		}
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(retry.HeaderPushbackMs, v))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, v))
 	}
 	return &grpcError{st: wireStatus(x.st, x.code, x.msg, x.pushback), err: err}
 }
@@ -496,7 +496,7 @@ func codeFromHTTP(s int, pushback time.Duration) codes.Code {
 // httpPushback reads an HTTP answer's pushback: grpc-retry-pushback-ms, else
 // Retry-After (first value of each); negative for "do not retry".
 func httpPushback(h http.Header, now time.Time) time.Duration {
-	if v := h.Values(retry.HeaderPushbackMs); len(v) > 0 {
+	if v := h.Values(pushback.Key); len(v) > 0 {
 		return pushbackOf(retry.ParsePushbackMs(v[0]))
 	}
 	if v := h.Values(retry.HeaderRetryAfter); len(v) > 0 {
@@ -507,7 +507,7 @@ func httpPushback(h http.Header, now time.Time) time.Duration {
 
 // grpcPushback reads a gRPC answer's pushback: the trailer, else RetryInfo.
 func grpcPushback(st *status.Status, trailer metadata.MD) time.Duration {
-	if v := trailer.Get(retry.HeaderPushbackMs); len(v) > 0 {
+	if v := trailer.Get(pushback.Key); len(v) > 0 {
 		return pushbackOf(retry.ParsePushbackMs(v[0]))
 	}
 	d, found, err := retry.RetryInfoDelay(st)

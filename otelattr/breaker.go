@@ -2,10 +2,8 @@ package otelattr
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -72,28 +70,6 @@ const (
 
 var breakerOutcomes = [...]BreakerOutcome{BreakerSuccess, BreakerFailure, BreakerNeutral, BreakerSlow}
 
-type breakerInstrumentSet struct {
-	state       metric.Int64Gauge
-	transitions metric.Int64Counter
-	refused     metric.Int64Counter
-	outcomes    metric.Int64Counter
-}
-
-var breakerInstruments = sync.OnceValue(func() *breakerInstrumentSet {
-	m := otel.GetMeterProvider().Meter(ScopeName)
-	s := &breakerInstrumentSet{}
-	// As in newInstruments: a creation error leaves a usable no-op instrument.
-	s.state, _ = m.Int64Gauge("deadlinekit.breaker.state",
-		metric.WithUnit("{state}"), metric.WithDescription("State of each circuit: 0 closed, 1 half-open, 2 open."))
-	s.transitions, _ = m.Int64Counter("deadlinekit.breaker.transitions",
-		metric.WithUnit("{transition}"), metric.WithDescription("Circuit state changes, by target and new state."))
-	s.refused, _ = m.Int64Counter("deadlinekit.breaker.refused",
-		metric.WithUnit("{call}"), metric.WithDescription("Calls refused by an open circuit before sending."))
-	s.outcomes, _ = m.Int64Counter("deadlinekit.breaker.outcomes",
-		metric.WithUnit("{call}"), metric.WithDescription("Calls through a circuit breaker, by target and outcome."))
-	return s
-})
-
 // BreakerTarget records the telemetry of one circuit. Its metric attributes are
 // made once, by [NewBreakerTarget], so that recording an outcome does not allocate.
 // The number of targets is bounded by the breaker; a nil *BreakerTarget does
@@ -119,7 +95,7 @@ func NewBreakerTarget(target string) *BreakerTarget {
 		t.states[s.gaugeValue()] = []metric.RecordOption{metric.WithAttributeSet(one)}
 		t.moves[s.gaugeValue()] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, BreakerStateKey.String(string(s))))}
 	}
-	breakerInstruments().state.Record(context.Background(), 0, t.states[0]...)
+	instruments().breakerState.Record(context.Background(), 0, t.states[0]...)
 	return t
 }
 
@@ -129,7 +105,7 @@ func (t *BreakerTarget) RecordOutcome(ctx context.Context, o BreakerOutcome, slo
 	if t == nil {
 		return
 	}
-	in := breakerInstruments()
+	in := instruments()
 	i := 0
 	switch o {
 	case BreakerFailure:
@@ -139,9 +115,9 @@ func (t *BreakerTarget) RecordOutcome(ctx context.Context, o BreakerOutcome, slo
 	case BreakerSlow:
 		i = 3
 	}
-	in.outcomes.Add(ctx, 1, t.outcomes[i]...)
+	in.breakerOutcomes.Add(ctx, 1, t.outcomes[i]...)
 	if slow && i != 3 {
-		in.outcomes.Add(ctx, 1, t.outcomes[3]...)
+		in.breakerOutcomes.Add(ctx, 1, t.outcomes[3]...)
 	}
 }
 
@@ -152,7 +128,7 @@ func (t *BreakerTarget) RecordRefused(ctx context.Context, state BreakerState, r
 	if t == nil {
 		return
 	}
-	breakerInstruments().refused.Add(ctx, 1, t.refused...)
+	instruments().breakerRefused.Add(ctx, 1, t.refused...)
 	forCallSpans(ctx, func(s trace.Span) {
 		s.SetAttributes(t.target, BreakerStateKey.String(string(state)), BreakerRefusedKey.Bool(true),
 			BreakerRetryAfterKey.Float64(millis(retryAfter)))
@@ -177,9 +153,9 @@ func (t *BreakerTarget) RecordTransition(ctx context.Context, from, to BreakerSt
 	if t == nil {
 		return
 	}
-	in := breakerInstruments()
-	in.state.Record(ctx, to.gaugeValue(), t.states[to.gaugeValue()]...)
-	in.transitions.Add(ctx, 1, t.moves[to.gaugeValue()]...)
+	in := instruments()
+	in.breakerState.Record(ctx, to.gaugeValue(), t.states[to.gaugeValue()]...)
+	in.breakerTransitions.Add(ctx, 1, t.moves[to.gaugeValue()]...)
 	forCallSpans(ctx, func(s trace.Span) {
 		s.AddEvent(BreakerStateChangeEvent, trace.WithAttributes(t.target, BreakerFromKey.String(string(from)), BreakerStateKey.String(string(to))))
 	})

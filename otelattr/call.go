@@ -60,10 +60,10 @@ type callKey struct{}
 // nothing is started and the Call does nothing. The layer that started the call
 // ends it ([Call.End]); a joining layer's End does nothing.
 func StartCall(ctx context.Context, p Protocol, name string) (context.Context, Call) {
-	span := trace.SpanFromContext(ctx)
-	if c, ok := ctx.Value(callKey{}).(*callState); ok && (c.span == span || isAttempt(ctx, span)) {
+	if c := callFrom(ctx); c != nil {
 		return ctx, Call{c: c}
 	}
+	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return ctx, Call{}
 	}
@@ -110,6 +110,11 @@ func (c Call) Recording() bool { return c.c != nil }
 
 // Owner reports whether this layer started the call, and so ends it.
 func (c Call) Owner() bool { return c.owner }
+
+// Started reports whether this layer started the call's span itself (no client span
+// of the user's was made for the call): then nothing above has written its trace
+// context into the request, and the layer must ([InjectHTTP]).
+func (c Call) Started() bool { return c.owner && c.c.own }
 
 // End writes the call's totals on its span and, when the toolkit started the span,
 // ends it, with err (when not nil) as its error. Only the layer that started the call

@@ -76,7 +76,14 @@
 //	deadlinekit.shortcircuit.rejections     counter    {request}
 //	deadlinekit.server.budget               histogram  s
 //	deadlinekit.server.overrun              histogram  s
+//	deadlinekit.breaker.state               gauge      {state}       per target: 0 closed, 1 half-open, 2 open
+//	deadlinekit.breaker.transitions         counter    {transition}  per target and new state
+//	deadlinekit.breaker.refused             counter    {call}        per target
+//	deadlinekit.breaker.outcomes            counter    {call}        per target and outcome
 //
-// Metric instruments carry no attributes, so their cost does not grow with routes or
-// methods; per-route detail is on the spans.
+// The toolkit's other instruments carry no attributes, so their cost does not grow
+// with routes or methods; per-route detail is on the spans. The breaker's carry the
+// target, whose number package breaker bounds. Its span attributes
+// (deadlinekit.breaker.*, on the call's span when a call was refused or was a probe)
+// and its state-change event are in breaker.go.
 package otelattr

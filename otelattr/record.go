@@ -25,6 +25,11 @@ type instrumentSet struct {
 	rejections     metric.Int64Counter
 	serverBudget   metric.Float64Histogram
 	overrun        metric.Float64Histogram
+
+	breakerState       metric.Int64Gauge
+	breakerTransitions metric.Int64Counter
+	breakerRefused     metric.Int64Counter
+	breakerOutcomes    metric.Int64Counter
 }
 
 var instruments = sync.OnceValue(func() *instrumentSet { return newInstruments(otel.GetMeterProvider()) })
@@ -48,6 +53,14 @@ func newInstruments(mp metric.MeterProvider) *instrumentSet {
 		metric.WithUnit("s"), metric.WithDescription("Budget applied to inbound requests."))
 	s.overrun, _ = m.Float64Histogram("deadlinekit.server.overrun",
 		metric.WithUnit("s"), metric.WithDescription("Time handlers kept running after their deadline."))
+	s.breakerState, _ = m.Int64Gauge("deadlinekit.breaker.state",
+		metric.WithUnit("{state}"), metric.WithDescription("State of each circuit: 0 closed, 1 half-open, 2 open."))
+	s.breakerTransitions, _ = m.Int64Counter("deadlinekit.breaker.transitions",
+		metric.WithUnit("{transition}"), metric.WithDescription("Circuit state changes, by target and new state."))
+	s.breakerRefused, _ = m.Int64Counter("deadlinekit.breaker.refused",
+		metric.WithUnit("{call}"), metric.WithDescription("Calls refused by an open circuit before sending."))
+	s.breakerOutcomes, _ = m.Int64Counter("deadlinekit.breaker.outcomes",
+		metric.WithUnit("{call}"), metric.WithDescription("Calls through a circuit breaker, by target and outcome."))
 	return s
 }
 

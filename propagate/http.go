@@ -44,13 +44,14 @@ type transport struct {
 // the answer's body.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
-	resp, err := t.roundTrip(ctx, req)
+	resp, err := t.roundTrip(ctx, req, call.Started())
 	call.EndHTTP(resp, err)
 	return resp, err
 }
 
-// roundTrip is RoundTrip under ctx, the call's context.
-func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+// roundTrip is RoundTrip under ctx, the call's context; inject says this layer
+// started the call's span, whose trace context the request must carry.
+func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject bool) (*http.Response, error) {
 	child, cancel := ctx, noop
 	var left time.Duration
 	var has bool
@@ -89,9 +90,12 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	// first has to dial (and shake hands), GotConn writes them again, so that the
 	// time spent connecting is not handed to the downstream.
 	st.trace.GotConn = st.gotConn
-	// The downstream's span is a child of the call's (or its attempt's) span, even
-	// with no instrumentation on this client.
-	otelattr.InjectHTTP(child, h)
+	// With no instrumentation above, the downstream's span is still a child of the
+	// call's span. (Otherwise the user's instrumentation, or the retry and hedge
+	// layers for each attempt, wrote the trace context already.)
+	if inject {
+		otelattr.InjectHTTP(child, h)
+	}
 	out := req.WithContext(httptrace.WithClientTrace(child, &st.trace))
 	out.Header = h
 	otelattr.RecordBudgetSent(child, left)

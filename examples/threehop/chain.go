@@ -3,18 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/deadlinekit/deadlinekit"
 )
 
 // hopFunc is one service's handler: its own work, then (for A and B) the call to the
@@ -110,7 +108,7 @@ func startChain(tel *telemetry, spec chainSpec) (*chain, error) {
 	}
 	gs := grpc.NewServer(append(tel.grpcServerOptions(svcB), grpc.ChainUnaryInterceptor(spec.serverB...))...)
 	gs.RegisterService(&hopService, func(ctx context.Context) error {
-		return spec.b(ctx, func(ctx context.Context) error { return httpGet(ctx, bToC, cURL) })
+		return deadlinekit.GRPCError(ctx, spec.b(ctx, func(ctx context.Context) error { return httpGet(ctx, bToC, cURL) }))
 	})
 	go gs.Serve(lis)
 	ch.stops = append(ch.stops, gs.Stop)
@@ -169,26 +167,8 @@ func serveHTTP(h http.Handler) (url string, stop func(), err error) {
 }
 
 // Errors travel between the hops as a status: an HTTP status on HTTP hops, a gRPC code
-// on B. These helpers translate, as a real service would.
-
-// httpStatusError is a non-200 answer of an HTTP hop.
-type httpStatusError struct{ code int }
-
-func (e httpStatusError) Error() string { return "HTTP " + strconv.Itoa(e.code) }
-
-// GRPCStatus lets B return an HTTP failure of C as the matching gRPC status.
-func (e httpStatusError) GRPCStatus() *status.Status {
-	c := codes.Unknown
-	switch e.code {
-	case http.StatusServiceUnavailable, http.StatusBadGateway:
-		c = codes.Unavailable
-	case http.StatusGatewayTimeout:
-		c = codes.DeadlineExceeded
-	case http.StatusTooManyRequests:
-		c = codes.ResourceExhausted
-	}
-	return status.New(c, e.Error())
-}
+// on B, translated by the toolkit's one-liners (deadlinekit.FromHTTP, GRPCError,
+// WriteHTTPError), as a real service would.
 
 func httpGet(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -196,41 +176,27 @@ func httpGet(ctx context.Context, client *http.Client, url string) error {
 		return err
 	}
 	resp, err := client.Do(req)
-	if err != nil {
+	if err := deadlinekit.FromHTTP(resp, err); err != nil {
 		return err
 	}
 	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return httpStatusError{resp.StatusCode}
-	}
-	return nil
+	return resp.Body.Close()
 }
 
-// writeResult answers an HTTP hop's request with the status matching err.
+// writeResult answers an HTTP hop's request: "ok", or err's status.
 func writeResult(w http.ResponseWriter, err error) {
-	if err == nil {
-		io.WriteString(w, "ok\n")
+	if err != nil {
+		deadlinekit.WriteHTTPError(w, err)
 		return
 	}
-	code := http.StatusInternalServerError
-	var he httpStatusError
-	switch {
-	case errors.As(err, &he):
-		code = he.code
-	case errors.Is(err, context.DeadlineExceeded):
-		code = http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled):
-		code = 499
-	default:
-		switch status.Code(err) {
-		case codes.Unavailable:
-			code = http.StatusServiceUnavailable
-		case codes.DeadlineExceeded:
-			code = http.StatusGatewayTimeout
-		case codes.Canceled:
-			code = 499
-		}
+	io.WriteString(w, "ok\n")
+}
+
+// statusOf is the HTTP status a hop's failure came back with, or 0.
+func statusOf(err error) int {
+	var we *deadlinekit.WireError
+	if errors.As(err, &we) {
+		return we.HTTPStatus
 	}
-	http.Error(w, fmt.Sprint(err), code)
+	return 0
 }

@@ -170,12 +170,11 @@ func printTable(w io.Writer, readings []reading) {
 // "got 504", "gave up at its deadline". A root span is named after it once the call
 // is over, so that the name says what happened in that trace.
 func clientSaw(err error) string {
-	var he httpStatusError
 	switch {
 	case err == nil:
 		return "got its answer"
-	case errors.As(err, &he):
-		return fmt.Sprintf("got %d", he.code)
+	case statusOf(err) != 0:
+		return fmt.Sprintf("got %d", statusOf(err))
 	case errors.Is(err, context.DeadlineExceeded):
 		return "gave up at its deadline"
 	case errors.Is(err, context.Canceled):

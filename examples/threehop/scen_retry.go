@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -69,7 +70,7 @@ func runRetryOnce(e *env, withToolkit bool) (calls int64, took time.Duration, er
 		b: pass,
 		c: func(ctx context.Context, _ func(context.Context) error) error {
 			reachedC.Add(1)
-			return httpStatusError{http.StatusServiceUnavailable}
+			return &deadlinekit.WireError{HTTPStatus: http.StatusServiceUnavailable, Message: "C is down"}
 		},
 	}
 	if withToolkit {

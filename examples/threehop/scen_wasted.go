@@ -191,8 +191,7 @@ func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 	root.End()
 	// The client's own deadline ends the call, or (propagated) a hop's deadline
 	// that fired a hair earlier brings its 504 just in time.
-	var he httpStatusError
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &he) && he.code == http.StatusGatewayTimeout) {
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && statusOf(err) != http.StatusGatewayTimeout {
 		return wastedRun{}, fmt.Errorf("client: %w", err)
 	}
 	run := wastedRun{propagated: propagated, start: rec.start}

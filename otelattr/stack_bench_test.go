@@ -77,15 +77,20 @@ func pairedStack(b *testing.B, l layers, work time.Duration) {
 // interceptors that newInterceptors returns (fresh ones for each) paired with the bare call, the
 // handler taking work.
 func pairedTraced(b *testing.B, newInterceptors func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor), work time.Duration) {
+	untracedAndTraced(b, func(b *testing.B, traced bool) {
+		cis, sis := newInterceptors()
+		pairCall(b, cis, sis, traced, work)
+	})
+}
+
+// untracedAndTraced runs run as the sub-benchmarks "untraced" and "traced".
+func untracedAndTraced(b *testing.B, run func(b *testing.B, traced bool)) {
 	for _, traced := range []bool{false, true} {
 		name := "untraced"
 		if traced {
 			name = "traced"
 		}
-		b.Run(name, func(b *testing.B) {
-			cis, sis := newInterceptors()
-			pairCall(b, cis, sis, traced, work)
-		})
+		b.Run(name, func(b *testing.B) { run(b, traced) })
 	}
 }
 
@@ -133,19 +138,26 @@ func stackInterceptors(l layers) (cis []grpc.UnaryClientInterceptor, sis []grpc.
 // recording SDK when traced is set, and returns one call.
 func startCall(b testing.TB, cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInterceptor, traced bool, work time.Duration) func() error {
 	var sopts []grpc.ServerOption
-	copts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	var copts []grpc.DialOption
+	if len(sis) > 0 {
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(sis...))
+	}
+	if len(cis) > 0 {
+		copts = append(copts, grpc.WithChainUnaryInterceptor(cis...))
+	}
+	return startCallWith(b, sopts, copts, traced, work)
+}
+
+// startCallWith is [startCall] with the server's and the client's options given
+// whole (the root package's ServerOptions and DialOptions, say).
+func startCallWith(b testing.TB, sopts []grpc.ServerOption, copts []grpc.DialOption, traced bool, work time.Duration) func() error {
+	copts = append(copts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	var tp *sdktrace.TracerProvider
 	if traced {
 		tp = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		b.Cleanup(func() { tp.Shutdown(context.Background()) })
 		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
-	}
-	if len(sis) > 0 {
-		sopts = append(sopts, grpc.ChainUnaryInterceptor(sis...))
-	}
-	if len(cis) > 0 {
-		copts = append(copts, grpc.WithChainUnaryInterceptor(cis...))
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

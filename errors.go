@@ -406,7 +406,7 @@ func message(err error) string {
 
 // wireStatus builds the gRPC status of an answer, keeping the details of the status
 // it came from (from, when its code is c).
-func wireStatus(from *status.Status, c codes.Code, msg string, pushback time.Duration) *status.Status {
+func wireStatus(from *status.Status, c codes.Code, msg string, wait time.Duration) *status.Status {
 	var st *status.Status
 	if from != nil && from.Code() == c {
 		p := from.Proto()
@@ -415,13 +415,13 @@ func wireStatus(from *status.Status, c codes.Code, msg string, pushback time.Dur
 	} else {
 		st = status.New(c, msg)
 	}
-	if c != codes.ResourceExhausted || pushback <= 0 {
+	if c != codes.ResourceExhausted || wait <= 0 {
 		return st
 	}
 	if _, found, _ := retry.RetryInfoDelay(st); found {
 		return st
 	}
-	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(pushback)}); err == nil {
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
 		return withInfo
 	}
 	return st
@@ -429,7 +429,7 @@ func wireStatus(from *status.Status, c codes.Code, msg string, pushback time.Dur
 
 // httpFromCode maps a gRPC code to an HTTP status, as google.rpc.Code documents it;
 // ResourceExhausted with a wait is DESIGN's "overloaded, come back": 503.
-func httpFromCode(c codes.Code, pushback time.Duration) int {
+func httpFromCode(c codes.Code, wait time.Duration) int {
 	switch c {
 	case codes.Canceled:
 		return StatusClientClosedRequest
@@ -446,7 +446,7 @@ func httpFromCode(c codes.Code, pushback time.Duration) int {
 	case codes.Unauthenticated:
 		return http.StatusUnauthorized
 	case codes.ResourceExhausted:
-		if pushback > 0 {
+		if wait > 0 {
 			return http.StatusServiceUnavailable
 		}
 		return http.StatusTooManyRequests
@@ -459,7 +459,7 @@ func httpFromCode(c codes.Code, pushback time.Duration) int {
 }
 
 // codeFromHTTP maps a failure's HTTP status to a gRPC code; see GRPCError.
-func codeFromHTTP(s int, pushback time.Duration) codes.Code {
+func codeFromHTTP(s int, wait time.Duration) codes.Code {
 	switch s {
 	case http.StatusBadRequest:
 		return codes.InvalidArgument
@@ -480,7 +480,7 @@ func codeFromHTTP(s int, pushback time.Duration) codes.Code {
 	case http.StatusBadGateway:
 		return codes.Unavailable
 	case http.StatusServiceUnavailable:
-		if pushback > 0 {
+		if wait > 0 {
 			return codes.ResourceExhausted
 		}
 		return codes.Unavailable

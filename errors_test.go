@@ -379,25 +379,7 @@ func TestFromHTTP(t *testing.T) {
 			if body.read > 4<<10 {
 				t.Errorf("read %d bytes of the body; want at most 4 KiB", body.read)
 			}
-			if got := matches(err); got != tc.matches {
-				t.Errorf("errors.Is matches [%s]; want [%s]", got, tc.matches)
-			}
-			if got := status.Code(err); got != tc.grpc {
-				t.Errorf("status.Code = %v; want %v", got, tc.grpc)
-			}
-			if got := deadlinekit.HTTPStatus(err); got != tc.status {
-				t.Errorf("HTTPStatus = %d; want %d", got, tc.status)
-			}
-			if err.Error() != tc.msg {
-				t.Errorf("message %q; want %q", err.Error(), tc.msg)
-			}
-			var we *deadlinekit.WireError
-			if !errors.As(err, &we) {
-				t.Fatalf("%T is not a *WireError", err)
-			}
-			if we.Pushback != tc.pushback {
-				t.Errorf("Pushback %v; want %v", we.Pushback, tc.pushback)
-			}
+			checkWire(t, err, tc.matches, tc.grpc, tc.status, tc.msg, tc.pushback)
 		})
 	}
 
@@ -458,25 +440,7 @@ func TestFromGRPC(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := tc.trailer
 			err := deadlinekit.FromGRPC(tc.err, &tr)
-			if got := matches(err); got != tc.matches {
-				t.Errorf("errors.Is matches [%s]; want [%s]", got, tc.matches)
-			}
-			if got := status.Code(err); got != tc.grpc {
-				t.Errorf("status.Code = %v; want %v", got, tc.grpc)
-			}
-			if got := deadlinekit.HTTPStatus(err); got != tc.status {
-				t.Errorf("HTTPStatus = %d; want %d", got, tc.status)
-			}
-			if err.Error() != tc.msg {
-				t.Errorf("message %q; want %q", err.Error(), tc.msg)
-			}
-			var we *deadlinekit.WireError
-			if !errors.As(err, &we) {
-				t.Fatalf("%T is not a *WireError", err)
-			}
-			if we.Pushback != tc.pushback {
-				t.Errorf("Pushback %v; want %v", we.Pushback, tc.pushback)
-			}
+			checkWire(t, err, tc.matches, tc.grpc, tc.status, tc.msg, tc.pushback)
 			if !errors.Is(err, tc.err) {
 				t.Error("the WireError does not unwrap to the call's error")
 			}
@@ -984,4 +948,30 @@ func FuzzFromHTTP(f *testing.F) {
 		}
 		checkRelay(t, err)
 	})
+}
+
+// checkWire checks what an error read back from the wire (FromHTTP, FromGRPC) says:
+// the sentinels it matches, its gRPC code and HTTP status, its message, and, as a
+// *WireError, its pushback.
+func checkWire(t *testing.T, err error, wantMatches string, code codes.Code, httpStatus int, msg string, pushback time.Duration) {
+	t.Helper()
+	if got := matches(err); got != wantMatches {
+		t.Errorf("errors.Is matches [%s]; want [%s]", got, wantMatches)
+	}
+	if got := status.Code(err); got != code {
+		t.Errorf("status.Code = %v; want %v", got, code)
+	}
+	if got := deadlinekit.HTTPStatus(err); got != httpStatus {
+		t.Errorf("HTTPStatus = %d; want %d", got, httpStatus)
+	}
+	if err.Error() != msg {
+		t.Errorf("message %q; want %q", err.Error(), msg)
+	}
+	var we *deadlinekit.WireError
+	if !errors.As(err, &we) {
+		t.Fatalf("%T is not a *WireError", err)
+	}
+	if we.Pushback != pushback {
+		t.Errorf("Pushback %v; want %v", we.Pushback, pushback)
+	}
 }

@@ -126,15 +126,6 @@ func (c Call) End(err error) {
 	c.c.once.Do(func() { c.c.end(err) })
 }
 
-// EndFunc returns c.End(nil) as a func, for a response body whose Close ends the
-// call; nil when End would do nothing.
-func (c Call) EndFunc() func() {
-	if c.c == nil || !c.owner {
-		return nil
-	}
-	return func() { c.End(nil) }
-}
-
 // EndHTTP ends an HTTP call ([Call.End]) when its response is done with: at once
 // when there is no body to read (or err is set), else when the body is closed or read
 // to its end, so that the call's span covers the answer's transfer. A status of 400

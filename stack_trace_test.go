@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -75,12 +76,29 @@ type spanTree struct {
 	byID  map[trace.SpanID]sdktrace.ReadOnlySpan
 }
 
+// newTree collects the ended spans, once the three server spans (the front's and the
+// two downstream calls') have ended: a downstream's server span may end after its
+// answer reached the caller (grpc-go ends it from the server's stats handler).
 func newTree(t *testing.T, rec *tracetest.SpanRecorder) *spanTree {
-	st := &spanTree{t: t, spans: rec.Ended(), byID: map[trace.SpanID]sdktrace.ReadOnlySpan{}}
+	spans := rec.Ended()
+	for wait := time.Now().Add(5 * time.Second); servers(spans) < 3 && time.Now().Before(wait); spans = rec.Ended() {
+		time.Sleep(time.Millisecond)
+	}
+	st := &spanTree{t: t, spans: spans, byID: map[trace.SpanID]sdktrace.ReadOnlySpan{}}
 	for _, s := range st.spans {
 		st.byID[s.SpanContext().SpanID()] = s
 	}
 	return st
+}
+
+func servers(spans []sdktrace.ReadOnlySpan) int {
+	n := 0
+	for _, s := range spans {
+		if s.SpanKind() == trace.SpanKindServer {
+			n++
+		}
+	}
+	return n
 }
 
 func has(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {

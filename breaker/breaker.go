@@ -107,13 +107,18 @@ type circuit struct {
 	// until is, while open, the time (ns since epoch) the next probe may go.
 	until atomic.Int64
 
+	// consec is the number of failures since the last success (closed state): the
+	// consecutive-failures trip. Failures add to it under mu; successes clear it
+	// without the lock.
+	consec atomic.Int32
+
 	mu       sync.Mutex
-	win      window
-	opened   int   // consecutive openings since the circuit was last closed
-	sleep    int64 // the current sleep, ns
-	inflight int   // half-open: probes sent, not yet back
-	passed   int   // half-open: probes that succeeded
-	lease    int64 // half-open: the time (ns since epoch) after which probes in flight are given up on
+	win      window // its plain successes are counted without mu
+	opened   int    // consecutive openings since the circuit was last closed
+	sleep    int64  // the current sleep, ns
+	inflight int    // half-open: probes sent, not yet back
+	passed   int    // half-open: probes that succeeded
+	lease    int64  // half-open: the time (ns since epoch) after which probes in flight are given up on
 }
 
 func (b *Breaker) newCircuit(name string) *circuit {
@@ -295,6 +300,16 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	if o == Neutral && !t.probe {
 		return
 	}
+	if o == Success && !slow && stateOf(t.sg) == Closed {
+		// The closed path's common case takes no lock: a success cannot trip.
+		if c.sg.Load() == t.sg {
+			c.win.addSuccess(ns)
+			if c.consec.Load() != 0 {
+				c.consec.Store(0)
+			}
+		}
+		return
+	}
 	c.mu.Lock()
 	sg := c.sg.Load()
 	if sg != t.sg {
@@ -305,8 +320,15 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	to := from
 	switch {
 	case from == Closed:
+		run := int32(0)
+		if o == Failure {
+			run = c.consec.Add(1)
+		} else {
+			c.consec.Store(0)
+		}
 		c.win.add(ns, o == Failure, slow)
-		if c.win.trips(b.cfg.minCalls, b.cfg.failureRatio, b.cfg.slow > 0, b.cfg.slowRatio) {
+		if b.cfg.consecutive > 0 && run >= int32(b.cfg.consecutive) ||
+			trips(c.win.totals(ns), b.cfg.minCalls, b.cfg.failureRatio, b.cfg.slow > 0, b.cfg.slowRatio) {
 			c.opened = 0
 			to = b.open(c, sg, ns)
 		}
@@ -320,6 +342,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 		if c.passed >= b.cfg.probes {
 			c.sg.Store(next(sg, Closed))
 			c.win.reset()
+			c.consec.Store(0)
 			c.opened = 0
 			to = Closed
 		}
@@ -337,6 +360,7 @@ func (b *Breaker) open(c *circuit, sg uint64, ns int64) State {
 	c.sleep = int64(b.cfg.sleep.Delay(c.opened, b.cfg.random()))
 	c.until.Store(ns + c.sleep)
 	c.win.reset()
+	c.consec.Store(0)
 	c.sg.Store(next(sg, Open))
 	return Open
 }
@@ -449,8 +473,8 @@ func (c *circuit) snapshot(now time.Time) Circuit {
 	s := Circuit{Target: c.name, State: stateOf(c.sg.Load())}
 	switch s.State {
 	case Closed:
-		c.win.advance(ns)
-		s.Calls, s.Failures, s.Slow = int(c.win.total.calls), int(c.win.total.failures), int(c.win.total.slow)
+		t := c.win.totals(ns)
+		s.Calls, s.Failures, s.Slow = int(t.calls), int(t.failures), int(t.slow)
 	case Open:
 		if wait := c.until.Load() - ns; wait > 0 {
 			s.RetryAfter = time.Duration(wait)

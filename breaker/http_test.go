@@ -87,16 +87,16 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 			t.Fatalf("healthy: %d %v", code, err)
 		}
 	}
-	// The outage: with 30 successes in the window, the 46th failure makes the ratio
-	// 46/76 > 0.6.
+	// The outage: with 30 successes in the window the ratio is 19/49 after 19
+	// failures, far below 0.6, but the 20th failure in a row opens it.
 	be.failing.Store(true)
-	for i := range 46 {
+	for i := range breaker.DefaultConsecutiveFailures {
 		if code, err := get(bg, client, be.URL); err != nil || code != 503 {
 			t.Fatalf("failure %d: %d %v, want 503", i+1, code, err)
 		}
-	}
-	if b.State(target) != breaker.Open {
-		t.Fatalf("after 46 failures: %v", b.State(target))
+		if want := i+1 == breaker.DefaultConsecutiveFailures; (b.State(target) == breaker.Open) != want {
+			t.Fatalf("after %d failures: %v", i+1, b.State(target))
+		}
 	}
 	hits := be.hits.Load()
 	for range 100 {

@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,9 +25,10 @@ func byErr(r Result) Outcome {
 	return Success
 }
 
-// fixed is a test breaker whose sleeps have no jitter, classifying by byErr.
+// fixed is a test breaker whose sleeps have no jitter, classifying by byErr. It trips
+// on the window's ratios only, unless opts set WithConsecutiveFailures.
 func fixed(opts ...Option) *Breaker {
-	return New(append([]Option{WithClassifier(byErr), withRandom(func() float64 { return 0.5 })}, opts...)...)
+	return New(append([]Option{WithClassifier(byErr), withRandom(func() float64 { return 0.5 }), WithConsecutiveFailures(0)}, opts...)...)
 }
 
 // do runs one call to target taking took, ending with err. It returns the refusal.
@@ -383,4 +385,136 @@ func TestStateChangesWithoutCalls(t *testing.T) {
 		time.Sleep(time.Second)
 		wantState(t, b, "a", HalfOpen)
 	})
+}
+
+func TestConsecutiveFailuresOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fixed(WithConsecutiveFailures(5), WithMinCalls(1000))
+		calls(t, b, "a", 100, 0) // a window full of successes: the ratio stays far below
+		calls(t, b, "a", 4, 4)
+		calls(t, b, "a", 1, 0) // a success ends the run
+		calls(t, b, "a", 4, 4)
+		wantState(t, b, "a", Closed)
+		for range 50 { // neutral outcomes do not end it
+			if err := do(b, "a", time.Millisecond, errNeutral); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls(t, b, "a", 1, 1)
+		wantState(t, b, "a", Open)
+
+		// After the circuit closes again, a run starts from nothing.
+		time.Sleep(DefaultSleep.First)
+		calls(t, b, "a", DefaultProbes, 0)
+		wantState(t, b, "a", Closed)
+		calls(t, b, "a", 4, 4)
+		wantState(t, b, "a", Closed)
+		calls(t, b, "a", 1, 1)
+		wantState(t, b, "a", Open)
+	})
+}
+
+func TestConsecutiveFailuresByDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := New(WithClassifier(byErr))
+		calls(t, b, "a", 1000, 0)
+		calls(t, b, "a", DefaultConsecutiveFailures-1, DefaultConsecutiveFailures-1)
+		wantState(t, b, "a", Closed)
+		calls(t, b, "a", 1, 1)
+		wantState(t, b, "a", Open)
+
+		off := New(WithClassifier(byErr), WithConsecutiveFailures(0))
+		calls(t, off, "a", 100, 0)
+		calls(t, off, "a", 150, 150) // 150 of 250: not above 60%
+		wantState(t, off, "a", Closed)
+		calls(t, off, "a", 1, 1)
+		wantState(t, off, "a", Open)
+	})
+}
+
+func TestSuccessesAgeOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fixed(WithMinCalls(20), WithWindow(10*time.Second, 10))
+		calls(t, b, "a", 100, 0)
+		if c, _ := b.Circuit("a"); c.Calls != 100 {
+			t.Fatalf("window holds %d calls, want 100", c.Calls)
+		}
+		// 10 s later the successes have left the window: 20 failures make 100%.
+		time.Sleep(10 * time.Second)
+		if c, _ := b.Circuit("a"); c.Calls != 0 {
+			t.Fatalf("after 10 s the window holds %d calls, want 0", c.Calls)
+		}
+		calls(t, b, "a", 19, 19)
+		wantState(t, b, "a", Closed)
+		calls(t, b, "a", 1, 1)
+		wantState(t, b, "a", Open)
+	})
+}
+
+// TestConcurrentOutcomesAddUp counts successes (without the lock) and failures (with
+// it) from many goroutines at once: the window holds every one of them.
+func TestConcurrentOutcomesAddUp(t *testing.T) {
+	b := fixed(WithMinCalls(1 << 30))
+	c := b.circuit(key{kind: keyCustom, b: "a"})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 500 {
+				var t ticket
+				if err := b.admit(context.Background(), c, &t); err != nil {
+					panic(err)
+				}
+				var err error
+				if (g+i)%3 == 0 {
+					err = errFail
+				}
+				b.done(context.Background(), &t, &Result{Err: err})
+			}
+		}()
+	}
+	wg.Wait()
+	got, _ := b.Circuit("a")
+	if got.Calls != 4000 || uint64(got.Failures) != b.Stats().Failures {
+		t.Fatalf("circuit = %+v, stats = %+v", got, b.Stats())
+	}
+}
+
+func TestFastSlots(t *testing.T) {
+	w := newWindow(10, 10) // buckets of 1 ns
+	w.addSuccess(3)
+	w.advance(3)
+	if got := w.successes(); got != 1 {
+		t.Fatalf("successes = %d, want 1", got)
+	}
+	// 2³² buckets later the slot is stale, not the same bucket again.
+	w.advance(3 + 1<<32)
+	if got := w.successes(); got != 0 {
+		t.Fatalf("after 2³² buckets: successes = %d, want 0", got)
+	}
+	w.addSuccess(3 + 1<<32)
+	w.addSuccess(5 + 1<<32) // a bucket ahead of head: counted
+	if got := w.successes(); got != 2 {
+		t.Fatalf("successes = %d, want 2", got)
+	}
+	// A full slot saturates instead of spilling into its stamp.
+	const b = 3 + 1<<32
+	w.fast[b%10].Store(stampOf(b)<<countBits | (countMax - 1))
+	for range 3 {
+		w.addSuccess(b)
+	}
+	if v := w.fast[b%10].Load(); v>>countBits != stampOf(b) || v&countMax != countMax {
+		t.Fatalf("slot = %#x", v)
+	}
+	// Buckets that leave the window are dropped by advance.
+	w.advance(20 + 1<<32)
+	if got := w.successes(); got != 0 {
+		t.Fatalf("after the window moved on: successes = %d, want 0", got)
+	}
+	for i := range w.fast {
+		if v := w.fast[i].Load(); v != 0 {
+			t.Fatalf("slot %d = %#x after the window moved on", i, v)
+		}
+	}
 }

@@ -5,10 +5,11 @@
 // Each target (HTTP: scheme, host and port; gRPC: the ClientConn's target; or a key
 // of your own, [WithKey]) has a circuit, made on first use, at most [MaxTargets].
 // A circuit is closed: calls go through, and their outcomes are counted in a sliding
-// window (10 buckets of 1 s). When the window holds at least 20 counted calls
+// window (10 buckets of 1 s). It opens when 20 counted calls in a row failed
+// ([WithConsecutiveFailures]), or when the window holds at least 20 counted calls
 // ([WithMinCalls]) and more than 60% of them failed ([WithFailureRatio]), or more
-// than a chosen share were slower than a threshold ([WithSlowCall]), it opens: calls
-// fail at once with [ErrOpen], nothing is sent. After a sleep (5 s, [WithOpenFor]),
+// than a chosen share were slower than a threshold ([WithSlowCall]). Open, it fails
+// calls at once with [ErrOpen]: nothing is sent. After a sleep (5 s, [WithOpenFor]),
 // it is half-open: 3 probes go through ([WithProbes]); if they all succeed it
 // closes, if one fails it opens again for a longer sleep (doubling, with jitter, up
 // to 300 s: [Sleep]).
@@ -37,8 +38,8 @@
 // carry that time on the error, so that package retry above retries only when the
 // probe comes before its deadline, and otherwise stops at once, spending no token.
 //
-// The closed path takes no lock to admit a call, one to count its outcome, reads the
-// clock twice and does not allocate. A Breaker starts no goroutine: a circuit
+// The closed path takes no lock for a call that succeeds, reads the clock twice and
+// does not allocate. A Breaker starts no goroutine: a circuit
 // changes state on the goroutine of the call that finds the change due (a gRPC
 // stream's outcome, when its caller's context ends first, is counted on the
 // goroutine context.AfterFunc starts). Telemetry (package otelattr): the state and

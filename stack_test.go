@@ -306,3 +306,75 @@ func TestStackBreakerStopsTheFlood(t *testing.T) {
 		})
 	}
 }
+
+// TestStackBreakerCutsToTheProbeRate offers a dead downstream a steady load (an open
+// loop: a request every 5 ms, whatever happened to the last) through the whole
+// client stack, retry above the breaker. Once the circuit is open, the calls that
+// reach the downstream per second fall from the offered rate times the retries to
+// the probe rate: a few probes per sleep.
+func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
+	const (
+		every  = 5 * time.Millisecond
+		run    = 2 * time.Second
+		sleep  = 250 * time.Millisecond
+		probes = 3
+	)
+	var hits atomic.Int32
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer dead.Close()
+	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithBreaker(
+		breaker.WithSleep(breaker.Sleep{First: sleep, Max: sleep, Factor: 1}), breaker.WithProbes(probes)))}
+	defer c.CloseIdleConnections()
+
+	var wg sync.WaitGroup
+	var sent, refused atomic.Int32
+	start := time.Now()
+	var afterHalf int32 // hits when half the run was over
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for now := range tick.C {
+		if now.Sub(start) >= run {
+			break
+		}
+		if afterHalf == 0 && now.Sub(start) >= run/2 {
+			afterHalf = hits.Load()
+		}
+		sent.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, dead.URL, nil)
+			resp, err := c.Do(req)
+			if errors.Is(err, breaker.ErrOpen) {
+				refused.Add(1)
+			} else if err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	end := hits.Load()
+	wg.Wait()
+	// The second half of the run, long after the circuit opened: at most the probes of
+	// each sleep (one failed probe reopens it; a few may be in flight together).
+	secondHalf := end - afterHalf
+	maxProbes := int32(run/2/sleep+1) * probes
+	t.Logf("offered %d requests in %v (%d refused by the open circuit); %d reached the dead server, %d of them in the second half (at most %d probes)",
+		sent.Load(), run, refused.Load(), hits.Load(), secondHalf, maxProbes)
+	if sent.Load() < int32(run/every)/2 {
+		t.Fatalf("only %d requests offered; the load generator fell behind", sent.Load())
+	}
+	if secondHalf > maxProbes {
+		t.Errorf("%d calls reached the dead server in the second half; want at most the %d probes", secondHalf, maxProbes)
+	}
+	if secondHalf == 0 {
+		t.Errorf("no probe reached the dead server in the second half")
+	}
+	if r := refused.Load(); r < sent.Load()*3/4 {
+		t.Errorf("%d of %d requests refused by the open circuit; want most", r, sent.Load())
+	}
+}

@@ -185,6 +185,10 @@ type OutageResult struct {
 	// breaker refused; DownCalls the calls that reached the downstream while it was
 	// down; OutageOK the outage requests answered 200 (should be 0).
 	Requests, Refused, DownCalls, OutageOK int
+	// BeforeOpen and WhileOpen split the outage requests that got the dead
+	// downstream's 503 by when they were sent: before the breaker first opened, and
+	// after (probes, and calls of a circuit closed again).
+	BeforeOpen, WhileOpen int
 	// WarmupErrors counts the requests sent before the outage that failed, other than
 	// by a 503 (one sent just before the outage may reach the downstream in it).
 	WarmupErrors int
@@ -262,6 +266,15 @@ func RunOutage(vs []Variant, cfg OutageConfig) ([]OutageResult, error) {
 		}
 		if at, ok := firstState(l.events, "open", down); ok && at < up {
 			r.TimeToOpen = at - down
+		}
+		for _, rec := range l.records {
+			if rec.sent >= down && rec.sent < up && rec.kind == kindStatus {
+				if r.TimeToOpen < 0 || rec.sent < down+r.TimeToOpen {
+					r.BeforeOpen++
+				} else {
+					r.WhileOpen++
+				}
+			}
 		}
 		if stateAt(l.events, up) == "closed" {
 			r.ToClosed = 0

@@ -1,7 +1,8 @@
 // Package breakercmp compares HTTP circuit breakers on loopback: deadlinekit's
 // breaker against sony/gobreaker v2 and failsafe-go's circuitbreaker, each at its
-// documented defaults and at settings matched to deadlinekit's (20 calls at least,
-// failure ratio 0.6, a 10 s window, open for 5 s, one probe), on the same scripted
+// documented defaults and at settings matched to deadlinekit's (20 failures in a
+// row, or at least 20 calls and a failure ratio above 0.6 in a 10 s window; open for
+// 5 s, one probe), on the same scripted
 // scenarios: an outage under a steady open-loop load, a healthy downstream whose
 // callers cancel early or arrive with starved budgets, and the cost of the closed
 // path. cmd/breakerbench runs it and prints a markdown table.
@@ -25,10 +26,11 @@ import (
 
 // Matched settings: deadlinekit's defaults, with one probe and a fixed 5 s sleep.
 const (
-	MatchedMinCalls = 20
-	MatchedRatio    = 0.6
-	MatchedWindow   = 10 * time.Second
-	MatchedOpenFor  = 5 * time.Second
+	MatchedConsecutive = 20
+	MatchedMinCalls    = 20
+	MatchedRatio       = 0.6
+	MatchedWindow      = 10 * time.Second
+	MatchedOpenFor     = 5 * time.Second
 )
 
 // Instance is one breaker around one base transport, with what the harness reads of it.
@@ -64,14 +66,14 @@ func Variants() []Variant {
 	return []Variant{
 		{
 			Name: "deadlinekit breaker, defaults",
-			Note: "breaker.New().Transport(base): min calls 20, failure ratio 0.6, window 10 × 1 s, open 5 s (±20%, doubling to 300 s), 3 probes; cancellations and budgets below the target's median latency are neutral",
+			Note: "breaker.New().Transport(base): 20 failures in a row, or min calls 20 and failure ratio 0.6 in a window of 10 × 1 s; open 5 s (±20%, doubling to 300 s), 3 probes; cancellations and budgets below the target's median latency are neutral",
 			New:  func(base http.RoundTripper, host string) Instance { return ours(base, host) },
 		},
 		{
 			Name: "deadlinekit breaker, matched",
-			Note: "as defaults, with breaker.WithProbes(1), breaker.WithSleep(breaker.Sleep{First: 5 s, Max: 5 s, Factor: 1}) (and min calls, ratio and window stated explicitly at their defaults)",
+			Note: "as defaults, with breaker.WithProbes(1), breaker.WithSleep(breaker.Sleep{First: 5 s, Max: 5 s, Factor: 1}) (and the trips and window stated explicitly at their defaults)",
 			New: func(base http.RoundTripper, host string) Instance {
-				return ours(base, host, breaker.WithMinCalls(MatchedMinCalls), breaker.WithFailureRatio(MatchedRatio),
+				return ours(base, host, breaker.WithConsecutiveFailures(MatchedConsecutive), breaker.WithMinCalls(MatchedMinCalls), breaker.WithFailureRatio(MatchedRatio),
 					breaker.WithWindow(MatchedWindow, 10), breaker.WithProbes(1),
 					breaker.WithSleep(breaker.Sleep{First: MatchedOpenFor, Max: MatchedOpenFor, Factor: 1}))
 			},
@@ -85,7 +87,7 @@ func Variants() []Variant {
 		},
 		{
 			Name: "sony/gobreaker v2.4.0, matched",
-			Note: "Settings{Interval: 10 s, BucketPeriod: 1 s (rolling window), Timeout: 5 s, MaxRequests: 1, ReadyToTrip: successes+failures ≥ 20 and failures/(successes+failures) > 0.6, IsExcluded: context.Canceled}: the caller's cancellation is excluded (what its users can do); a timeout cannot be told starved from fair, so every timeout is a failure",
+			Note: "Settings{Interval: 10 s, BucketPeriod: 1 s (rolling window), Timeout: 5 s, MaxRequests: 1, ReadyToTrip: 20 consecutive failures, or successes+failures ≥ 20 and failures/(successes+failures) > 0.6, IsExcluded: context.Canceled}: the caller's cancellation is excluded (what its users can do); a timeout cannot be told starved from fair, so every timeout is a failure",
 			New: func(base http.RoundTripper, _ string) Instance {
 				return gobreakerInstance(base, gobreaker.Settings{
 					Interval:     MatchedWindow,
@@ -93,6 +95,9 @@ func Variants() []Variant {
 					Timeout:      MatchedOpenFor,
 					MaxRequests:  1,
 					ReadyToTrip: func(c gobreaker.Counts) bool {
+						if c.ConsecutiveFailures >= MatchedConsecutive {
+							return true
+						}
 						n := c.TotalSuccesses + c.TotalFailures
 						return n >= MatchedMinCalls && float64(c.TotalFailures)/float64(n) > MatchedRatio
 					},
@@ -110,11 +115,24 @@ func Variants() []Variant {
 			},
 		},
 		{
-			Name: "failsafe-go v0.9.8 circuitbreaker, matched",
-			Note: "WithFailureRateThreshold(0.6, 20, 10 s), WithDelay(5 s), WithSuccessThreshold(1), HandleIf(5xx, or an error other than context.Canceled): failsafe has no neutral outcome, so a cancellation not handled counts as a success; every timeout is a failure",
+			Name: "failsafe-go v0.9.8 circuitbreaker, matched (ratio)",
+			Note: "WithFailureRateThreshold(0.6, 20, 10 s), WithDelay(5 s), WithSuccessThreshold(1), HandleIf(5xx, or an error other than context.Canceled): failsafe has no neutral outcome, so a cancellation not handled counts as a success; every timeout is a failure; a breaker has one threshold, so the run of failures is the next variant",
 			New: func(base http.RoundTripper, _ string) Instance {
 				return failsafeInstance(base, func(b circuitbreaker.Builder[*http.Response]) circuitbreaker.Builder[*http.Response] {
 					return b.WithFailureRateThreshold(MatchedRatio, MatchedMinCalls, MatchedWindow).
+						WithDelay(MatchedOpenFor).WithSuccessThreshold(1).
+						HandleIf(func(r *http.Response, err error) bool {
+							return err != nil && !errors.Is(err, context.Canceled) || r != nil && r.StatusCode >= 500
+						})
+				})
+			},
+		},
+		{
+			Name: "failsafe-go v0.9.8 circuitbreaker, matched (20 in a row)",
+			Note: "WithFailureThreshold(20) (consecutive failures), WithDelay(5 s), WithSuccessThreshold(1), the same HandleIf",
+			New: func(base http.RoundTripper, _ string) Instance {
+				return failsafeInstance(base, func(b circuitbreaker.Builder[*http.Response]) circuitbreaker.Builder[*http.Response] {
+					return b.WithFailureThreshold(MatchedConsecutive).
 						WithDelay(MatchedOpenFor).WithSuccessThreshold(1).
 						HandleIf(func(r *http.Response, err error) bool {
 							return err != nil && !errors.Is(err, context.Canceled) || r != nil && r.StatusCode >= 500

@@ -1,7 +1,8 @@
 // Command breakerbench compares HTTP circuit breakers side by side in one run:
 // deadlinekit's breaker, sony/gobreaker v2 and failsafe-go's circuitbreaker, each at
-// its documented defaults and at settings matched to deadlinekit's (min calls 20,
-// failure ratio 0.6, window 10 s, open 5 s, one probe), every variant with its own
+// its documented defaults and at settings matched to deadlinekit's (20 failures in a
+// row, or min calls 20 and failure ratio 0.6 in a 10 s window; open 5 s, one probe),
+// every variant with its own
 // downstream on 127.0.0.1 and its own open-loop load, all at the same time:
 //
 //	cd bench && go run ./cmd/breakerbench
@@ -67,8 +68,8 @@ func main() {
 	}
 	fmt.Printf("### Outage: %.0f requests/s, budget %v each; %v healthy (answers in %v), then the downstream answers 503 for %v, then recovers (watched up to %v)\n\n",
 		ocfg.Rate, ocfg.Budget, ocfg.Warmup, ocfg.Delay, ocfg.Outage, ocfg.Cap)
-	fmt.Println("| variant | requests in the outage | calls reaching the dead downstream | refused by the breaker | time to open | recovery → closed | healthy requests refused after recovery | opens | harness: outage requests answered 200, requests failed before it (other than by a 503) |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Println("| variant | requests in the outage | calls reaching the dead downstream | of them sent before it opened / after | refused by the breaker | time to open | recovery → closed | healthy requests refused after recovery | opens | harness: outage requests answered 200, requests failed before it (other than by a 503) |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range os_ {
 		toClosed := ms(r.ToClosed)
 		if r.ToClosed < 0 {
@@ -78,7 +79,7 @@ func main() {
 		if r.TimeToOpen < 0 {
 			open = "did not open"
 		}
-		fmt.Printf("| %s | %d | **%d** | %d | %s | %s | %d | %d | %d, %d |\n", r.Variant, r.Requests, r.DownCalls, r.Refused, open, toClosed, r.RefusedAfter, r.Opens, r.OutageOK, r.WarmupErrors)
+		fmt.Printf("| %s | %d | **%d** | %d / %d | %d | %s | %s | %d | %d | %d, %d |\n", r.Variant, r.Requests, r.DownCalls, r.BeforeOpen, r.WhileOpen, r.Refused, open, toClosed, r.RefusedAfter, r.Opens, r.OutageOK, r.WarmupErrors)
 	}
 	fmt.Println()
 

@@ -67,6 +67,7 @@ type config struct {
 	without        [Breaker + 1]bool
 	idempotent     []string
 	hedger         *hedge.Hedger
+	circuits       *breaker.Breaker
 	propagate      []propagate.Option
 	shortcircuit   []shortcircuit.Option
 	retry          []retry.Option
@@ -157,6 +158,22 @@ func WithHedge(opts ...hedge.Option) Option {
 // knows the deadline: see package breaker).
 func WithBreaker(opts ...breaker.Option) Option {
 	return optionFunc(func(c *config) { c.breaker = append(c.breaker, opts...) })
+}
+
+// WithSharedBreaker makes the client's breaker layer use b, so that several clients
+// share its circuits (one per target) and the user can read its state
+// ([breaker.Breaker.State], [breaker.Breaker.Stats]). Options given with
+// [WithBreaker] are then ignored: b has its own. Default: each [NewTransport] and
+// [DialOptions] makes a Breaker of its own.
+func WithSharedBreaker(b *breaker.Breaker) Option {
+	return optionFunc(func(c *config) { c.circuits = b })
+}
+
+func (c *config) newBreaker() *breaker.Breaker {
+	if c.circuits != nil {
+		return c.circuits
+	}
+	return breaker.New(c.breaker...)
 }
 
 func (c *config) has(l Layer) bool { return !c.without[l] }

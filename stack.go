@@ -5,7 +5,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -36,7 +35,7 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 // the stack, outermost first: retry → breaker (a circuit per host) → hedge →
 // propagate (write the budget left when each attempt is sent, minus the reserve) →
 // base. One transport is one client: its calls share one retry budget, one set of
-// circuits and one [hedge.Hedger] unless [WithRetry] and [WithHedger] say otherwise. Put the user's tracing outside it
+// circuits and one [hedge.Hedger] unless [WithRetry], [WithSharedBreaker] and [WithHedger] say otherwise. Put the user's tracing outside it
 // (otelhttp.NewTransport(deadlinekit.NewTransport(nil))): its client span is then the
 // call's span, and the toolkit's attempt spans are its children; without it, the
 // toolkit starts the call's span itself.
@@ -53,7 +52,7 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 		rt = c.newHedger().Transport(rt)
 	}
 	if c.has(Breaker) {
-		rt = breaker.New(c.breaker...).Transport(rt)
+		rt = c.newBreaker().Transport(rt)
 	}
 	if c.has(Retry) {
 		rt = retry.NewTransport(rt, c.retryOptions()...)
@@ -106,7 +105,7 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 		unary = append(unary, retry.UnaryClientInterceptor(c.retryOptions()...))
 	}
 	if c.has(Breaker) {
-		b := breaker.New(c.breaker...)
+		b := c.newBreaker()
 		unary = append(unary, b.UnaryClientInterceptor())
 		stream = append(stream, b.StreamClientInterceptor())
 	}

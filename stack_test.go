@@ -378,3 +378,41 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 		t.Errorf("%d of %d requests refused by the open circuit; want most", r, sent.Load())
 	}
 }
+
+// Two clients sharing one Breaker: the outage one of them saw opens the circuit for
+// the other, and the user reads its state.
+func TestStackSharedBreaker(t *testing.T) {
+	var hits atomic.Int32
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer dead.Close()
+	b := breaker.New()
+	one := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))}
+	two := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b))}
+	defer one.CloseIdleConnections()
+	defer two.CloseIdleConnections()
+	for range breaker.DefaultConsecutiveFailures {
+		resp, err := one.Get(dead.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	target := breaker.TargetName("http", dead.Listener.Addr().String())
+	if s := b.State(target); s != breaker.Open {
+		t.Fatalf("state of %s = %v, want open", target, s)
+	}
+	n := hits.Load()
+	// With a second to spare, the next probe (5 s away) is too late to wait for.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, dead.URL, nil)
+	if _, err := two.Do(req); !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("the second client's call: %v, want breaker.ErrOpen", err)
+	}
+	if hits.Load() != n {
+		t.Errorf("the second client's call reached the dead server")
+	}
+}

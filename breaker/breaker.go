@@ -122,11 +122,12 @@ type circuit struct {
 }
 
 func (b *Breaker) newCircuit(name string) *circuit {
+	lat := quantile.New(quantile.Config{Length: b.cfg.window, Buckets: b.cfg.buckets, Quantile: 0.5})
 	return &circuit{
 		name:  name,
-		epoch: time.Now(),
+		epoch: lat.Epoch(), // one time zero for both: the latencies take the circuit's times
 		tel:   otelattr.NewBreakerTarget(name),
-		lat:   quantile.New(quantile.Config{Length: b.cfg.window, Buckets: b.cfg.buckets, Quantile: 0.5}),
+		lat:   lat,
 		win:   newWindow(int64(b.cfg.window), b.cfg.buckets),
 	}
 }
@@ -278,13 +279,12 @@ func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {
 func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	c := t.c
 	ns := int64(time.Since(c.epoch))
-	end := c.epoch.Add(time.Duration(ns)) // for the latency window: no second clock read
 	r.Target = c.name
 	r.Took = time.Duration(ns - t.start)
 	if d, ok := ctx.Deadline(); ok {
 		r.Budget, r.HasBudget = d.Sub(c.epoch.Add(time.Duration(t.start))), true
 	}
-	typical, samples := c.lat.Tracked(end)
+	typical, samples := c.lat.TrackedAt(ns)
 	if samples >= typicalMinSamples {
 		r.Typical, r.HasTypical = typical, true
 	}
@@ -294,7 +294,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	b.count(ctx, c, o, slow)
 	if o == Success && !t.stream {
 		if s := c.seen.Add(1); s%sampleEvery == 0 || samples < denseSamples {
-			c.lat.Add(end, r.Took)
+			c.lat.AddAt(ns, r.Took)
 		}
 	}
 	if o == Neutral && !t.probe {

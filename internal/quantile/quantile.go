@@ -171,11 +171,18 @@ func (w *Window) advance(b int64) {
 	w.head = b
 }
 
+// Epoch is the window's time zero: [Window.AddAt] and [Window.TrackedAt] take times
+// as nanoseconds since it, for callers that keep time that way already.
+func (w *Window) Epoch() time.Time { return w.epoch }
+
 // Add records duration v (negative values count as zero) at time now.
-func (w *Window) Add(now time.Time, v time.Duration) {
+func (w *Window) Add(now time.Time, v time.Duration) { w.AddAt(int64(now.Sub(w.epoch)), v) }
+
+// AddAt is [Window.Add] at ns nanoseconds since [Window.Epoch].
+func (w *Window) AddAt(ns int64, v time.Duration) {
 	i := binOf(int64(v))
 	w.mu.Lock()
-	w.advance(w.bucketOf(now))
+	w.advance(max(ns, 0) / w.width)
 	bk := w.ring[w.head%int64(len(w.ring))]
 	if bk == nil {
 		bk = new(bucket)
@@ -238,11 +245,16 @@ func (w *Window) Quantile(now time.Time, q float64) (v time.Duration, n int) {
 // the window has moved on since the last sample; under concurrent Adds the value and
 // the count may come from two consecutive samples.
 func (w *Window) Tracked(now time.Time) (v time.Duration, n int) {
-	if int64(now.Sub(w.epoch)) < w.tUntil.Load() {
+	return w.TrackedAt(int64(now.Sub(w.epoch)))
+}
+
+// TrackedAt is [Window.Tracked] at ns nanoseconds since [Window.Epoch].
+func (w *Window) TrackedAt(ns int64) (v time.Duration, n int) {
+	if ns < w.tUntil.Load() {
 		return time.Duration(w.tVal.Load()), int(w.tCount.Load())
 	}
 	w.mu.Lock()
-	w.advance(w.bucketOf(now))
+	w.advance(max(ns, 0) / w.width)
 	w.publish()
 	v, n = time.Duration(w.tVal.Load()), int(w.tCount.Load())
 	w.mu.Unlock()

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -140,6 +141,8 @@ func (e *WireError) derive() (int, codes.Code) {
 // that matches decides:
 //
 //   - the caller cancelled ([context.Canceled]): 499;
+//   - a circuit open ([breaker.ErrOpen], also under retry's DeadlineError): 503, with
+//     the time until the next probe as the pushback;
 //   - budget below the floor or spent ([deadline.ErrInsufficientBudget], also
 //     retry's DeadlineError), or [context.DeadlineExceeded]: 504;
 //   - a [*WireError]: its status;
@@ -191,7 +194,8 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 // it), so that the trailer can be set: grpc.SetTrailer needs it; with another context
 // the trailer is silently left out.
 //
-// The code follows the rules of [HTTPStatus]: Canceled; DeadlineExceeded (with -1 for
+// The code follows the rules of [HTTPStatus]: Canceled; Unavailable for an open
+// circuit, with the time until its next probe; DeadlineExceeded (with -1 for
 // a refusal for lack of budget); a [*WireError]'s code; InvalidArgument for a
 // malformed deadline header; a gRPC status's own code (so exhausted retries keep the
 // last attempt's code); an HTTP status mapped as google.rpc.Code documents it (400
@@ -347,6 +351,12 @@ func toWire(err error) wire {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return wire{status: StatusClientClosedRequest, code: codes.Canceled, msg: message(err), pushback: wirePushback(err, context.Canceled)}
+	case errors.Is(err, breaker.ErrOpen):
+		// Before the budget checks: a retry layer that gave up on an open circuit
+		// for lack of time says so with a deadline error around the refusal, but
+		// the caller is told about the circuit, and when its next probe is.
+		oe, _ := breaker.IsOpen(err)
+		return wire{status: http.StatusServiceUnavailable, code: codes.Unavailable, msg: message(err), pushback: max(oe.RetryAfter, time.Millisecond)}
 	case errors.Is(err, deadline.ErrInsufficientBudget):
 		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: -1}
 	case errors.Is(err, context.DeadlineExceeded):

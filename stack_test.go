@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,5 +415,48 @@ func TestStackSharedBreaker(t *testing.T) {
 	}
 	if hits.Load() != n {
 		t.Errorf("the second client's call reached the dead server")
+	}
+}
+
+// An open circuit's refusal, relayed with the one-liners, is DESIGN's "circuit open":
+// 503 / UNAVAILABLE with the time until the next probe, not a deadline's 504 and its
+// "do not retry", also when the retry layer above gave up on it for lack of time.
+func TestStackRelaysAnOpenCircuit(t *testing.T) {
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer dead.Close()
+	b := breaker.New()
+	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b))}
+	defer c.CloseIdleConnections()
+	target := breaker.TargetName("http", dead.Listener.Addr().String())
+	for i := 0; b.State(target) != breaker.Open; i++ {
+		if i == breaker.DefaultConsecutiveFailures {
+			t.Fatalf("circuit %v after %d failed calls", b.State(target), i)
+		}
+		if resp, err := c.Get(dead.URL); err == nil {
+			resp.Body.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, dead.URL, nil)
+	_, err := c.Do(req)
+	oe, ok := breaker.IsOpen(err)
+	if !ok {
+		t.Fatalf("err = %v, want an open circuit's refusal", err)
+	}
+	if s := deadlinekit.HTTPStatus(err); s != http.StatusServiceUnavailable {
+		t.Errorf("HTTPStatus = %d, want 503", s)
+	}
+	rec := httptest.NewRecorder()
+	deadlinekit.WriteHTTPError(rec, err)
+	ms, _ := strconv.Atoi(rec.Header().Get("grpc-retry-pushback-ms"))
+	if rec.Code != http.StatusServiceUnavailable || ms <= 0 || time.Duration(ms)*time.Millisecond > oe.RetryAfter+time.Millisecond || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("written: %d, pushback %q, Retry-After %q; want 503 with the %v until the next probe", rec.Code,
+			rec.Header().Get("grpc-retry-pushback-ms"), rec.Header().Get("Retry-After"), oe.RetryAfter)
+	}
+	if st, _ := status.FromError(deadlinekit.GRPCError(context.Background(), err)); st.Code() != codes.Unavailable {
+		t.Errorf("GRPCError code = %v, want Unavailable", st.Code())
 	}
 }

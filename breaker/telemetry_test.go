@@ -149,3 +149,60 @@ func hasAttr(kvs []attribute.KeyValue, want attribute.KeyValue) bool {
 	}
 	return false
 }
+
+type toggled struct{ up atomic.Bool }
+
+func (b *toggled) RoundTrip(*http.Request) (*http.Response, error) {
+	if b.up.Load() {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
+	}
+	return always503{}.RoundTrip(nil)
+}
+
+// A call whose first attempt an open circuit refused and whose retry went out as the
+// probe: its call span says what happened last, a probe, not a refusal.
+func TestCallSpanSaysTheLastAttempt(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	base := &toggled{}
+	rt := deadlinekit.NewTransport(base,
+		deadlinekit.WithBreaker(breaker.WithConsecutiveFailures(2), breaker.WithOpenFor(50*time.Millisecond), breaker.WithProbes(1)),
+		deadlinekit.WithRetry(retry.WithMaxAttempts(2)), deadlinekit.Without(deadlinekit.Hedge))
+	client := &http.Client{Transport: rt}
+	for range 2 {
+		if resp, err := client.Get("http://flaky.test/"); err == nil {
+			resp.Body.Close()
+		}
+	}
+	base.up.Store(true)
+	// This call's first attempt finds the circuit open; the retry layer waits for the
+	// probe (50 ms, well inside the second) and the probe succeeds.
+	ctx, root := tp.Tracer("test").Start(context.Background(), "user request")
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://flaky.test/", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	root.End()
+	var call sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Parent().SpanID() == root.SpanContext().SpanID() {
+			call = s
+		}
+	}
+	if call == nil {
+		t.Fatal("no call span under the user's request")
+	}
+	got := map[attribute.Key]attribute.Value{}
+	for _, kv := range call.Attributes() {
+		got[kv.Key] = kv.Value
+	}
+	if !got[otelattr.BreakerProbeKey].AsBool() || got[otelattr.BreakerRefusedKey].AsBool() || got[otelattr.BreakerStateKey].AsString() != string(otelattr.BreakerHalfOpen) {
+		t.Errorf("call span: probe %v, refused %v, state %q; want a probe, not refused, half_open",
+			got[otelattr.BreakerProbeKey], got[otelattr.BreakerRefusedKey], got[otelattr.BreakerStateKey].AsString())
+	}
+}

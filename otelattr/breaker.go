@@ -11,7 +11,9 @@ import (
 
 // Circuit breaker attributes (package breaker): on the call's span (and the
 // attempt's, under a retry layer) when a call was refused or was a probe, on the
-// state-change event, and on the breaker's metrics.
+// state-change event, and on the breaker's metrics. A call's span says what the
+// breaker did with its last attempt: a refusal followed by a probe reads refused
+// false, probe true (each attempt's span keeps its own).
 const (
 	// BreakerTargetKey is the circuit's name: "https://host:443", a gRPC target, or
 	// the key the user chose.
@@ -131,7 +133,7 @@ func (t *BreakerTarget) RecordRefused(ctx context.Context, state BreakerState, r
 	instruments().breakerRefused.Add(ctx, 1, t.refused...)
 	forCallSpans(ctx, func(s trace.Span) {
 		s.SetAttributes(t.target, BreakerStateKey.String(string(state)), BreakerRefusedKey.Bool(true),
-			BreakerRetryAfterKey.Float64(millis(retryAfter)))
+			BreakerProbeKey.Bool(false), BreakerRetryAfterKey.Float64(millis(retryAfter)))
 	})
 }
 
@@ -142,7 +144,8 @@ func (t *BreakerTarget) RecordProbe(ctx context.Context) {
 		return
 	}
 	forCallSpans(ctx, func(s trace.Span) {
-		s.SetAttributes(t.target, BreakerStateKey.String(string(BreakerHalfOpen)), BreakerProbeKey.Bool(true))
+		s.SetAttributes(t.target, BreakerStateKey.String(string(BreakerHalfOpen)), BreakerProbeKey.Bool(true),
+			BreakerRefusedKey.Bool(false), BreakerRetryAfterKey.Float64(0))
 	})
 }
 

@@ -131,9 +131,12 @@ func (t *BreakerTarget) RecordRefused(ctx context.Context, state BreakerState, r
 		return
 	}
 	instruments().breakerRefused.Add(ctx, 1, t.refused...)
-	forCallSpans(ctx, func(s trace.Span) {
+	forCallSpans(ctx, func(s trace.Span, attempt bool) {
 		s.SetAttributes(t.target, BreakerStateKey.String(string(state)), BreakerRefusedKey.Bool(true),
-			BreakerProbeKey.Bool(false), BreakerRetryAfterKey.Float64(millis(retryAfter)))
+			BreakerRetryAfterKey.Float64(millis(retryAfter)))
+		if !attempt {
+			s.SetAttributes(BreakerProbeKey.Bool(false)) // an earlier attempt's probe
+		}
 	})
 }
 
@@ -143,9 +146,11 @@ func (t *BreakerTarget) RecordProbe(ctx context.Context) {
 	if t == nil {
 		return
 	}
-	forCallSpans(ctx, func(s trace.Span) {
-		s.SetAttributes(t.target, BreakerStateKey.String(string(BreakerHalfOpen)), BreakerProbeKey.Bool(true),
-			BreakerRefusedKey.Bool(false), BreakerRetryAfterKey.Float64(0))
+	forCallSpans(ctx, func(s trace.Span, attempt bool) {
+		s.SetAttributes(t.target, BreakerStateKey.String(string(BreakerHalfOpen)), BreakerProbeKey.Bool(true))
+		if !attempt {
+			s.SetAttributes(BreakerRefusedKey.Bool(false), BreakerRetryAfterKey.Float64(0)) // an earlier attempt's refusal
+		}
 	})
 }
 
@@ -159,31 +164,31 @@ func (t *BreakerTarget) RecordTransition(ctx context.Context, from, to BreakerSt
 	in := instruments()
 	in.breakerState.Record(ctx, to.gaugeValue(), t.states[to.gaugeValue()]...)
 	in.breakerTransitions.Add(ctx, 1, t.moves[to.gaugeValue()]...)
-	forCallSpans(ctx, func(s trace.Span) {
+	forCallSpans(ctx, func(s trace.Span, _ bool) {
 		s.AddEvent(BreakerStateChangeEvent, trace.WithAttributes(t.target, BreakerFromKey.String(string(from)), BreakerStateKey.String(string(to))))
 	})
 }
 
 // forCallSpans calls f with each recording span of ctx that belongs to the call: the
-// attempt's span when ctx's span is one, and the call's span ([StartCall]); without
-// a call, ctx's span when it is a client span (the user's instrumentation made it for
-// this call). Never a server span.
-func forCallSpans(ctx context.Context, f func(trace.Span)) {
+// attempt's span when ctx's span is one (attempt true), and the call's span
+// ([StartCall]); without a call, ctx's span when it is a client span (the user's
+// instrumentation made it for this call). Never a server span.
+func forCallSpans(ctx context.Context, f func(s trace.Span, attempt bool)) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
 	attempt := isAttempt(ctx, span)
 	if attempt {
-		f(span)
+		f(span, true)
 	}
 	if c := callFrom(ctx); c != nil {
 		if c.span != span || !attempt {
-			f(c.span)
+			f(c.span, false)
 		}
 		return
 	}
 	if !attempt && isClientSpan(span) {
-		f(span)
+		f(span, false)
 	}
 }

@@ -352,4 +352,62 @@ func TestThreeHopInJaeger(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("breaker's refused call carries the open circuit and sent nothing", func(t *testing.T) {
+		id, ok := traces["circuit breaker: a call refused, circuit open"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for a refused call: %v", traces)
+		}
+		// B's root, its call's span and the refused attempt's.
+		tr := fetchTrace(t, id, 3)
+		spans := tr.spansWith("threehop-b", "deadlinekit.breaker.refused")
+		if len(spans) == 0 {
+			t.Fatal("no span of threehop-b carries deadlinekit.breaker.refused")
+		}
+		for _, s := range spans {
+			if v, _ := s.tag("deadlinekit.breaker.refused"); v != true {
+				t.Errorf("%s: refused = %v; want true", s.OperationName, v)
+			}
+			if v, _ := s.tag("deadlinekit.breaker.state"); v != "open" {
+				t.Errorf("%s: state = %v; want open", s.OperationName, v)
+			}
+			if wait := s.float(t, "deadlinekit.breaker.retry_after_ms"); wait <= 0 {
+				t.Errorf("%s: retry_after_ms = %v; want the time until the next probe", s.OperationName, wait)
+			}
+		}
+		for _, s := range tr.Spans {
+			if tr.service(s) == "threehop-c" {
+				t.Errorf("the refused call reached C: span %q", s.OperationName)
+			}
+		}
+	})
+
+	t.Run("breaker's probe carries its mark and reached C", func(t *testing.T) {
+		id, ok := traces["circuit breaker: the probe that found C back"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for a probe: %v", traces)
+		}
+		// B's root, its call's span, the probe's attempt (after one refused, when the
+		// retry layer waited for the probe) and C's server span.
+		tr := fetchTrace(t, id, 4)
+		spans := tr.spansWith("threehop-b", "deadlinekit.breaker.probe")
+		if len(spans) == 0 {
+			t.Fatal("no span of threehop-b carries deadlinekit.breaker.probe")
+		}
+		for _, s := range spans {
+			if v, _ := s.tag("deadlinekit.breaker.probe"); v != true {
+				t.Errorf("%s: probe = %v; want true", s.OperationName, v)
+			}
+			if v, _ := s.tag("deadlinekit.breaker.state"); v != "half_open" {
+				t.Errorf("%s: state = %v; want half_open", s.OperationName, v)
+			}
+		}
+		cs := tr.spansWith("threehop-c", "http.response.status_code")
+		if len(cs) != 1 {
+			t.Fatalf("%d spans of threehop-c in the probe's trace; want 1", len(cs))
+		}
+		if v, _ := cs[0].tag("http.response.status_code"); v != float64(200) {
+			t.Errorf("C answered the probe %v; want 200", v)
+		}
+	})
 }

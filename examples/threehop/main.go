@@ -23,6 +23,12 @@
 //	         16 at once, plainly and through package hedge, which sends a second copy
 //	         once a call has taken longer than C's observed P99: p50, p99, p99.9 and
 //	         the extra load on C.
+//	breaker  B calls C every 10 ms (250 ms budget each), and C hangs for 3 s, then comes
+//	         back. B's client is deadlinekit.NewTransport, without and with its breaker
+//	         (first sleep 1 s here, to keep the demo short): the calls reaching C
+//	         while it hangs, B's time to fail a call (a timeout, or microseconds once
+//	         the circuit is open), and the time from C's recovery to B's first success
+//	         and to the circuit closing. A timeline shows both runs.
 //
 // The readings come from the services themselves: each hop records when it received
 // the request, with what budget, and when its work ended; the client records when it
@@ -84,6 +90,7 @@ var scenarios = []scenario{
 	{"shortcircuit", runShortCircuit},
 	{"retry", runRetry},
 	{"hedge", runHedge},
+	{"breaker", runBreaker},
 }
 
 func scenarioNames() []string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -13,6 +14,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // TestDemo runs the whole demo as a user would and checks the table's rows.
@@ -22,7 +26,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"wasted work", "how C's work ended", "deadline propagated", "short-circuit", "retry amplification", "hedging"} {
+	for _, want := range []string{"wasted work", "how C's work ended", "deadline propagated", "short-circuit", "retry amplification", "hedging", "circuit breaker", "C back → circuit closed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -125,5 +129,106 @@ func TestWastedOneTrace(t *testing.T) {
 	}
 	if !c.EndTime().After(root.EndTime()) {
 		t.Errorf("C's span ended at %v, the client's root at %v; want C after", c.EndTime(), root.EndTime())
+	}
+}
+
+// TestBreaker checks the direction of the breaker scenario's readings, with margins
+// wide enough for a loaded machine: without the breaker the calls B starts while C
+// hangs reach C and fail at their timeout; with it the circuit opens, far fewer calls
+// reach C, a call started while it is open fails at once (not at a timeout), and
+// once C is back B succeeds again and the circuit closes. The run with the breaker is
+// traced: the refused call and the probe the demo prints carry the breaker's
+// attributes on B's spans.
+func TestBreaker(t *testing.T) {
+	e := &env{tel: &telemetry{}, out: io.Discard, verbose: io.Discard}
+	without, err := runBreakerOnce(e, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel, rec := recordingTelemetry(t)
+	e = &env{tel: tel, out: io.Discard, verbose: io.Discard}
+	with, err := runBreakerOnce(e, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woFail, woFailed := without.failTime()
+	openFail, openFailed := with.failTimeOpen()
+	t.Logf("without: %d of %d calls reached C, median failure %v over %d", without.whileDown, len(without.during()), woFail, woFailed)
+	t.Logf("with: %d of %d calls reached C, median failure while open %v over %d; the circuit went %s", with.whileDown, len(with.during()), openFail, openFailed, with.describeChanges())
+
+	if sent := len(without.during()); without.whileDown < sent/2 {
+		t.Errorf("without the breaker %d of the %d calls B started reached C; want most", without.whileDown, sent)
+	}
+	if woFail < brBudget/2 {
+		t.Errorf("without the breaker B failed a call in %v (median); want about its %v timeout", woFail, brBudget)
+	}
+	if _, ok := without.firstSuccess(); !ok {
+		t.Error("without the breaker B never succeeded after C came back")
+	}
+	if with.whileDown*3 > without.whileDown*2 {
+		t.Errorf("%d calls reached C with the breaker, %d without; want far fewer with it", with.whileDown, without.whileDown)
+	}
+	if _, ok := with.firstChange(string(otelattr.BreakerOpen), with.downAt); !ok {
+		t.Fatalf("the circuit never opened (it went %s)", with.describeChanges())
+	}
+	// Microseconds on an idle machine, half a millisecond traced under -race on two
+	// busy cores: the bound only says "not a timeout".
+	if openFailed == 0 || openFail >= 5*time.Millisecond {
+		t.Errorf("while the circuit was open B failed %d calls in %v (median); want under 5 ms, not a timeout", openFailed, openFail)
+	}
+	success, ok := with.firstSuccess()
+	if !ok {
+		t.Fatal("with the breaker B never succeeded after C came back")
+	}
+	if closed, ok := with.firstChange(string(otelattr.BreakerClosed), with.upAt); !ok {
+		t.Errorf("the circuit did not close after C came back (it went %s)", with.describeChanges())
+	} else if closed.Before(with.upAt) || success.Before(with.upAt) {
+		t.Errorf("C back at %v, first success at %v, closed at %v", with.upAt, success, closed)
+	}
+
+	// The traces the demo prints, and what B's spans say in them.
+	byTrace := map[trace.TraceID][]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		byTrace[s.SpanContext().TraceID()] = append(byTrace[s.SpanContext().TraceID()], s)
+	}
+	noted := map[string]trace.TraceID{}
+	for _, line := range e.traces {
+		id, label, _ := strings.Cut(strings.TrimPrefix(line, "trace "), "  ")
+		tid, err := trace.TraceIDFromHex(id)
+		if err != nil {
+			t.Fatalf("noted %q: %v", line, err)
+		}
+		noted[label] = tid
+	}
+	attrs := func(tid trace.TraceID, service string) map[attribute.Key]attribute.Value {
+		out := map[attribute.Key]attribute.Value{}
+		for _, s := range byTrace[tid] {
+			if serviceOf(s) == service {
+				for _, kv := range s.Attributes() {
+					out[kv.Key] = kv.Value
+				}
+			}
+		}
+		return out
+	}
+	refused, ok := noted["circuit breaker: a call refused, circuit open"]
+	if !ok {
+		t.Fatalf("no refused call noted: %v", e.traces)
+	}
+	if a := attrs(refused, svcB); !a[otelattr.BreakerRefusedKey].AsBool() || a[otelattr.BreakerStateKey].AsString() != string(otelattr.BreakerOpen) {
+		t.Errorf("the refused call's spans in B say refused %v, state %q; want true, open", a[otelattr.BreakerRefusedKey].AsBool(), a[otelattr.BreakerStateKey].AsString())
+	}
+	if len(attrs(refused, svcC)) != 0 {
+		t.Error("the refused call reached C")
+	}
+	probe, ok := noted["circuit breaker: the probe that found C back"]
+	if !ok {
+		t.Fatalf("no probe noted: %v", e.traces)
+	}
+	if a := attrs(probe, svcB); !a[otelattr.BreakerProbeKey].AsBool() {
+		t.Error("the probe's spans in B do not say probe")
+	}
+	if len(attrs(probe, svcC)) == 0 {
+		t.Error("the probe did not reach C")
 	}
 }

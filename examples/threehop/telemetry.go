@@ -115,3 +115,14 @@ func (t *telemetry) grpcDialOptions(service string) []grpc.DialOption {
 func (t *telemetry) root(ctx context.Context, name string) (context.Context, trace.Span) {
 	return t.provider(svcClient).Tracer("threehop").Start(ctx, name)
 }
+
+// watch adds sp to service's provider, to read its spans as they end; the function it
+// returns takes it away. Without tracing it does nothing.
+func (t *telemetry) watch(service string, sp sdktrace.SpanProcessor) (stop func()) {
+	tp, ok := t.providers[service]
+	if !ok {
+		return func() {}
+	}
+	tp.RegisterSpanProcessor(sp)
+	return func() { tp.UnregisterSpanProcessor(sp) }
+}

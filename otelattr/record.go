@@ -30,6 +30,11 @@ type instrumentSet struct {
 	breakerTransitions metric.Int64Counter
 	breakerRefused     metric.Int64Counter
 	breakerOutcomes    metric.Int64Counter
+
+	inFlight    metric.Int64UpDownCounter
+	queueLength metric.Int64UpDownCounter
+	limit       metric.Int64Gauge
+	queueWait   metric.Float64Histogram
 }
 
 var instruments = sync.OnceValue(func() *instrumentSet { return newInstruments(otel.GetMeterProvider()) })
@@ -48,7 +53,7 @@ func newInstruments(mp metric.MeterProvider) *instrumentSet {
 	s.hedgeWins, _ = m.Int64Counter("deadlinekit.hedge.wins",
 		metric.WithUnit("{hedge}"), metric.WithDescription("Calls answered by a hedge rather than the primary."))
 	s.rejections, _ = m.Int64Counter("deadlinekit.shortcircuit.rejections",
-		metric.WithUnit("{request}"), metric.WithDescription("Requests refused before their handler ran, for lack of budget."))
+		metric.WithUnit("{request}"), metric.WithDescription("Requests refused before their handler ran, by reason."))
 	s.serverBudget, _ = m.Float64Histogram("deadlinekit.server.budget",
 		metric.WithUnit("s"), metric.WithDescription("Budget applied to inbound requests."))
 	s.overrun, _ = m.Float64Histogram("deadlinekit.server.overrun",
@@ -61,6 +66,14 @@ func newInstruments(mp metric.MeterProvider) *instrumentSet {
 		metric.WithUnit("{call}"), metric.WithDescription("Calls refused by an open circuit before sending."))
 	s.breakerOutcomes, _ = m.Int64Counter("deadlinekit.breaker.outcomes",
 		metric.WithUnit("{call}"), metric.WithDescription("Calls through a circuit breaker, by target and outcome."))
+	s.inFlight, _ = m.Int64UpDownCounter("deadlinekit.shortcircuit.in_flight",
+		metric.WithUnit("{request}"), metric.WithDescription("Handlers running under a concurrency limit."))
+	s.queueLength, _ = m.Int64UpDownCounter("deadlinekit.shortcircuit.queue_length",
+		metric.WithUnit("{request}"), metric.WithDescription("Requests waiting for a slot of a concurrency limit."))
+	s.limit, _ = m.Int64Gauge("deadlinekit.shortcircuit.limit",
+		metric.WithUnit("{request}"), metric.WithDescription("Current concurrency limit."))
+	s.queueWait, _ = m.Float64Histogram("deadlinekit.shortcircuit.queue_wait",
+		metric.WithUnit("s"), metric.WithDescription("Time queued requests waited for a slot."))
 	return s
 }
 
@@ -95,8 +108,16 @@ func RecordGuard(ctx context.Context, rejected bool, remaining, floor time.Durat
 		}
 	}
 	if rejected {
-		instruments().rejections.Add(ctx, 1)
+		instruments().rejections.Add(ctx, 1, reasonOption(reason(remaining))...)
 	}
+}
+
+// reason is the refusal reason of a floor's refusal, as package shortcircuit names it.
+func reason(remaining time.Duration) string {
+	if remaining <= 0 {
+		return "expired"
+	}
+	return "below_floor"
 }
 
 // RecordOverrun records how long a handler kept running after its deadline (zero

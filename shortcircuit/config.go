@@ -20,10 +20,15 @@ type config struct {
 	floorFunc func(route string) time.Duration
 	adaptive  *Adaptive
 	observers []Observer
+
+	maxConcurrency int // zero: no limit (unless adaptiveLimit)
+	adaptiveLimit  *AdaptiveLimit
+	maxQueue       int // negative: DefaultQueueFactor × the limit
+	order          QueueOrder
 }
 
 func newConfig(opts []Option) config {
-	var c config
+	c := config{maxQueue: -1}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
@@ -142,6 +147,96 @@ func WithObserver(o Observer) Option {
 	return optionFunc(func(c *config) {
 		if o != nil {
 			c.observers = append(c.observers, o)
+		}
+	})
+}
+
+// DefaultQueueFactor sets the queue's default bound: this many requests per slot of
+// the concurrency limit (of its maximum, for an adaptive limit). The queue admits
+// only requests predicted to finish in time, so its bound matters for requests
+// without a deadline and for memory; past it, a request is refused as overloaded.
+const DefaultQueueFactor = 4
+
+// WithMaxConcurrency caps the handlers running at once at n: a request beyond the cap
+// waits in a queue ([WithQueue]) for a free slot, or is refused when it cannot finish
+// in time. Zero or less: no cap (the default, unless [WithAdaptiveConcurrency]).
+func WithMaxConcurrency(n int) Option {
+	return optionFunc(func(c *config) {
+		c.maxConcurrency = max(n, 0)
+		if n > 0 {
+			c.adaptiveLimit = nil
+		}
+	})
+}
+
+// AdaptiveLimit configures the adaptive concurrency limit. It is plain data; zero
+// fields take the value of [DefaultAdaptiveLimit].
+//
+// The rule is a gradient (Netflix's Gradient2): at each handler's end it compares a
+// short average of the handler's recent durations with a long one, and sets the limit
+// to limit × clamp(Tolerance × long / short, 0.5, 1) + √limit, smoothed by
+// Smoothing and held to [Min, Max]. While durations stay near their long average the
+// limit grows by about √limit at a time; once the handler slows (requests queue
+// inside it for a resource the limit is above), the limit falls, by half at most.
+// It needs no idle period to measure a handler's unloaded latency, as a Vegas rule
+// (or Envoy's adaptive concurrency, which pauses traffic to sample it) does. The limit
+// learns nothing while fewer than half of its slots are in use.
+type AdaptiveLimit struct {
+	// Min and Max bound the limit; Initial is where it starts.
+	Min, Max, Initial int
+	// Tolerance is how much slower than the long average the short one may get before
+	// the limit falls: 1.5 lets it be half as slow again.
+	Tolerance float64
+	// Smoothing is the weight of each new limit, in (0, 1].
+	Smoothing float64
+}
+
+// DefaultAdaptiveLimit is the adaptive limit's default: from 20 handlers at once,
+// between 1 and 1000, tolerance 1.5, smoothing 0.2 (Gradient2's values).
+var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Tolerance: 1.5, Smoothing: 0.2}
+
+func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
+	d := DefaultAdaptiveLimit
+	if a.Min <= 0 {
+		a.Min = d.Min
+	}
+	if a.Max <= 0 {
+		a.Max = d.Max
+	}
+	a.Max = max(a.Max, a.Min)
+	if a.Initial <= 0 {
+		a.Initial = d.Initial
+	}
+	a.Initial = min(max(a.Initial, a.Min), a.Max)
+	if !(a.Tolerance >= 1) {
+		a.Tolerance = d.Tolerance
+	}
+	if !(a.Smoothing > 0 && a.Smoothing <= 1) {
+		a.Smoothing = d.Smoothing
+	}
+	return a
+}
+
+// WithAdaptiveConcurrency caps the handlers running at once with a limit that follows
+// the handler's latency ([AdaptiveLimit]); beyond it requests queue as with
+// [WithMaxConcurrency], which it replaces. Pass [DefaultAdaptiveLimit] for the
+// defaults.
+func WithAdaptiveConcurrency(a AdaptiveLimit) Option {
+	a = a.withDefaults()
+	return optionFunc(func(c *config) {
+		c.adaptiveLimit = &a
+		c.maxConcurrency = 0
+	})
+}
+
+// WithQueue sets the queue of the concurrency limit: at most n requests wait for a
+// slot (zero: none wait; a request that finds every slot taken is refused), served
+// in the given order. Default: [DefaultQueueFactor] per slot, [FIFO].
+func WithQueue(n int, order QueueOrder) Option {
+	return optionFunc(func(c *config) {
+		c.maxQueue = max(n, 0)
+		if order <= EarliestDeadline {
+			c.order = order
 		}
 	})
 }

@@ -85,6 +85,22 @@
 // overrun is measured against is the one on the handler's context: for gRPC the
 // server's own (arrival + grpc-timeout), a little after the client's.
 //
+// # Concurrency limit and admission
+//
+// [WithMaxConcurrency] caps the handlers running at once; [WithAdaptiveConcurrency]
+// lets the cap follow the handler's latency ([AdaptiveLimit]). A request beyond the
+// cap waits in a bounded queue ([WithQueue]) and is admitted only if it can finish in
+// time: on arrival, when the predicted wait (the requests ahead of it, the limit,
+// the handler's recent service time) plus the service time exceeds its time left, it
+// is refused at once ([CannotFinish]); in the queue, it leaves, refused, as soon as
+// what is left can no longer pay for the service time ([Dropped]): it is never left
+// to time out waiting. Both are refusals for lack of time (504 / DeadlineExceeded,
+// "do not retry"). A full queue refuses as [Overloaded] (503 with Retry-After, or
+// ResourceExhausted with RetryInfo, and grpc-retry-pushback-ms: the predicted wait),
+// which package retry honours. A request without a deadline is never refused for
+// its budget; it waits, and is refused only by a full queue. The limit is per guard:
+// one per [NewMiddleware] or interceptor call, shared by its routes.
+//
 // # Mid-handler checks
 //
 // [Check] is for use inside a handler, before an expensive step: it returns a
@@ -96,6 +112,9 @@
 //
 //	condition                                gRPC               HTTP
 //	deadline passed, or time left < floor    DeadlineExceeded   504 Gateway Timeout
+//	cannot finish in time (limit, queue)     DeadlineExceeded   504 Gateway Timeout
+//	queue full                               ResourceExhausted  503 Service Unavailable
+//	caller cancelled while queued            Canceled           499
 //	handler returned a *BudgetError          DeadlineExceeded   (the handler writes its own response)
 //
 // Each refusal for lack of budget, and the DeadlineExceeded a *BudgetError is mapped

@@ -79,3 +79,43 @@ func ExampleCheck() {
 	}
 	// Output: true 20ms
 }
+
+// One slot, taken: a request with 30 ms left would wait for the slot (about one
+// service time, 20 ms) and then work 20 ms more, so it is refused at once, before it
+// queues; one with 10 s left waits its turn.
+func ExampleWithMaxConcurrency() {
+	release := make(chan struct{})
+	h := shortcircuit.NewMiddleware(
+		shortcircuit.WithFloor(20*time.Millisecond), // the work takes at least 20 ms
+		shortcircuit.WithMaxConcurrency(1),
+	)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		fmt.Fprint(w, "done")
+	}))
+	serve := func(path string, budget time.Duration) *httptest.ResponseRecorder {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+		return rec
+	}
+	held := make(chan *httptest.ResponseRecorder)
+	go func() { held <- serve("/hold", 10*time.Second) }()
+	for {
+		// Wait until the first request has the slot.
+		if rec := serve("/", 30*time.Millisecond); rec.Code == http.StatusGatewayTimeout {
+			fmt.Println(rec.Code, strings.Contains(rec.Body.String(), "cannot finish in time"), rec.Header().Get("grpc-retry-pushback-ms"))
+			break
+		}
+	}
+	waited := make(chan *httptest.ResponseRecorder)
+	go func() { waited <- serve("/", 10*time.Second) }()
+	time.Sleep(10 * time.Millisecond) // it queues
+	close(release)
+	fmt.Println((<-held).Code, (<-waited).Code)
+	// Output:
+	// 504 true -1
+	// 200 200
+}

@@ -3,11 +3,15 @@ package shortcircuit
 import (
 	"context"
 	"errors"
+	"strconv"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
@@ -32,8 +36,12 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		var t ticket
 		if !g.admit(ctx, fullMethod(info), &t) {
-			_ = grpc.SetTrailer(ctx, doNotRetry)
-			return nil, status.Error(codes.DeadlineExceeded, t.refusal())
+			md, st := refusalStatus(&t)
+			_ = grpc.SetTrailer(ctx, md)
+			return nil, st
+		}
+		if g.lim != nil {
+			defer g.releaseOnPanic(&t)
 		}
 		resp, err := handler(ctx, req)
 		g.done(ctx, &t, err == nil)
@@ -62,8 +70,12 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 			method = info.FullMethod
 		}
 		if !g.admit(ctx, method, &t) {
-			ss.SetTrailer(doNotRetry)
-			return status.Error(codes.DeadlineExceeded, t.refusal())
+			md, st := refusalStatus(&t)
+			ss.SetTrailer(md)
+			return st
+		}
+		if g.lim != nil {
+			defer g.releaseOnPanic(&t)
 		}
 		err := handler(srv, ss)
 		g.done(ctx, &t, err == nil)
@@ -75,6 +87,25 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 		}
 		return err
 	}
+}
+
+// refusalStatus is the status and trailer of the refusal of t: DeadlineExceeded with
+// "do not retry" for lack of time; ResourceExhausted with RetryInfo and
+// grpc-retry-pushback-ms set to the predicted wait for an overloaded server;
+// Canceled for a caller that left the queue.
+func refusalStatus(t *ticket) (metadata.MD, error) {
+	if d, ok := t.comeBack(); ok {
+		st := status.New(codes.ResourceExhausted, t.refusal())
+		if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
+			st = with
+		}
+		return metadata.Pairs(pushback.Key, strconv.FormatInt(int64(d/time.Millisecond), 10)), st.Err()
+	}
+	code := codes.DeadlineExceeded
+	if t.decision == Canceled {
+		code = codes.Canceled
+	}
+	return doNotRetry, status.Error(code, t.refusal())
 }
 
 func fullMethod(info *grpc.UnaryServerInfo) string {

@@ -39,11 +39,25 @@ const (
 	BelowFloor
 	// Expired: refused, the deadline had passed when the request reached the guard.
 	Expired
+	// CannotFinish: refused on arrival, every slot of the concurrency limit being
+	// taken: the predicted wait plus the service time exceeded the time left.
+	CannotFinish
+	// Dropped: refused on leaving the queue: the time left could no longer pay for
+	// the service time.
+	Dropped
+	// Overloaded: refused, the queue was full (or the request was evicted from it
+	// for a newcomer the queue's order serves first); the caller may come back after
+	// the predicted wait.
+	Overloaded
+	// Canceled: the caller cancelled while the request was queued.
+	Canceled
 )
 
-var decisionNames = [...]string{Admitted: "admitted", BelowFloor: "below_floor", Expired: "expired"}
+var decisionNames = [...]string{Admitted: "admitted", BelowFloor: "below_floor", Expired: "expired",
+	CannotFinish: "cannot_finish", Dropped: "dropped", Overloaded: "overloaded", Canceled: "canceled"}
 
-// String returns "admitted", "below_floor" or "expired".
+// String returns "admitted", "below_floor", "expired", "cannot_finish", "dropped",
+// "overloaded" or "canceled".
 func (d Decision) String() string {
 	if int(d) < len(decisionNames) {
 		return decisionNames[d]
@@ -67,6 +81,11 @@ type Event struct {
 	Remaining time.Duration
 	// Floor is the floor in force for the request.
 	Floor time.Duration
+	// Queued is true when the request waited for a slot of the concurrency limit;
+	// Wait is how long (for a refusal on arrival, Overloaded or CannotFinish, the
+	// wait that was predicted).
+	Queued bool
+	Wait   time.Duration
 	// Duration is how long the handler ran; zero for a refused request.
 	Duration time.Duration
 	// Overrun is how long the handler kept running after the deadline had passed:
@@ -96,8 +115,10 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 // Counter is an [Observer] that keeps totals. Its zero value is ready; it is safe for
 // concurrent use. One Counter may observe several guards.
 type Counter struct {
-	admitted, belowFloor, expired, overruns atomic.Uint64
-	overrun, maxOverrun                     atomic.Int64
+	admitted, belowFloor, expired, overruns     atomic.Uint64
+	cannotFinish, dropped, overloaded, canceled atomic.Uint64
+	queued                                      atomic.Uint64
+	overrun, maxOverrun                         atomic.Int64
 }
 
 // Stats is a snapshot of a [Counter].
@@ -105,6 +126,10 @@ type Stats struct {
 	Admitted   uint64 // requests whose handler ran
 	BelowFloor uint64 // refused: time left below the floor
 	Expired    uint64 // refused: deadline passed on arrival
+	// Refusals of the concurrency limit (see [Decision]).
+	CannotFinish, Dropped, Overloaded, Canceled uint64
+	// Queued counts the requests that waited for a slot, admitted or not.
+	Queued uint64
 	// Overruns is the number of admitted requests whose handler was still running
 	// when the deadline passed; Overrun is their total time past it, MaxOverrun the
 	// longest.
@@ -114,7 +139,9 @@ type Stats struct {
 }
 
 // Refused returns the number of refused requests.
-func (s Stats) Refused() uint64 { return s.BelowFloor + s.Expired }
+func (s Stats) Refused() uint64 {
+	return s.BelowFloor + s.Expired + s.CannotFinish + s.Dropped + s.Overloaded + s.Canceled
+}
 
 // Observe counts e.
 func (c *Counter) Observe(_ context.Context, e Event) {
@@ -125,6 +152,17 @@ func (c *Counter) Observe(_ context.Context, e Event) {
 		c.belowFloor.Add(1)
 	case Expired:
 		c.expired.Add(1)
+	case CannotFinish:
+		c.cannotFinish.Add(1)
+	case Dropped:
+		c.dropped.Add(1)
+	case Overloaded:
+		c.overloaded.Add(1)
+	case Canceled:
+		c.canceled.Add(1)
+	}
+	if e.Queued {
+		c.queued.Add(1)
 	}
 	if e.Overrun > 0 {
 		c.overruns.Add(1)
@@ -142,12 +180,17 @@ func (c *Counter) Observe(_ context.Context, e Event) {
 // while requests run may be off by the requests in flight.
 func (c *Counter) Stats() Stats {
 	return Stats{
-		Admitted:   c.admitted.Load(),
-		BelowFloor: c.belowFloor.Load(),
-		Expired:    c.expired.Load(),
-		Overruns:   c.overruns.Load(),
-		Overrun:    time.Duration(c.overrun.Load()),
-		MaxOverrun: time.Duration(c.maxOverrun.Load()),
+		Admitted:     c.admitted.Load(),
+		BelowFloor:   c.belowFloor.Load(),
+		Expired:      c.expired.Load(),
+		CannotFinish: c.cannotFinish.Load(),
+		Dropped:      c.dropped.Load(),
+		Overloaded:   c.overloaded.Load(),
+		Canceled:     c.canceled.Load(),
+		Queued:       c.queued.Load(),
+		Overruns:     c.overruns.Load(),
+		Overrun:      time.Duration(c.overrun.Load()),
+		MaxOverrun:   time.Duration(c.maxOverrun.Load()),
 	}
 }
 
@@ -159,7 +202,8 @@ type guard struct {
 	adaptive   *quantile.Keyed[string] // nil without an adaptive floor
 	minSamples int
 	min, max   time.Duration
-	measure    bool // the handler's end must be timed (adaptive floor or observers)
+	measure    bool     // the handler's end must be timed (adaptive floor, limit or observers)
+	lim        *limiter // nil without a concurrency limit
 }
 
 func newGuard(opts []Option) *guard {
@@ -178,7 +222,10 @@ func newGuard(opts []Option) *guard {
 		})
 		g.minSamples, g.min, g.max = a.MinSamples, a.Min, a.Max
 	}
-	g.measure = g.adaptive != nil || len(g.observers) > 0
+	if c.maxConcurrency > 0 || c.adaptiveLimit != nil {
+		g.lim = newLimiter(&c)
+	}
+	g.measure = g.adaptive != nil || len(g.observers) > 0 || g.lim != nil
 	return g
 }
 
@@ -192,9 +239,12 @@ type ticket struct {
 	floor    time.Duration
 	win      *quantile.Window
 	decision Decision
+	entry    entry // the concurrency limit's decision
+	released bool  // done ran: the slot, if any, is given back
 }
 
 // admit decides whether the handler may run, filling t. It reports true to run it.
+// With a concurrency limit it may wait for a slot.
 func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	t.route = route
 	t.deadline, t.has = ctx.Deadline()
@@ -205,39 +255,59 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	if g.adaptive != nil {
 		t.win = g.adaptive.Window(route)
 	}
-	if !t.has {
-		return true
-	}
-	t.left = t.deadline.Sub(t.start)
-	floor := g.floor
-	if g.floorFunc != nil {
-		floor = max(floor, g.floorFunc(route))
-	}
-	if t.win != nil {
-		if v, n := t.win.Tracked(t.start); n >= g.minSamples {
-			floor = max(floor, min(max(v, g.min), g.max))
+	if t.has {
+		t.left = t.deadline.Sub(t.start)
+		floor := g.floor
+		if g.floorFunc != nil {
+			floor = max(floor, g.floorFunc(route))
+		}
+		if t.win != nil {
+			if v, n := t.win.Tracked(t.start); n >= g.minSamples {
+				floor = max(floor, min(max(v, g.min), g.max))
+			}
+		}
+		t.floor = floor
+		switch {
+		case t.left <= 0:
+			t.decision = Expired
+		case t.left < floor:
+			t.decision = BelowFloor
+		}
+		if t.decision != Admitted {
+			otelattr.RecordGuard(ctx, true, t.left, floor)
+			g.observe(ctx, t)
+			return false
 		}
 	}
-	t.floor = floor
-	switch {
-	case t.left <= 0:
-		t.decision = Expired
-	case t.left < floor:
-		t.decision = BelowFloor
-	default:
+	if g.lim == nil {
 		return true
 	}
-	otelattr.RecordGuard(ctx, true, t.left, floor)
+	t.entry = g.lim.acquire(ctx, t.start, t.deadline, t.has)
+	t.decision = t.entry.decision
+	otelattr.RecordAdmission(ctx, t.decision.String(), t.entry.queued, t.entry.wait)
+	if t.decision != Admitted {
+		g.observe(ctx, t)
+		return false
+	}
+	if t.entry.queued {
+		t.start = time.Now() // the handler's duration starts with its slot
+	}
+	return true
+}
+
+// observe reports a refused request to the observers.
+func (g *guard) observe(ctx context.Context, t *ticket) {
 	for _, o := range g.observers {
 		o.Observe(ctx, Event{
 			Route:       t.route,
 			Decision:    t.decision,
-			HasDeadline: true,
+			HasDeadline: t.has,
 			Remaining:   t.left,
 			Floor:       t.floor,
+			Queued:      t.entry.queued,
+			Wait:        t.entry.wait,
 		})
 	}
-	return false
 }
 
 // done records the end of an admitted request's handler. ok is whether the call
@@ -263,6 +333,10 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 		end = time.Now()
 	}
 	took := end.Sub(t.start)
+	if g.lim != nil {
+		t.released = true
+		g.lim.release(max(took, 1))
+	}
 	if ok && t.win != nil {
 		t.win.Add(end, took)
 	}
@@ -278,16 +352,48 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 		Duration:    took,
 		Overrun:     over,
 		Success:     ok,
+		Queued:      t.entry.queued,
+		Wait:        t.entry.wait,
 	}
 	for _, o := range g.observers {
 		o.Observe(ctx, e)
 	}
 }
 
+// comeBack is, for an Overloaded refusal, when to come back: the predicted wait,
+// at least a millisecond. ok is false for every other refusal: do not retry.
+func (t *ticket) comeBack() (d time.Duration, ok bool) {
+	if t.decision != Overloaded {
+		return 0, false
+	}
+	return max(t.entry.wait, time.Millisecond), true
+}
+
+// releaseOnPanic gives back the slot of an admitted request whose handler panicked
+// (done did not run); the panic goes on.
+func (g *guard) releaseOnPanic(t *ticket) {
+	if !t.released && t.decision == Admitted {
+		g.lim.release(0)
+	}
+}
+
 // refusal is the message sent with a refusal.
 func (t *ticket) refusal() string {
-	if t.decision == Expired {
+	e := &t.entry
+	switch t.decision {
+	case Expired:
 		return "shortcircuit: deadline passed " + deadline.Format(-t.left) + " ago: request refused before the handler ran"
+	case CannotFinish:
+		return "shortcircuit: cannot finish in time: " + deadline.Format(t.left) + " left, every slot taken: a wait of " +
+			deadline.Format(e.wait) + " predicted, then " + deadline.Format(e.service) + " of work: request refused before the handler ran"
+	case Dropped:
+		return "shortcircuit: cannot finish in time: after " + deadline.Format(e.wait) + " in the queue, " +
+			deadline.Format(t.left-e.wait) + " left for " + deadline.Format(e.service) + " of work: request refused before the handler ran"
+	case Overloaded:
+		return "shortcircuit: overloaded: every slot taken and the queue full; come back in " + deadline.Format(e.wait) +
+			" (the predicted wait): request refused before the handler ran"
+	case Canceled:
+		return "shortcircuit: the caller cancelled after " + deadline.Format(e.wait) + " in the queue"
 	}
 	return "shortcircuit: " + deadline.Format(t.left) + " left, floor " + deadline.Format(t.floor) + ": request refused before the handler ran"
 }

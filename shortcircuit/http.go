@@ -2,6 +2,8 @@ package shortcircuit
 
 import (
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
@@ -13,6 +15,11 @@ import (
 // it: a retry could only arrive with less time. The route key for per-route and adaptive floors is r.Pattern when set, else r.URL.Path
 // (see the package documentation).
 //
+// With a concurrency limit ([WithMaxConcurrency], [WithAdaptiveConcurrency]) a
+// request beyond it waits for a slot; one that cannot finish in time is refused with
+// 504 and "do not retry" as above, and one refused because the queue is full gets
+// 503 with Retry-After and grpc-retry-pushback-ms set to the predicted wait.
+//
 // The deadline must already be on the request's context: put package propagate's
 // middleware (or whatever sets it) outside this one.
 func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
@@ -22,9 +29,11 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx := r.Context()
 			var t ticket
 			if !g.admit(ctx, routeOf(r), &t) {
-				w.Header().Set(pushback.Key, pushback.DoNotRetry)
-				http.Error(w, t.refusal(), http.StatusGatewayTimeout)
+				refuseHTTP(w, &t)
 				return
+			}
+			if g.lim != nil {
+				defer g.releaseOnPanic(&t)
 			}
 			if t.win == nil {
 				next.ServeHTTP(w, r)
@@ -36,6 +45,27 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			g.done(ctx, &t, sw.status < http.StatusInternalServerError)
 		})
 	}
+}
+
+// statusClientClosedRequest is the answer to a request whose caller cancelled while
+// it was queued: nobody reads it (nginx's 499).
+const statusClientClosedRequest = 499
+
+// refuseHTTP writes the refusal of t: 504 with "do not retry" for lack of time, 503
+// with the time to come back for an overloaded server.
+func refuseHTTP(w http.ResponseWriter, t *ticket) {
+	code := http.StatusGatewayTimeout
+	if d, ok := t.comeBack(); ok {
+		code = http.StatusServiceUnavailable
+		w.Header().Set(pushback.Key, strconv.FormatInt(int64(d/time.Millisecond), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+	} else {
+		w.Header().Set(pushback.Key, pushback.DoNotRetry)
+		if t.decision == Canceled {
+			code = statusClientClosedRequest
+		}
+	}
+	http.Error(w, t.refusal(), code)
 }
 
 func routeOf(r *http.Request) string {

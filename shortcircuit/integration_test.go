@@ -119,6 +119,9 @@ type testService struct {
 	testgrpc.UnimplementedTestServiceServer
 	unaryRuns atomic.Int32
 	ran       sync.Map // payload body → handler ran
+	// unaryWork, when set, is UnaryCall's work.
+	unaryWork func(context.Context, chan struct{}) error
+	slots     chan struct{}
 
 	// streamDone receives the handler's context error when StreamingOutputCall ends.
 	streamDone chan error
@@ -127,6 +130,11 @@ type testService struct {
 func (s *testService) UnaryCall(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	s.unaryRuns.Add(1)
 	s.ran.Store(string(in.GetPayload().GetBody()), true)
+	if s.unaryWork != nil {
+		if err := s.unaryWork(ctx, s.slots); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	}
 	return &testpb.SimpleResponse{Payload: in.GetPayload()}, nil
 }
 

@@ -1,0 +1,338 @@
+package shortcircuit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
+)
+
+// server is a guarded HTTP handler whose work takes work (in fake time), watching its
+// context; it records the answers.
+type server struct {
+	t    *testing.T
+	h    http.Handler
+	c    *shortcircuit.Counter
+	work time.Duration
+
+	mu      sync.Mutex
+	answers []answer
+	running int
+	peak    int
+}
+
+type answer struct {
+	id         int
+	code       int
+	body       string
+	header     http.Header
+	start, end time.Time
+}
+
+func newServer(t *testing.T, work time.Duration, opts ...shortcircuit.Option) *server {
+	s := &server{t: t, c: &shortcircuit.Counter{}, work: work}
+	opts = append([]shortcircuit.Option{shortcircuit.WithObserver(s.c)}, opts...)
+	s.h = shortcircuit.NewMiddleware(opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.running++
+		s.peak = max(s.peak, s.running)
+		s.mu.Unlock()
+		select {
+		case <-time.After(s.work):
+		case <-r.Context().Done():
+		}
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	return s
+}
+
+// send serves request id with the given budget (0: no deadline) on a goroutine of its
+// own, recording the answer.
+func (s *server) send(wg *sync.WaitGroup, id int, budget time.Duration) {
+	wg.Go(func() {
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if budget > 0 {
+			ctx, cancel = context.WithTimeout(ctx, budget)
+		}
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/work", nil)
+		rec := httptest.NewRecorder()
+		start := time.Now()
+		s.h.ServeHTTP(rec, req)
+		s.mu.Lock()
+		s.answers = append(s.answers, answer{id: id, code: rec.Code, body: rec.Body.String(), header: rec.Header(), start: start, end: time.Now()})
+		s.mu.Unlock()
+	})
+}
+
+func (s *server) answer(id int) answer {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.answers {
+		if a.id == id {
+			return a
+		}
+	}
+	s.t.Fatalf("no answer to request %d", id)
+	return answer{}
+}
+
+// teach runs n requests one after another, so that the guard learns the work's
+// duration.
+func (s *server) teach(n int) {
+	var wg sync.WaitGroup
+	for i := range n {
+		s.send(&wg, -1-i, time.Second)
+		wg.Wait()
+	}
+}
+
+func TestLimitQueuesBeyondItsSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(2))
+		var wg sync.WaitGroup
+		for i := range 5 {
+			s.send(&wg, i, time.Second)
+		}
+		wg.Wait()
+		if s.peak != 2 {
+			t.Errorf("%d handlers ran at once; want the limit, 2", s.peak)
+		}
+		// Two at a time, 10 ms each: the fifth finishes at 30 ms.
+		var last time.Duration
+		for i := range 5 {
+			a := s.answer(i)
+			if a.code != http.StatusOK {
+				t.Fatalf("request %d: %d %s", i, a.code, a.body)
+			}
+			last = max(last, a.end.Sub(a.start))
+		}
+		if last != 30*ms {
+			t.Errorf("the last answer took %v; want 30ms", last)
+		}
+		if st := s.c.Stats(); st.Admitted != 5 || st.Queued != 3 || st.Refused() != 0 {
+			t.Errorf("stats = %+v", st)
+		}
+	})
+}
+
+func TestRefusesWhatCannotFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1))
+		s.teach(20) // the work takes 10 ms
+		var wg sync.WaitGroup
+		for i := range 3 {
+			s.send(&wg, i, time.Second) // one runs, two wait: 20 ms of queue
+		}
+		synctest.Wait()
+		// A wait of 30 ms predicted (two ahead and the running one, one slot), then
+		// 10 ms of work: 35 ms cannot pay for it, 45 ms can.
+		s.send(&wg, 10, 35*ms)
+		synctest.Wait()
+		a := s.answer(10) // answered at once, before any time passed
+		if a.code != http.StatusGatewayTimeout || a.end != a.start || a.header.Get("grpc-retry-pushback-ms") != "-1" ||
+			!strings.Contains(a.body, "cannot finish in time") || !strings.Contains(a.body, "a wait of 30ms predicted") {
+			t.Errorf("refusal: %d after %v, pushback %q, %q", a.code, a.end.Sub(a.start), a.header.Get("grpc-retry-pushback-ms"), a.body)
+		}
+		s.send(&wg, 11, 45*ms)
+		wg.Wait()
+		if a := s.answer(11); a.code != http.StatusOK || a.end.Sub(a.start) != 40*ms {
+			t.Errorf("request with 45 ms: %d after %v; want 200 after 40ms", a.code, a.end.Sub(a.start))
+		}
+		if st := s.c.Stats(); st.CannotFinish != 1 {
+			t.Errorf("stats = %+v", st)
+		}
+	})
+}
+
+func TestDropsAQueuedRequestBeforeItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1))
+		s.teach(20)
+		s.work = 100 * ms // the handler turns slow: the prediction (10 ms) is wrong
+		var wg sync.WaitGroup
+		s.send(&wg, 0, time.Second)
+		synctest.Wait()
+		s.send(&wg, 1, 50*ms) // predicted 10 + 10 ms: queued
+		wg.Wait()
+		a := s.answer(1)
+		// It leaves the queue when what is left (its deadline minus now) can no
+		// longer pay for the work: before its deadline, never at it.
+		if a.code != http.StatusGatewayTimeout || a.end.Sub(a.start) >= 50*ms || a.header.Get("grpc-retry-pushback-ms") != "-1" ||
+			!strings.Contains(a.body, "in the queue") {
+			t.Errorf("queued request: %d after %v, pushback %q, %q", a.code, a.end.Sub(a.start), a.header.Get("grpc-retry-pushback-ms"), a.body)
+		}
+		if st := s.c.Stats(); st.Dropped != 1 || st.Queued != 1 {
+			t.Errorf("stats = %+v", st)
+		}
+	})
+}
+
+func TestOverloadedWhenTheQueueIsFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(2, shortcircuit.FIFO))
+		s.teach(20)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			s.send(&wg, i, time.Second) // one runs, two wait: the queue is full
+		}
+		synctest.Wait()
+		s.send(&wg, 10, time.Second)
+		s.send(&wg, 11, 0) // no deadline: refused all the same, the queue being full
+		synctest.Wait()
+		for _, id := range []int{10, 11} {
+			a := s.answer(id)
+			if a.code != http.StatusServiceUnavailable || a.end != a.start || a.header.Get("grpc-retry-pushback-ms") != "30" ||
+				a.header.Get("Retry-After") != "1" || !strings.Contains(a.body, "come back in 30ms") {
+				t.Errorf("request %d: %d after %v, pushback %q, Retry-After %q, %q", id, a.code, a.end.Sub(a.start),
+					a.header.Get("grpc-retry-pushback-ms"), a.header.Get("Retry-After"), a.body)
+			}
+		}
+		wg.Wait()
+		if st := s.c.Stats(); st.Overloaded != 2 || st.Admitted != 20+3 {
+			t.Errorf("stats = %+v", st)
+		}
+	})
+}
+
+// A request without a deadline is never refused for its budget: it waits its turn.
+func TestNoDeadlineWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1))
+		s.teach(20)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			s.send(&wg, i, 0)
+		}
+		wg.Wait()
+		for i := range 4 {
+			if a := s.answer(i); a.code != http.StatusOK {
+				t.Errorf("request %d: %d %s", i, a.code, a.body)
+			}
+		}
+	})
+}
+
+func TestQueueOrders(t *testing.T) {
+	for _, tc := range []struct {
+		order shortcircuit.QueueOrder
+		want  []int // the queued requests in the order they ran
+	}{
+		{shortcircuit.FIFO, []int{1, 2, 3}},
+		{shortcircuit.LIFO, []int{3, 2, 1}},
+		{shortcircuit.EarliestDeadline, []int{2, 3, 1}},
+	} {
+		t.Run(tc.order.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(10, tc.order))
+				var wg sync.WaitGroup
+				s.send(&wg, 0, time.Second)
+				synctest.Wait()
+				// Arrivals in the order 1, 2, 3, budgets 900, 300, 600 ms.
+				for _, r := range []struct {
+					id     int
+					budget time.Duration
+				}{{1, 900 * ms}, {2, 300 * ms}, {3, 600 * ms}} {
+					s.send(&wg, r.id, r.budget)
+					synctest.Wait()
+				}
+				wg.Wait()
+				var got []int
+				for _, id := range []int{1, 2, 3} {
+					a := s.answer(id)
+					if a.code != http.StatusOK {
+						t.Fatalf("request %d: %d %s", id, a.code, a.body)
+					}
+					got = append(got, id)
+				}
+				// Sort by the end of their work.
+				for i := range got {
+					for j := i + 1; j < len(got); j++ {
+						if s.answer(got[j]).end.Before(s.answer(got[i]).end) {
+							got[i], got[j] = got[j], got[i]
+						}
+					}
+				}
+				for i := range got {
+					if got[i] != tc.want[i] {
+						t.Fatalf("ran in the order %v; want %v", got, tc.want)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A full LIFO queue evicts its oldest request for a newcomer, telling it to come back.
+func TestLIFOEvictsTheOldest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(1, shortcircuit.LIFO))
+		var wg sync.WaitGroup
+		s.send(&wg, 0, time.Second)
+		synctest.Wait()
+		s.send(&wg, 1, time.Second)
+		synctest.Wait()
+		s.send(&wg, 2, time.Second)
+		wg.Wait()
+		if a := s.answer(1); a.code != http.StatusServiceUnavailable || a.header.Get("grpc-retry-pushback-ms") == "" {
+			t.Errorf("the evicted request: %d, pushback %q", a.code, a.header.Get("grpc-retry-pushback-ms"))
+		}
+		if a := s.answer(2); a.code != http.StatusOK {
+			t.Errorf("the newcomer: %d %s", a.code, a.body)
+		}
+	})
+}
+
+// At light load nothing is refused or queued.
+func TestLightLoadIsNeverRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(8))
+		var wg sync.WaitGroup
+		// 400 requests a second for 8 slots of 10 ms (800 a second): half the capacity,
+		// budgets from 50 ms.
+		for i := range 400 {
+			s.send(&wg, i, time.Duration(50+i%250)*ms)
+			time.Sleep(2500 * time.Microsecond)
+		}
+		wg.Wait()
+		if st := s.c.Stats(); st.Admitted != 400 || st.Refused() != 0 {
+			t.Errorf("stats = %+v", st)
+		}
+	})
+}
+
+// A handler's panic gives its slot back.
+func TestPanicGivesTheSlotBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := shortcircuit.NewMiddleware(shortcircuit.WithMaxConcurrency(1))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/panic" {
+				panic("handler bug")
+			}
+		}))
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic did not come through the guard")
+				}
+			}()
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/panic", nil))
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/ok", nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("after a panic: %d %s", rec.Code, rec.Body.String())
+		}
+	})
+}

@@ -169,18 +169,24 @@ func localRefusal(err error) bool {
 	return errors.As(err, &be)
 }
 
-// localPushback reports whether err is a layer beneath refusing the attempt before
+// localPushback reports whether err is a layer beneath refusing attempt n before
 // sending it with a time to come back (package breaker's open circuit: the time until
-// its next probe), and decides it: Retryable after that wait, which the deadline
-// rule then weighs like a server's pushback, so that the call is retried only when
-// the next probe comes before the deadline, and otherwise stops without spending a
-// token.
-func localPushback(err error) (Decision, bool) {
+// its next probe), and decides it: Retryable after that wait plus a share of the
+// backoff drawn at random, which the deadline rule then weighs like a server's
+// pushback, so that the call is retried only when the next probe comes before the
+// deadline, and otherwise stops without spending a token. The random share keeps the
+// calls refused together from coming back at the probe's instant, where all but the
+// probes would be refused again: spread out, the first become the probes and the
+// others find the circuit closed.
+func (c *config) localPushback(err error, n int) (Decision, bool) {
 	v, ok := pushback.Of(err)
 	if !ok {
 		return Decision{}, false
 	}
 	p, perr := ParsePushbackMs(v)
+	if perr == nil && p > 0 {
+		p += time.Duration(c.random() * float64(c.backoff.Delay(n, 0.5)))
+	}
 	return withPushback(Decision{Verdict: Retryable, Reason: "refused before sending, come back later"}, p, perr), true
 }
 

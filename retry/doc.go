@@ -43,7 +43,9 @@
 // failure: it is not retried, spends no budget token, and is returned as is, so that
 // it still matches [deadline.ErrInsufficientBudget]. One refused beneath with a time
 // to come back (package breaker's open circuit: the time until its next probe) is
-// retried after that time, whatever the method, when that comes before the deadline
+// retried after that time plus a random share of the backoff (so that the calls
+// refused together do not all come back at the probe's instant, where all but the
+// probes would be refused again), whatever the method, when that comes before the deadline
 // (the deadline rule below, as for a server's pushback); otherwise the call stops at
 // once, without spending a token.
 //

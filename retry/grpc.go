@@ -215,7 +215,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				if n > 1 {
 					c.budget.refund()
 				}
-			} else if ld, ok := localPushback(err); ok && len(trailer.Get(pushback.Key)) == 0 {
+			} else if ld, ok := c.localPushback(err, n); ok && len(trailer.Get(pushback.Key)) == 0 {
 				d = ld
 			} else {
 				st, _ := status.FromError(err)

@@ -18,11 +18,14 @@ import (
 
 // errRefusedLocally stands for a layer beneath refusing an attempt before sending it,
 // with a time to come back: package breaker's open circuit, its next probe in 30 ms.
+func half() float64 { return 0.5 }
+
 var errRefusedLocally = &pushback.Error{Err: status.Error(codes.Unavailable, "breaker: circuit open"), Value: "30"}
 
-// A call refused beneath with a time to come back is retried after that time when it
-// comes before the deadline, whatever the method (nothing was sent); when it comes
-// after, the call stops at once and spends no retry token.
+// A call refused beneath with a time to come back is retried after that time (plus a
+// random share of the first backoff, 20 ms: half of it with this draw) when it comes
+// before the deadline, whatever the method (nothing was sent); when it comes after,
+// the call stops at once and spends no retry token.
 func TestLocalRefusalWithPushback(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -30,7 +33,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 		attempts int
 		wait     time.Duration
 	}{
-		{"next probe before the deadline", time.Second, 2, 30 * time.Millisecond},
+		{"next probe before the deadline", time.Second, 2, 30*time.Millisecond + 10*time.Millisecond},
 		{"next probe after the deadline", 40 * time.Millisecond, 1, 0},
 	} {
 		t.Run(tc.name+"/HTTP", func(t *testing.T) {
@@ -47,7 +50,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 				defer cancel()
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://backend.test/orders", nil)
 				start := time.Now()
-				resp, err := retry.NewTransport(base, retry.WithBudget(b)).RoundTrip(req)
+				resp, err := retry.NewTransport(base, retry.WithBudget(b), retry.WithRandom(half)).RoundTrip(req)
 				if got := base.attempts(); got != tc.attempts {
 					t.Fatalf("%d attempts; want %d", got, tc.attempts)
 				}
@@ -62,7 +65,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 				}
 				resp.Body.Close()
 				if waited := base.times[1].Sub(start); waited != tc.wait {
-					t.Errorf("retried after %v; want the refusal's %v", waited, tc.wait)
+					t.Errorf("retried after %v; want %v", waited, tc.wait)
 				}
 			})
 		})
@@ -81,7 +84,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
 				defer cancel()
 				start := time.Now()
-				err := retry.UnaryClientInterceptor(retry.WithBudget(b))(ctx, "/svc/Create", nil, nil, nil, invoker)
+				err := retry.UnaryClientInterceptor(retry.WithBudget(b), retry.WithRandom(half))(ctx, "/svc/Create", nil, nil, nil, invoker)
 				if len(times) != tc.attempts {
 					t.Fatalf("%d attempts; want %d", len(times), tc.attempts)
 				}
@@ -95,7 +98,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 					t.Fatal(err)
 				}
 				if waited := times[1].Sub(start); waited != tc.wait {
-					t.Errorf("retried after %v; want the refusal's %v", waited, tc.wait)
+					t.Errorf("retried after %v; want %v", waited, tc.wait)
 				}
 			})
 		})

@@ -344,7 +344,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 			if n > 1 {
 				c.budget.refund()
 			}
-		} else if ld, ok := localPushback(err); ok && resp == nil {
+		} else if ld, ok := c.localPushback(err, n); ok && resp == nil {
 			d = ld
 		} else {
 			d = c.classifyHTTP(a)

@@ -143,6 +143,8 @@ func (e *WireError) derive() (int, codes.Code) {
 //   - the caller cancelled ([context.Canceled]): 499;
 //   - a circuit open ([breaker.ErrOpen], also under retry's DeadlineError): 503, with
 //     the time until the next probe as the pushback;
+//   - retry's DeadlineError for a pushback that did not fit in the time left: the
+//     last attempt's answer, with its pushback, by these rules;
 //   - budget below the floor or spent ([deadline.ErrInsufficientBudget], also
 //     retry's DeadlineError), or [context.DeadlineExceeded]: 504;
 //   - a [*WireError]: its status;
@@ -344,6 +346,7 @@ type wire struct {
 
 // toWire applies the rules of HTTPStatus to a non-nil err.
 func toWire(err error) wire {
+	var de *retry.DeadlineError
 	var we *WireError
 	var se *retry.StatusError
 	var ue *url.Error
@@ -357,6 +360,25 @@ func toWire(err error) wire {
 		// the caller is told about the circuit, and when its next probe is.
 		oe, _ := breaker.IsOpen(err)
 		return wire{status: http.StatusServiceUnavailable, code: codes.Unavailable, msg: message(err), pushback: max(oe.RetryAfter, time.Millisecond)}
+	case errors.As(err, &de) && de.Pushback && de.Last != nil:
+		// The retry layer stopped because the downstream's "come back in X" did not
+		// fit in the time left. That is the downstream's word to pass on, with its
+		// pushback: the caller's own caller may have the time to come back.
+		x := toWire(de.Last)
+		x.msg = message(err)
+		if x.pushback == 0 {
+			if errors.As(err, &we) && we.Pushback != 0 {
+				x.pushback = we.Pushback
+			} else if v, ok := pushback.Of(err); ok {
+				if p, perr := retry.ParsePushbackMs(v); perr == nil {
+					x.pushback = p
+				}
+			}
+			if x.code == codes.ResourceExhausted { // 429 or, with a wait, 503
+				x.status = httpFromCode(x.code, x.pushback)
+			}
+		}
+		return x
 	case errors.Is(err, deadline.ErrInsufficientBudget):
 		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: -1}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -458,5 +459,35 @@ func TestStackRelaysAnOpenCircuit(t *testing.T) {
 	}
 	if st, _ := status.FromError(deadlinekit.GRPCError(context.Background(), err)); st.Code() != codes.Unavailable {
 		t.Errorf("GRPCError code = %v, want Unavailable", st.Code())
+	}
+}
+
+// A downstream that says "unavailable, come back in 2 s" to a caller with 300 ms left:
+// the caller's retry layer stops (the wait does not fit), and relaying that stop
+// passes the downstream's word on, 503 and its pushback, not a refusal for lack of
+// budget (504, "do not retry"): the caller's own caller may have the time to come back.
+func TestStackRelaysAPushbackThatDidNotFit(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(deadlinekit.ServerOptions()...)
+	gs.RegisterService(hopService(func(ctx context.Context) error {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", "2000"))
+		return status.Error(codes.Unavailable, "draining")
+	}), nil)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn := dial(t, lis.Addr().String(), deadlinekit.DialOptions(deadlinekit.WithIdempotentMethods(hopMethod))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = invoke(ctx, conn)
+	if err == nil {
+		t.Fatal("the call succeeded")
+	}
+	rec := httptest.NewRecorder()
+	deadlinekit.WriteHTTPError(rec, deadlinekit.FromGRPC(err, nil))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("grpc-retry-pushback-ms") != "2000" {
+		t.Errorf("relayed as %d, pushback %q: %s; want 503 with the downstream's 2000 ms", rec.Code, rec.Header().Get("grpc-retry-pushback-ms"), rec.Body.String())
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
 // hopMethod is B's one method, registered by hand: google.protobuf.Empty both ways.
@@ -489,5 +490,58 @@ func TestStackRelaysAPushbackThatDidNotFit(t *testing.T) {
 	deadlinekit.WriteHTTPError(rec, deadlinekit.FromGRPC(err, nil))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("grpc-retry-pushback-ms") != "2000" {
 		t.Errorf("relayed as %d, pushback %q: %s; want 503 with the downstream's 2000 ms", rec.Code, rec.Header().Get("grpc-retry-pushback-ms"), rec.Body.String())
+	}
+}
+
+// A server shedding load with "overloaded, come back in X" (503 and a pushback) does
+// not open its callers' circuits: it answered at once and still serves part of the
+// load, which the callers' breakers would otherwise cut to nothing.
+func TestStackOverloadDoesNotOpenTheCircuit(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+	}), deadlinekit.WithShortCircuit(shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(0, shortcircuit.FIFO))))
+	defer srv.Close()
+	defer free() // before the server closes: a failed check must not leave the handler waiting
+	b := breaker.New()
+	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))}
+	defer c.CloseIdleConnections()
+	var wg sync.WaitGroup
+	wg.Go(func() { // holds the one slot
+		if resp, err := c.Get(srv.URL + "/hold"); err == nil {
+			resp.Body.Close()
+		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
+	var refused int
+	for range 3 * breaker.DefaultConsecutiveFailures {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Errorf("refused locally: %v", err)
+			break
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("grpc-retry-pushback-ms") != "" {
+			refused++
+		}
+	}
+	free()
+	wg.Wait()
+	target := breaker.TargetName("http", srv.Listener.Addr().String())
+	if refused != 3*breaker.DefaultConsecutiveFailures || b.State(target) != breaker.Closed {
+		t.Errorf("%d overload refusals; circuit %v, stats %+v; want every call answered 503 with a pushback and the circuit closed", refused, b.State(target), b.Stats())
 	}
 }

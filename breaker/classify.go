@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -82,6 +84,11 @@ type Classifier func(r Result) Outcome
 //     context.DeadlineExceeded or net timeout error, DEADLINE_EXCEEDED, 504) of a call
 //     whose budget was below the target's typical latency: the caller gave it too
 //     little time, which is not the target's fault;
+//   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
+//     Retry-After or grpc-retry-pushback-ms): the server is up and shedding load, or
+//     relaying a circuit open further down, and answered at once; the retry layer
+//     honours its wait, and a breaker opening on it would starve a server that still
+//     serves part of its load;
 //   - failure: any other timeout (the call had a fair budget, or no deadline, or the
 //     target's typical latency is not known); HTTP 502 and 503; UNAVAILABLE; an HTTP
 //     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
@@ -107,6 +114,9 @@ func Classify(r Result) Outcome {
 				return Neutral
 			}
 			if st.Code() == codes.Unavailable {
+				if comeBack(r.Trailer.Get(pushback.Key)) {
+					return Neutral
+				}
 				return Failure
 			}
 			return Success
@@ -126,7 +136,12 @@ func Classify(r Result) Outcome {
 		return Neutral // nothing to judge: a RoundTripper breaking its contract
 	}
 	switch r.Response.StatusCode {
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable:
+		if h := r.Response.Header; comeBack(h.Values(pushback.Key)) || retryAfter(h.Get("Retry-After")) {
+			return Neutral
+		}
+		return Failure
+	case http.StatusBadGateway:
 		return Failure
 	case http.StatusGatewayTimeout:
 		if refused(r.Response.Header.Values(pushback.Key)) {
@@ -144,6 +159,29 @@ func timedOut(r Result) Outcome {
 		return Neutral
 	}
 	return Failure
+}
+
+// comeBack reports whether a grpc-retry-pushback-ms value asks to come back after a
+// positive wait.
+func comeBack(vs []string) bool {
+	if len(vs) == 0 {
+		return false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(vs[0]), 10, 64)
+	return err == nil && n > 0
+}
+
+// retryAfter reports whether a Retry-After value asks to come back later: a positive
+// number of seconds, or a date in the future.
+func retryAfter(v string) bool {
+	if v = strings.TrimSpace(v); v == "" {
+		return false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n > 0
+	}
+	t, err := http.ParseTime(v)
+	return err == nil && time.Until(t) > 0
 }
 
 // refused reports whether a grpc-retry-pushback-ms value says "do not retry".

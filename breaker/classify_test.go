@@ -70,7 +70,10 @@ func TestClassify(t *testing.T) {
 		{"HTTP unexpected EOF", E(io.ErrUnexpectedEOF), breaker.Failure},
 		{"HTTP 502", H(502), breaker.Failure},
 		{"HTTP 503", H(503), breaker.Failure},
-		{"HTTP 503 with Retry-After", H(503, "Retry-After", "3"), breaker.Failure},
+		{"HTTP 503 with Retry-After 0", H(503, "Retry-After", "0"), breaker.Failure},
+		{"HTTP 503 with a Retry-After date past", H(503, "Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT"), breaker.Failure},
+		{"HTTP 503 with a malformed Retry-After", H(503, "Retry-After", "soon"), breaker.Failure},
+		{"HTTP 503 with pushback -1", H(503, pushback.Key, "-1"), breaker.Failure},
 		{"HTTP 504, fair budget", fair(H(504)), breaker.Failure},
 		{"HTTP 504, typical unknown", H(504), breaker.Failure},
 		{"HTTP 504 with a pushback delay, not a refusal", fair(H(504, pushback.Key, "100")), breaker.Failure},
@@ -107,6 +110,10 @@ func TestClassify(t *testing.T) {
 		{"gRPC DEADLINE_EXCEEDED with pushback -1: a guard's refusal", fair(withTrailer(G(grpcErr(codes.DeadlineExceeded)), refusedTrailer)), breaker.Neutral},
 		{"gRPC local refusal", G(budget), breaker.Neutral},
 		{"gRPC open breaker beneath", G(open), breaker.Neutral},
+		{"HTTP 503 with Retry-After: overloaded, come back", H(503, "Retry-After", "3"), breaker.Neutral},
+		{"HTTP 503 with a Retry-After date ahead", H(503, "Retry-After", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)), breaker.Neutral},
+		{"HTTP 503 with pushback ms: a circuit open further down", H(503, pushback.Key, "900"), breaker.Neutral},
+		{"gRPC UNAVAILABLE with pushback ms", withTrailer(G(grpcErr(codes.Unavailable)), metadata.Pairs(pushback.Key, "900")), breaker.Neutral},
 
 		// Successes.
 		{"HTTP 200", H(200), breaker.Success},

@@ -1,0 +1,184 @@
+package admissioncmp_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/deadlinekit/deadlinekit/bench/admissioncmp"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The harness tests run the variants briefly: the load is what it claims, the
+// counts add up, the unguarded server collapses when its work ignores its context,
+// and every variant answers nearly everything at half the capacity. The figures
+// come from cmd/admissionbench, not from here.
+
+func cfg(m admissioncmp.Mode, load float64) admissioncmp.Config {
+	c := admissioncmp.Config{Mode: m, Load: load, MinBudget: 50 * time.Millisecond, MaxBudget: 300 * time.Millisecond,
+		Warmup: 200 * time.Millisecond, Duration: 500 * time.Millisecond, Rounds: 1, Seed: 1, MaxInFlight: 10000}
+	if !testing.Short() {
+		c.Warmup, c.Duration = time.Second, 2*time.Second
+	}
+	return c
+}
+
+func pick(names ...string) []admissioncmp.Variant {
+	var out []admissioncmp.Variant
+	for _, v := range admissioncmp.Variants() {
+		for _, n := range names {
+			if v.Name == n {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// checkCounts checks what every result must satisfy.
+func checkCounts(t *testing.T, c admissioncmp.Config, rs []admissioncmp.Result) {
+	t.Helper()
+	want := c.Load * admissioncmp.Capacity() * c.Duration.Seconds() * float64(c.Rounds)
+	for _, r := range rs {
+		t.Logf("%s, %g×: goodput %.0f/s, wasted %.0f%%; %d arrivals, %d dropped, %d sent: %d ok, %d refused %v, %d no answer, %d errors; answers p50 %v p99 %v, refusals p99 %v; peak %d, cut %d, lag %v",
+			r.Variant, r.Load, r.Goodput(), 100*r.WastedShare(), r.Arrivals, r.Dropped, r.Sent, r.OK, r.Refused, r.Statuses, r.NoAnswer, r.Errors,
+			r.AnswerP50, r.AnswerP99, r.RefusalP99, r.Peak, r.Cut, r.Lag)
+		if r.Arrivals != r.Sent+r.Dropped || r.Sent != r.OK+r.Refused+r.NoAnswer+r.Errors {
+			t.Errorf("%s: counts do not add up: %+v", r.Variant, r)
+		}
+		// Poisson: the count is within a few standard deviations of the mean.
+		if d := float64(r.Arrivals) - want; d*d > 25*want {
+			t.Errorf("%s: %d arrivals, want about %.0f", r.Variant, r.Arrivals, want)
+		}
+		if r.Errors != 0 {
+			t.Errorf("%s: %d unexpected errors, the first: %s", r.Variant, r.Errors, r.FirstError)
+		}
+		n := 0
+		for _, k := range r.Statuses {
+			n += k
+		}
+		if n != r.Refused {
+			t.Errorf("%s: statuses %v for %d refusals", r.Variant, r.Statuses, r.Refused)
+		}
+		// The slots cannot be held longer than they exist: the measured time plus
+		// the tail (the longest deadline), at most.
+		if limit := time.Duration(admissioncmp.Workers) * (r.Measured + c.MaxBudget*time.Duration(c.Rounds)); r.Busy > limit || r.Wasted > r.Busy {
+			t.Errorf("%s: busy %v, wasted %v, over %v of slot time", r.Variant, r.Busy, r.Wasted, limit)
+		}
+		if r.OK > 0 && (r.AnswerP50 < admissioncmp.Work || r.AnswerP99 > c.MaxBudget) {
+			t.Errorf("%s: answers p50 %v, p99 %v", r.Variant, r.AnswerP50, r.AnswerP99)
+		}
+	}
+}
+
+// TestLightLoad: at half the capacity every variant answers nearly every request
+// in time, and wastes nothing.
+func TestLightLoad(t *testing.T) {
+	c := cfg(admissioncmp.Stops, 0.5)
+	rs, err := admissioncmp.Run(admissioncmp.Variants(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, c, rs)
+	for _, r := range rs {
+		// failsafe-go's bulkhead queues nothing: Poisson bursts over 8 are refused.
+		if r.OK < r.Sent*9/10 || r.NoAnswer > r.Sent/100 || r.WastedShare() > 0.01 {
+			t.Errorf("%s at 0.5×: %d of %d answered, %d not in time, wasted %.1f%%", r.Variant, r.OK, r.Sent, r.NoAnswer, 100*r.WastedShare())
+		}
+	}
+}
+
+// TestOverloadIgnored: at 2× capacity with work that ignores its context, the
+// unguarded server answers almost nothing in time and wastes almost all its work,
+// while a concurrency limit of the capacity keeps goodput near it.
+func TestOverloadIgnored(t *testing.T) {
+	c := cfg(admissioncmp.Ignores, 2)
+	rs, err := admissioncmp.Run(pick("no guard", "deadlinekit shortcircuit, static limit 8", "failsafe-go v0.9.8 bulkhead 8"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("%d results", len(rs))
+	}
+	checkCounts(t, c, rs)
+	capacity := admissioncmp.Capacity()
+	// The backlog grows by the capacity every second, and is already 200 ms deep
+	// after the short warm-up: few requests in the measured time can still make it.
+	if r := rs[0]; r.Goodput() > 0.2*capacity || r.WastedShare() < 0.6 || r.Refused != 0 || r.Peak < 10*admissioncmp.Workers {
+		t.Errorf("no guard at 2×, work ignoring its context: goodput %.0f/s, wasted %.0f%%, %d refused, peak %d", r.Goodput(), 100*r.WastedShare(), r.Refused, r.Peak)
+	}
+	for _, r := range rs[1:] {
+		if r.Goodput() < 0.6*capacity || r.WastedShare() > 0.1 || r.Refused < r.Sent/3 || r.Peak > admissioncmp.Workers {
+			t.Errorf("%s at 2×: goodput %.0f/s, wasted %.0f%%, %d of %d refused, peak %d", r.Variant, r.Goodput(), 100*r.WastedShare(), r.Refused, r.Sent, r.Peak)
+		}
+	}
+}
+
+// TestOverloadStops: at 2× capacity with work that stops when its context ends,
+// the unguarded server degrades (its answers come late) but does not collapse.
+func TestOverloadStops(t *testing.T) {
+	c := cfg(admissioncmp.Stops, 2)
+	rs, err := admissioncmp.Run(pick("no guard"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, c, rs)
+	if r := rs[0]; r.Goodput() < 0.5*admissioncmp.Capacity() || r.NoAnswer < r.Sent/4 || r.AnswerP50 < 5*admissioncmp.Work {
+		t.Errorf("no guard at 2×, work stopping with its context: goodput %.0f/s, %d of %d without an answer in time, answers p50 %v",
+			r.Goodput(), r.NoAnswer, r.Sent, r.AnswerP50)
+	}
+}
+
+// TestQueueOrders: each queue order runs under overload and keeps the server busy
+// with work that is answered in time.
+func TestQueueOrders(t *testing.T) {
+	c := cfg(admissioncmp.Stops, 2)
+	rs, err := admissioncmp.Run(admissioncmp.QueueVariants(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, c, rs)
+	for _, r := range rs {
+		if !strings.Contains(r.Variant, "queue") || r.Goodput() < 0.6*admissioncmp.Capacity() || r.Refused == 0 {
+			t.Errorf("%s at 2×: goodput %.0f/s, %d refused", r.Variant, r.Goodput(), r.Refused)
+		}
+	}
+}
+
+// TestInFlightCap: arrivals beyond the client's cap are dropped and counted.
+func TestInFlightCap(t *testing.T) {
+	c := cfg(admissioncmp.Ignores, 1)
+	c.MaxInFlight = 4
+	c.Warmup, c.Duration = 0, 300*time.Millisecond
+	rs, err := admissioncmp.Run(pick("no guard"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, c, rs)
+	if r := rs[0]; r.Dropped == 0 || r.Sent == 0 {
+		t.Errorf("cap 4 at 1×: %d sent, %d dropped", r.Sent, r.Dropped)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	good := cfg(admissioncmp.Stops, 1)
+	for _, mut := range []func(*admissioncmp.Config){
+		func(c *admissioncmp.Config) { c.Mode = 0 },
+		func(c *admissioncmp.Config) { c.Load = 0 },
+		func(c *admissioncmp.Config) { c.Load = 11 },
+		func(c *admissioncmp.Config) { c.MaxBudget = c.MinBudget - 1 },
+		func(c *admissioncmp.Config) { c.Duration = 0 },
+		func(c *admissioncmp.Config) { c.Duration = time.Hour },
+		func(c *admissioncmp.Config) { c.Rounds = 0 },
+		func(c *admissioncmp.Config) { c.MaxInFlight = 0 },
+	} {
+		c := good
+		mut(&c)
+		if _, err := admissioncmp.Run(admissioncmp.Variants(), c); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}

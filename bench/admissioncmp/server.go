@@ -1,0 +1,187 @@
+package admissioncmp
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/propagate"
+)
+
+// Mode is how the server's handler treats its request's context.
+type Mode uint8
+
+const (
+	// Stops: the work ends when its context does, and so does the wait for a
+	// worker slot (code that passes its context on, and checks it).
+	Stops Mode = iota + 1
+	// Ignores: the handler neither waits nor works with its context: it takes a
+	// slot, holds it for the whole work and answers (CPU-bound code, or a library
+	// that takes no context).
+	Ignores
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Stops:
+		return "work stops when its context ends"
+	case Ignores:
+		return "work ignores its context"
+	}
+	return "unknown mode"
+}
+
+// The harness's own headers.
+const (
+	// headerMeasured marks a request sent in the measured part of a cell.
+	headerMeasured = "X-Admissioncmp-Measured"
+	// headerGaveUp marks the handler's own answer when its context ended first
+	// (mode Stops): not a guard's refusal, no answer in time.
+	headerGaveUp = "X-Admissioncmp-Gave-Up"
+)
+
+// server is one cell's loopback server of known capacity: Workers slots, each
+// request holding one for Work. Holding a slot stands in for CPU work: the
+// machine running the harness has too few cores to burn 8 of them, and the
+// client shares them.
+type server struct {
+	mode  Mode
+	work  time.Duration
+	slots chan struct{}
+	// stop is closed at the cell's end, after the client has given up on every
+	// request: it releases the handlers still waiting for a slot (in mode
+	// Ignores nothing else would, for seconds), without working.
+	stop chan struct{}
+
+	srv      *http.Server
+	ln       net.Listener
+	handlers sync.WaitGroup
+	served   sync.WaitGroup
+
+	// from is when the measured part of the cell begins (Unix ns; 0: not yet).
+	// The work that ends after it is counted, whichever request it was for: busy
+	// is the time slots were held, wasted the part of it for requests whose
+	// context had ended (deadline passed, or the caller gone) when the work
+	// ended; worked counts those requests. cut counts the measured requests
+	// released by stop, never having worked.
+	from         atomic.Int64
+	busy, wasted atomic.Int64 // time.Duration
+	worked, cut  atomic.Int64
+	// inside counts the requests in the handler (waiting for a slot or holding
+	// one), past any guard; peak is its largest value after the warm-up: the
+	// concurrency the guard let through.
+	inside, peak atomic.Int64
+}
+
+// newServer starts a server on 127.0.0.1 with the toolkit's propagate middleware
+// outermost, then guard (nil: none), then the work. It speaks HTTP/2 without TLS
+// (h2c), as gRPC does: a request its caller gives up on resets its stream
+// instead of closing a connection, so an overload costs no dials, sockets or
+// ports, and the server sees the caller leave at once.
+func newServer(mode Mode, workers int, work time.Duration, guard func(http.Handler) http.Handler) (*server, error) {
+	s := &server{mode: mode, work: work, slots: make(chan struct{}, workers), stop: make(chan struct{})}
+	var h http.Handler = http.HandlerFunc(s.serve)
+	if guard != nil {
+		h = guard(h)
+	}
+	h = propagate.NewMiddleware()(h)
+	outer := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.handlers.Add(1)
+		defer s.handlers.Done()
+		outer.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	s.ln = ln
+	s.srv = &http.Server{
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Every request may run at once: a gRPC server's default, and the
+		// unguarded server must be able to pile its overload up.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1 << 20},
+	}
+	s.served.Go(func() { _ = s.srv.Serve(ln) })
+	return s, nil
+}
+
+func (s *server) url() string { return "http://" + s.ln.Addr().String() + "/work" }
+
+// serve is the work: wait for a slot, hold it for s.work, answer 200.
+func (s *server) serve(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	n := s.inside.Add(1)
+	defer s.inside.Add(-1)
+	if s.from.Load() != 0 && time.Now().UnixNano() >= s.from.Load() {
+		for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+		}
+	}
+	var done <-chan struct{}
+	if s.mode == Stops {
+		done = ctx.Done()
+	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-done:
+		s.giveUp(w)
+		return
+	case <-s.stop:
+		if r.Header.Get(headerMeasured) != "" {
+			s.cut.Add(1)
+		}
+		s.giveUp(w)
+		return
+	}
+	start := time.Now()
+	finished := true
+	if s.mode == Stops {
+		t := time.NewTimer(s.work)
+		select {
+		case <-t.C:
+		case <-done:
+			finished = false
+		}
+		t.Stop()
+	} else {
+		time.Sleep(s.work)
+	}
+	end := time.Now()
+	took := end.Sub(start)
+	<-s.slots
+	if from := s.from.Load(); from != 0 && end.UnixNano() >= from {
+		s.worked.Add(1)
+		s.busy.Add(int64(took))
+		if ctx.Err() != nil {
+			s.wasted.Add(int64(took))
+		}
+	}
+	if !finished {
+		s.giveUp(w)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// giveUp answers a request whose context ended before its work did: nobody is
+// waiting for the answer.
+func (s *server) giveUp(w http.ResponseWriter) {
+	w.Header().Set(headerGaveUp, "1")
+	w.WriteHeader(http.StatusGatewayTimeout)
+}
+
+// close releases the handlers still waiting for a slot, waits for every handler
+// to return and stops the server. The client is done: nothing is left to answer.
+func (s *server) close() {
+	close(s.stop)
+	s.handlers.Wait()
+	_ = s.srv.Close()
+	s.served.Wait()
+}

@@ -1,0 +1,188 @@
+// Package admissioncmp compares server-side admission control under overload on
+// loopback: no guard, deadlinekit's shortcircuit (its static floor; a static and an
+// adaptive concurrency limit, whose queue admits only requests predicted to finish
+// in time; the queue's three orders), failsafe-go's adaptivelimiter and bulkhead,
+// and platinummonkey/go-concurrency-limits (Vegas, its default limit).
+//
+// The server has a known capacity: 8 worker slots, each request holding one for
+// 10 ms, 800 requests per second. Holding a slot stands in for CPU work (the
+// machine that runs the figures has 2 cores, shared with the load generator). Its
+// handler either stops when its context ends, waiting for a slot included
+// ([Stops]), or ignores its context, as CPU-bound code or a library that takes
+// none does ([Ignores]). The toolkit's propagate middleware is outermost, so the
+// request's context carries the caller's deadline from grpc-timeout; the variant's
+// guard wraps the handler inside it. The server speaks HTTP/2 without TLS (h2c), as
+// gRPC does.
+//
+// The client is an open loop: Poisson arrivals at a multiple of the capacity,
+// each request with a deadline drawn uniformly from [50 ms, 300 ms], sent through
+// propagate.NewTransport (which writes grpc-timeout). It records each request's
+// fate: answered 200 before its deadline, refused (another status, before the
+// deadline), or no answer in time. The server records how long its handlers held
+// slots, and how much of that was for requests whose context had ended (deadline
+// passed, or caller gone) when the work ended: wasted work. cmd/admissionbench runs
+// it and prints markdown tables.
+package admissioncmp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/platinummonkey/go-concurrency-limits/core"
+	"github.com/platinummonkey/go-concurrency-limits/limit"
+	"github.com/platinummonkey/go-concurrency-limits/limiter"
+	"github.com/platinummonkey/go-concurrency-limits/strategy"
+
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
+)
+
+// The server's capacity, and the floor the guards that take one are given: the
+// work's duration.
+const (
+	Workers = 8
+	Work    = 10 * time.Millisecond
+	Floor   = Work
+)
+
+// Variant is one admission control under test.
+type Variant struct {
+	Name string
+	// Note says exactly how it is configured.
+	Note string
+	// Guard returns fresh middleware (its own state) for one cell's server; nil: no guard.
+	Guard func() func(http.Handler) http.Handler
+}
+
+// Variants returns the configurations compared, in the order of the tables.
+func Variants() []Variant {
+	return []Variant{
+		{Name: "no guard", Note: "the server as is: propagate's middleware and the handler"},
+		{
+			Name: "deadlinekit shortcircuit, static floor",
+			Note: "shortcircuit.NewMiddleware(shortcircuit.WithFloor(10 ms)): refuses a request with less than 10 ms left on arrival, no concurrency limit",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor))
+			},
+		},
+		{
+			Name: "deadlinekit shortcircuit, static limit 8",
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(8)): the default queue (DefaultQueueFactor 4 × 8 = 32, FIFO) admits a request only when its predicted wait plus the service time fits in the time left",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithMaxConcurrency(Workers))
+			},
+		},
+		{
+			Name: "deadlinekit shortcircuit, adaptive limit",
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithAdaptiveConcurrency(DefaultAdaptiveLimit)): gradient rule from 20, in [1, 1000], tolerance 1.5, smoothing 0.2; default queue (4 × 1000, FIFO) with the same admission by predicted wait",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))
+			},
+		},
+		{
+			Name: "failsafe-go v0.9.8 adaptivelimiter, defaults",
+			Note: "failsafehttp.NewHandler(h, adaptivelimiter.NewWithDefaults[*http.Response]()): limit from 20 in [1, 200], max limit factor 5, p90 of a 1–30 s window of ≥ 50 samples; no queue: a request over the limit is refused at once (429)",
+			Guard: func() func(http.Handler) http.Handler {
+				l := adaptivelimiter.NewWithDefaults[*http.Response]()
+				return func(next http.Handler) http.Handler { return failsafehttp.NewHandler(next, l) }
+			},
+		},
+		{
+			Name: "failsafe-go v0.9.8 adaptivelimiter, from 8, queueing",
+			Note: "adaptivelimiter.NewBuilder[*http.Response]().WithLimits(1, 200, 8).WithQueueing(2, 3).Build() (the queueing factors BuildPrioritized defaults to): queues up to 2 × the limit, then rejects gradually up to 3 ×; a queued request waits until its context ends (the executor is given the request's context, failsafe.With(l).WithContext(r.Context()), per request)",
+			Guard: func() func(http.Handler) http.Handler {
+				l := adaptivelimiter.NewBuilder[*http.Response]().WithLimits(1, 200, Workers).WithQueueing(2, 3).Build()
+				return func(next http.Handler) http.Handler {
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						failsafehttp.NewHandlerWithExecutor(next, failsafe.With[*http.Response](l).WithContext(r.Context())).ServeHTTP(w, r)
+					})
+				}
+			},
+		},
+		{
+			Name: "failsafe-go v0.9.8 bulkhead 8",
+			Note: "failsafehttp.NewHandler(h, bulkhead.New[*http.Response](8)): at most 8 at once, max wait 0 (its default): a request that finds it full is refused at once (429)",
+			Guard: func() func(http.Handler) http.Handler {
+				b := bulkhead.New[*http.Response](Workers)
+				return func(next http.Handler) http.Handler { return failsafehttp.NewHandler(next, b) }
+			},
+		},
+		{
+			Name: "platinummonkey/go-concurrency-limits v0.8.0, Vegas",
+			Note: "the defaults of its gRPC server interceptor, around the handler: limiter.NewDefaultLimiterWithDefaults (Vegas limit from 20, max 1000; 1 s sample windows of ≥ 100 samples) with strategy.NewSimpleStrategy(1000); over the limit, refused at once (429); an answer of 500 or more is OnDropped, else OnSuccess",
+			Guard: func() func(http.Handler) http.Handler {
+				l, err := limiter.NewDefaultLimiterWithDefaults("admissioncmp", strategy.NewSimpleStrategy(1000),
+					limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+				if err != nil {
+					panic(err) // constant arguments
+				}
+				return concurrencyLimits(l)
+			},
+		},
+	}
+}
+
+// QueueVariants returns deadlinekit's static limit with each of its queue orders,
+// the queue's length stated.
+func QueueVariants() []Variant {
+	const n = shortcircuit.DefaultQueueFactor * Workers
+	var vs []Variant
+	for _, o := range []shortcircuit.QueueOrder{shortcircuit.FIFO, shortcircuit.LIFO, shortcircuit.EarliestDeadline} {
+		vs = append(vs, Variant{
+			Name: "deadlinekit static limit 8, queue " + o.String(),
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(8), WithQueue(32, shortcircuit." + orderName(o) + "))",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithMaxConcurrency(Workers), shortcircuit.WithQueue(n, o))
+			},
+		})
+	}
+	return vs
+}
+
+func orderName(o shortcircuit.QueueOrder) string {
+	switch o {
+	case shortcircuit.LIFO:
+		return "LIFO"
+	case shortcircuit.EarliestDeadline:
+		return "EarliestDeadline"
+	}
+	return "FIFO"
+}
+
+// concurrencyLimits is go-concurrency-limits' server interceptor for net/http (the
+// module has none): acquire a token or refuse with 429, then release it as its
+// gRPC interceptor does, OnDropped for a failure (here a 5xx answer), else OnSuccess.
+func concurrencyLimits(l core.Limiter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tok, ok := l.Acquire(r.Context())
+			if !ok {
+				http.Error(w, "limit exceeded", http.StatusTooManyRequests)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			next.ServeHTTP(sw, r)
+			if sw.status >= http.StatusInternalServerError {
+				tok.OnDropped()
+			} else {
+				tok.OnSuccess()
+			}
+		})
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}

@@ -62,12 +62,19 @@ const (
 type Breaker struct {
 	cfg      *config
 	circuits atomic.Pointer[map[key]*circuit] // copy-on-write; at most 4 × MaxTargets keys
+	last     atomic.Pointer[hit]              // the circuit found last: most clients call one target
 	mu       sync.Mutex                       // serialises additions
 	byName   map[string]*circuit              // under mu; at most MaxTargets
 
 	refused, probes, untracked         atomic.Uint64
 	successes, failures, neutral, slow atomic.Uint64
 	opens                              atomic.Uint64
+}
+
+// hit is a circuit with the key it was made for: the lookup's one-entry cache.
+type hit struct {
+	k key
+	c *circuit
 }
 
 // key identifies a circuit in the lookup map without building a string per call.
@@ -96,6 +103,7 @@ func New(opts ...Option) *Breaker {
 // circuit is the state of one target's breaker.
 type circuit struct {
 	name  string
+	hit   hit // the key the circuit was made for, and itself
 	epoch time.Time
 	tel   *otelattr.BreakerTarget
 	lat   *quantile.Window // latencies of successes: the target's typical latency
@@ -137,10 +145,18 @@ func stateOf(sg uint64) State { return State(sg & 3) }
 // next returns sg moved to state s, in a new generation.
 func next(sg uint64, s State) uint64 { return (sg&^3 + 4) | uint64(s) }
 
-// lookup returns the circuit of k, nil when there is none yet.
+// lookup returns the circuit of k, nil when there is none yet. The circuit found
+// last is compared first: a key compares in a few ns, a map lookup hashes it.
 func (b *Breaker) lookup(k key) *circuit {
+	if h := b.last.Load(); h != nil && h.k == k {
+		return h.c
+	}
 	if m := b.circuits.Load(); m != nil {
-		return (*m)[k]
+		c := (*m)[k]
+		if c != nil && c.hit.k == k {
+			b.last.Store(&c.hit)
+		}
+		return c
 	}
 	return nil
 }
@@ -174,6 +190,7 @@ func (b *Breaker) circuit(k key) *circuit {
 			return nil
 		}
 		c = b.newCircuit(nm)
+		c.hit = hit{k: k, c: c}
 		b.byName[nm] = c
 	}
 	m := make(map[key]*circuit, n+1)

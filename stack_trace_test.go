@@ -287,3 +287,48 @@ func TestSpansGRPCOpenTelemetryPlugin(t *testing.T) {
 		}
 	}
 }
+
+// Whatever layers are left out, the downstream's server span is in the caller's trace:
+// the layer that starts the call's span, or an attempt's, writes the trace context.
+func TestSpansJoinTheTraceWithoutSomeLayers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []deadlinekit.Option
+	}{
+		{"all layers", nil},
+		{"without retry", []deadlinekit.Option{deadlinekit.Without(deadlinekit.Retry)}},
+		{"without retry and hedge", []deadlinekit.Option{deadlinekit.Without(deadlinekit.Retry, deadlinekit.Hedge)}},
+		{"without hedge", []deadlinekit.Option{deadlinekit.Without(deadlinekit.Hedge)}},
+		{"propagate alone", []deadlinekit.Option{deadlinekit.Without(deadlinekit.Retry, deadlinekit.Hedge, deadlinekit.Breaker)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp, rec := traced(t)
+			url := downstreamHTTP(t, tp)
+			c := &http.Client{Transport: deadlinekit.NewTransport(nil, tc.opts...)}
+			defer c.CloseIdleConnections()
+			ctx, root := tp.Tracer("test").Start(context.Background(), "user request")
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if err := get(ctx, c, url); err != nil {
+				t.Fatal(err)
+			}
+			root.End()
+			var servers, joined int
+			for wait := time.Now().Add(5 * time.Second); servers == 0 && time.Now().Before(wait); {
+				time.Sleep(time.Millisecond)
+				servers, joined = 0, 0
+				for _, s := range rec.Ended() {
+					if s.SpanKind() == trace.SpanKindServer {
+						servers++
+						if s.SpanContext().TraceID() == root.SpanContext().TraceID() {
+							joined++
+						}
+					}
+				}
+			}
+			if servers != 1 || joined != 1 {
+				t.Errorf("%d server spans, %d of them in the caller's trace; want 1 and 1", servers, joined)
+			}
+		})
+	}
+}

@@ -89,6 +89,18 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ctx != req.Context() {
 		req = req.WithContext(ctx)
 	}
+	if call.Started() {
+		// Nothing above wrote the trace context, and a call sent without a hedge
+		// makes no attempt span to write it: the downstream's span must still be a
+		// child of the call's. (A hedged call's attempts write their own.)
+		r := *req
+		r.Header = req.Header.Clone()
+		if r.Header == nil {
+			r.Header = make(http.Header, 1)
+		}
+		otelattr.InjectHTTP(ctx, r.Header)
+		req = &r
+	}
 	resp, err := t.roundTrip(ctx, req)
 	call.EndHTTP(resp, err)
 	return resp, err

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,7 +51,7 @@ const (
 // remaining budget. It is the protocol-free core of the concurrency options.
 type limiter struct {
 	order    QueueOrder
-	maxQueue int
+	maxQueue int           // negative: DefaultQueueFactor × the current limit
 	floor    time.Duration // the guard's static floor: the least service time assumed
 	adapt    *gradient     // nil: a static limit
 	tel      *otelattr.Admission
@@ -64,6 +65,14 @@ type limiter struct {
 	dev      time.Duration // average deviation from it
 }
 
+// queueBound is how many requests may wait. l.mu is held.
+func (l *limiter) queueBound() int {
+	if l.maxQueue >= 0 {
+		return l.maxQueue
+	}
+	return DefaultQueueFactor * l.limit
+}
+
 // mean is the service time a wait is predicted with. l.mu is held.
 func (l *limiter) mean() time.Duration { return max(l.service, l.floor) }
 
@@ -74,17 +83,11 @@ func newLimiter(c *config) *limiter {
 	l := &limiter{order: c.order, floor: c.floor, tel: otelattr.NewAdmission()}
 	if a := c.adaptiveLimit; a != nil {
 		l.adapt = newGradient(*a)
-		l.limit = a.Initial
+		l.limit = int(l.adapt.limit)
 	} else {
 		l.limit = c.maxConcurrency
 	}
-	l.maxQueue = c.maxQueue
-	if l.maxQueue < 0 {
-		l.maxQueue = DefaultQueueFactor * l.limit
-		if l.adapt != nil {
-			l.maxQueue = DefaultQueueFactor * l.adapt.cfg.Max
-		}
-	}
+	l.maxQueue = c.maxQueue // negative: DefaultQueueFactor × the current limit
 	l.tel.Limit(context.Background(), l.limit)
 	return l
 }
@@ -138,7 +141,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 		l.mu.Unlock()
 		return entry{decision: CannotFinish, wait: wait, service: need}
 	}
-	if l.q.Len() >= l.maxQueue {
+	if l.q.Len() >= l.queueBound() {
 		worst := l.worst()
 		if worst == nil || worst.key <= w.key {
 			l.mu.Unlock()
@@ -238,6 +241,12 @@ func (l *limiter) worst() *waiter {
 // run), and hands free slots to the queue, dropping the requests whose budget can no
 // longer pay for the work.
 func (l *limiter) release(took time.Duration) {
+	l.releaseAt(time.Time{}, took)
+}
+
+// releaseAt is release for a handler that ended at now (zero: not known, read the
+// clock if the adaptive limit needs it).
+func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 	l.mu.Lock()
 	l.inflight--
 	if took > 0 {
@@ -249,7 +258,10 @@ func (l *limiter) release(took time.Duration) {
 			l.dev += (max(d, -d) - l.dev) / devWeight
 		}
 		if l.adapt != nil {
-			if n := l.adapt.update(took, l.inflight+1); n != l.limit {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if n := l.adapt.update(now, took, l.inflight+1); n != l.limit {
 				l.limit = n
 				l.tel.Limit(context.Background(), n)
 			}
@@ -257,7 +269,6 @@ func (l *limiter) release(took time.Duration) {
 	}
 	need := l.need()
 	started := 0
-	var now time.Time
 	for l.inflight < l.limit && l.q.Len() > 0 {
 		w := heap.Pop(&l.q).(*waiter)
 		if w.has {
@@ -304,45 +315,69 @@ func (q *waitQueue) Pop() any {
 // gradient is the adaptive limit's rule (see [AdaptiveLimit]). Its owner serialises
 // calls (limiter.mu).
 type gradient struct {
-	cfg         AdaptiveLimit
-	limit       float64
-	short, long float64 // averages of the handler's duration, ns
-	samples     int
+	cfg   AdaptiveLimit
+	limit float64
+	// minRTT is the handler's unloaded latency, zero until the first probe is over.
+	minRTT time.Duration
+	// While probing: the limit before the probe (zero for the first), how many
+	// completions of requests started before it are still to come (skipped), and
+	// the durations of those started during it.
+	probing bool
+	saved   float64
+	skip    int
+	probe   []time.Duration
+	// Between probes: the next recomputation and the next probe, and the sum and
+	// count of the durations of the window.
+	next, nextProbe time.Time
+	sum             time.Duration
+	n               int
 }
 
 func newGradient(a AdaptiveLimit) *gradient {
-	return &gradient{cfg: a, limit: float64(a.Initial)}
+	return &gradient{cfg: a, probing: true, limit: float64(a.ProbeConcurrency), probe: make([]time.Duration, 0, a.ProbeSamples)}
 }
 
-// longWeight and shortWeight are the weights of a new duration in the long and the
-// short average: the long one follows the handler over a few hundred calls, the
-// short one over the last few.
-const (
-	longWeight  = 1.0 / 500
-	shortWeight = 1.0 / 10
-)
-
-// update takes one handler duration, with inflight handlers running when it ended
-// (itself included), and returns the new limit.
-func (g *gradient) update(took time.Duration, inflight int) int {
-	v := float64(took)
-	if g.samples == 0 {
-		g.short, g.long = v, v
-	} else {
-		g.short += (v - g.short) * shortWeight
-		g.long += (v - g.long) * longWeight
+// update takes one handler duration, ending at now with inflight handlers running
+// (itself included), and returns the limit.
+func (g *gradient) update(now time.Time, took time.Duration, inflight int) int {
+	if g.probing {
+		if g.skip > 0 {
+			g.skip-- // started before the probe, under a higher concurrency
+			return int(g.limit)
+		}
+		g.probe = append(g.probe, took)
+		if len(g.probe) < g.cfg.ProbeSamples {
+			return int(g.limit)
+		}
+		slices.Sort(g.probe)
+		g.minRTT = g.probe[len(g.probe)/2]
+		g.probe = g.probe[:0]
+		g.probing = false
+		g.limit = float64(g.cfg.Initial)
+		if g.saved > 0 {
+			g.limit = g.saved
+		}
+		g.next, g.nextProbe = now.Add(g.cfg.Window), now.Add(g.cfg.ProbeInterval)
+		g.sum, g.n = 0, 0
+		return int(g.limit)
 	}
-	g.samples++
-	if g.long > 2*g.short {
-		// The handler became much faster: let the long average catch up, so that
-		// the limit may grow again soon.
-		g.long = 0.95*g.long + 0.05*g.short
+	if !now.Before(g.nextProbe) {
+		g.probing, g.saved, g.skip = true, g.limit, inflight-1
+		g.limit = float64(g.cfg.ProbeConcurrency)
+		return int(g.limit)
 	}
-	if float64(inflight) < g.limit/2 {
-		return int(g.limit) // the load, not the limit, keeps concurrency low: learn nothing
+	g.sum += took
+	g.n++
+	if now.Before(g.next) {
+		return int(g.limit)
 	}
-	grad := min(max(g.cfg.Tolerance*g.long/g.short, 0.5), 1)
-	next := g.limit*grad + math.Sqrt(g.limit)
-	g.limit = min(max(g.limit*(1-g.cfg.Smoothing)+next*g.cfg.Smoothing, float64(g.cfg.Min)), float64(g.cfg.Max))
+	sample := float64(g.sum) / float64(g.n)
+	grad := min(max((1+g.cfg.Buffer)*float64(g.minRTT)/sample, 0.5), 2)
+	g.next, g.sum, g.n = now.Add(g.cfg.Window), 0, 0
+	if l := g.limit * grad; l+math.Sqrt(l) < g.limit || float64(inflight) >= g.limit/2 {
+		// (Below half its slots in use, the load, not the limit, keeps concurrency
+		// low: no reason to grow.)
+		g.limit = min(max(l+math.Sqrt(l), float64(g.cfg.Min)), float64(g.cfg.Max))
+	}
 	return int(g.limit)
 }

@@ -99,7 +99,7 @@ func (s *server) teach(n int) {
 
 func TestLimitQueuesBeyondItsSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(2))
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(2), shortcircuit.WithQueue(10, shortcircuit.FIFO))
 		var wg sync.WaitGroup
 		for i := range 5 {
 			s.send(&wg, i, time.Second)
@@ -128,7 +128,7 @@ func TestLimitQueuesBeyondItsSlots(t *testing.T) {
 
 func TestRefusesWhatCannotFinish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1))
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(8, shortcircuit.FIFO))
 		s.teach(20) // the work takes 10 ms
 		var wg sync.WaitGroup
 		for i := range 3 {
@@ -208,7 +208,7 @@ func TestOverloadedWhenTheQueueIsFull(t *testing.T) {
 // A request without a deadline is never refused for its budget: it waits its turn.
 func TestNoDeadlineWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1))
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(10, shortcircuit.FIFO))
 		s.teach(20)
 		var wg sync.WaitGroup
 		for i := range 4 {

@@ -152,10 +152,11 @@ func WithObserver(o Observer) Option {
 }
 
 // DefaultQueueFactor sets the queue's default bound: this many requests per slot of
-// the concurrency limit (of its maximum, for an adaptive limit). The queue admits
-// only requests predicted to finish in time, so its bound matters for requests
-// without a deadline and for memory; past it, a request is refused as overloaded.
-const DefaultQueueFactor = 4
+// the concurrency limit (of the current limit, for an adaptive one). The queue admits
+// only requests predicted to finish in time; its bound caps the time an admitted
+// request waits (about one service time at 1 per slot) and holds the requests without
+// a deadline; past it, a request is refused as overloaded.
+const DefaultQueueFactor = 1
 
 // WithMaxConcurrency caps the handlers running at once at n: a request beyond the cap
 // waits in a queue ([WithQueue]) for a free slot, or is refused when it cannot finish
@@ -172,28 +173,38 @@ func WithMaxConcurrency(n int) Option {
 // AdaptiveLimit configures the adaptive concurrency limit. It is plain data; zero
 // fields take the value of [DefaultAdaptiveLimit].
 //
-// The rule is a gradient (Netflix's Gradient2): at each handler's end it compares a
-// short average of the handler's recent durations with a long one, and sets the limit
-// to limit × clamp(Tolerance × long / short, 0.5, 1) + √limit, smoothed by
-// Smoothing and held to [Min, Max]. While durations stay near their long average the
-// limit grows by about √limit at a time; once the handler slows (requests queue
-// inside it for a resource the limit is above), the limit falls, by half at most.
-// It needs no idle period to measure a handler's unloaded latency, as a Vegas rule
-// (or Envoy's adaptive concurrency, which pauses traffic to sample it) does. The limit
-// learns nothing while fewer than half of its slots are in use.
+// The rule is Envoy's adaptive concurrency (a gradient controller). The handler's
+// unloaded latency, minRTT, is measured by pinning the limit to ProbeConcurrency
+// until ProbeSamples requests started under it have finished (their median), at the
+// start and every ProbeInterval after. In between, every Window, the limit becomes
+// limit × clamp((1 + Buffer) × minRTT / sample, 0.5, 2) + √(that), held to [Min,
+// Max], where sample is the mean duration of the requests that finished in the
+// window: the limit grows while the handler runs near its unloaded speed and falls,
+// by half at most per window, once requests queue inside it for a resource the limit
+// is above. A rule that compares recent latency with a long-run average of the same
+// latency (Netflix's Gradient2) learns a handler that has been overloaded from the
+// start as normal and grows without end; measuring minRTT at low concurrency costs a
+// short dip (ProbeSamples requests at ProbeConcurrency) per interval instead. The
+// limit does not grow while fewer than half of its slots are in use.
 type AdaptiveLimit struct {
-	// Min and Max bound the limit; Initial is where it starts.
+	// Min and Max bound the limit; Initial is the limit after the first probe.
 	Min, Max, Initial int
-	// Tolerance is how much slower than the long average the short one may get before
-	// the limit falls: 1.5 lets it be half as slow again.
-	Tolerance float64
-	// Smoothing is the weight of each new limit, in (0, 1].
-	Smoothing float64
+	// Buffer is how much slower than minRTT the handler may run before the limit
+	// falls: 0.25 lets it be 25% slower.
+	Buffer float64
+	// Window is how often the limit is recomputed.
+	Window time.Duration
+	// ProbeConcurrency, ProbeSamples and ProbeInterval describe the measure of
+	// minRTT: the limit during it, the requests it takes, and how often it is taken.
+	ProbeConcurrency, ProbeSamples int
+	ProbeInterval                  time.Duration
 }
 
-// DefaultAdaptiveLimit is the adaptive limit's default: from 20 handlers at once,
-// between 1 and 1000, tolerance 1.5, smoothing 0.2 (Gradient2's values).
-var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Tolerance: 1.5, Smoothing: 0.2}
+// DefaultAdaptiveLimit is the adaptive limit's default: between 1 and 1000 handlers
+// at once, 20 after the first probe, buffer 25%, recomputed every 100 ms; minRTT from
+// 50 requests at a concurrency of 3, every 30 s (Envoy's values, but a 60 s interval).
+var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Buffer: 0.25, Window: 100 * time.Millisecond,
+	ProbeConcurrency: 3, ProbeSamples: 50, ProbeInterval: 30 * time.Second}
 
 func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
 	d := DefaultAdaptiveLimit
@@ -208,11 +219,21 @@ func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
 		a.Initial = d.Initial
 	}
 	a.Initial = min(max(a.Initial, a.Min), a.Max)
-	if !(a.Tolerance >= 1) {
-		a.Tolerance = d.Tolerance
+	if !(a.Buffer > 0) {
+		a.Buffer = d.Buffer
 	}
-	if !(a.Smoothing > 0 && a.Smoothing <= 1) {
-		a.Smoothing = d.Smoothing
+	if a.Window <= 0 {
+		a.Window = d.Window
+	}
+	if a.ProbeConcurrency <= 0 {
+		a.ProbeConcurrency = d.ProbeConcurrency
+	}
+	a.ProbeConcurrency = min(max(a.ProbeConcurrency, a.Min), a.Max)
+	if a.ProbeSamples <= 0 {
+		a.ProbeSamples = d.ProbeSamples
+	}
+	if a.ProbeInterval <= 0 {
+		a.ProbeInterval = d.ProbeInterval
 	}
 	return a
 }
@@ -231,7 +252,16 @@ func WithAdaptiveConcurrency(a AdaptiveLimit) Option {
 
 // WithQueue sets the queue of the concurrency limit: at most n requests wait for a
 // slot (zero: none wait; a request that finds every slot taken is refused), served
-// in the given order. Default: [DefaultQueueFactor] per slot, [FIFO].
+// in the given order. Default: as many as the limit has slots ([DefaultQueueFactor]),
+// [FIFO].
+//
+// FIFO keeps every refusal fast: a request that the queue could not serve in time is
+// refused on arrival, and the ones it holds are served in time. LIFO answers the
+// admitted requests sooner under overload (in BENCHMARKS.md, at 2× and 4× of
+// capacity with a queue of 4 per slot, a p50 of 12–13 ms where FIFO took 51–52 ms, at
+// the same goodput) but refuses late: the requests it serves last wait until they
+// can no longer finish, or until a newcomer evicts them. EarliestDeadline was no
+// better than FIFO there. A shorter queue is the other way to a lower latency.
 func WithQueue(n int, order QueueOrder) Option {
 	return optionFunc(func(c *config) {
 		c.maxQueue = max(n, 0)

@@ -5,44 +5,94 @@ import (
 	"time"
 )
 
-func TestGradientRisesWhileLatencyHolds(t *testing.T) {
-	g := newGradient(AdaptiveLimit{Min: 1, Max: 200, Initial: 20}.withDefaults())
-	n := 20
-	for range 200 {
-		n = g.update(10*time.Millisecond, n) // every slot busy, the latency flat
+// handler models a handler with 8 slots of a resource: below 8 at once a request
+// takes base, above it waits its turn inside the handler.
+func handler(base time.Duration, inflight int) time.Duration {
+	return time.Duration(float64(base) * max(1, float64(inflight)/8))
+}
+
+// drive feeds g the completions of a saturated handler (as many running as the limit
+// allows) for d, one completion per millisecond, from now; it returns the time
+// reached and the limits seen after the first probe.
+func drive(g *gradient, now time.Time, d time.Duration, base time.Duration) (time.Time, []int) {
+	var seen []int
+	limit := int(g.limit)
+	for end := now.Add(d); now.Before(end); now = now.Add(time.Millisecond) {
+		limit = g.update(now, handler(base, limit), limit)
+		if g.minRTT > 0 && !g.probing {
+			seen = append(seen, limit)
+		}
 	}
-	if n <= 40 || n > 200 {
-		t.Fatalf("limit after 200 flat samples at full use = %d; want it grown well above 20, within 200", n)
+	return now, seen
+}
+
+func bounds(xs []int) (lo, hi int) {
+	lo, hi = xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
 	}
-	if g.update(10*time.Millisecond, 1) != n {
-		t.Fatal("a sample from an idle limit moved it")
+	return lo, hi
+}
+
+// Overloaded from the start, above the handler's 8 slots: the limit measures the
+// unloaded latency at a concurrency of 3, then settles a little above 8, and stays
+// there through the periodic probes.
+func TestGradientFindsTheCapacity(t *testing.T) {
+	g := newGradient(DefaultAdaptiveLimit.withDefaults())
+	now, _ := drive(g, time.Unix(0, 0), 5*time.Second, 10*time.Millisecond)
+	if g.minRTT != 10*time.Millisecond {
+		t.Fatalf("minRTT = %v, want the unloaded 10ms", g.minRTT)
+	}
+	_, seen := drive(g, now, 100*time.Second, 10*time.Millisecond)
+	lo, hi := bounds(seen[len(seen)/10:])
+	t.Logf("limit in [%d, %d] over 100 s", lo, hi)
+	if lo < 8 || hi > 20 {
+		t.Fatalf("limit in [%d, %d] over 100 s; want it near the handler's 8 slots, in [8, 20]", lo, hi)
 	}
 }
 
-func TestGradientFallsWhenTheHandlerSlows(t *testing.T) {
-	g := newGradient(AdaptiveLimit{Min: 2, Max: 1000, Initial: 100}.withDefaults())
-	n := 100
-	for range 1000 {
-		n = g.update(10*time.Millisecond, n)
+// The handler turns twice as slow: the limit falls until the next probe measures the
+// new unloaded latency, then settles where it was.
+func TestGradientFollowsASlowerHandler(t *testing.T) {
+	g := newGradient(DefaultAdaptiveLimit.withDefaults())
+	now, _ := drive(g, time.Unix(0, 0), 20*time.Second, 10*time.Millisecond)
+	before := int(g.limit)
+	now, seen := drive(g, now, 2*time.Second, 20*time.Millisecond)
+	if lo, _ := bounds(seen); lo >= before/2 {
+		t.Fatalf("limit fell to %d from %d; want it at least halved", lo, before)
 	}
-	before := n
-	for range 30 {
-		n = g.update(40*time.Millisecond, n) // the handler is 4 times slower
+	_, seen = drive(g, now, 60*time.Second, 20*time.Millisecond)
+	if g.minRTT != 20*time.Millisecond {
+		t.Fatalf("minRTT = %v after the next probe; want 20ms", g.minRTT)
 	}
-	if n > before/2 {
-		t.Fatalf("limit %d after 30 slow samples, from %d; want it at least halved", n, before)
+	if lo, hi := bounds(seen[len(seen)/2:]); lo < 8 || hi > 20 {
+		t.Fatalf("limit in [%d, %d]; want it back near 8", lo, hi)
 	}
+}
+
+// A limit used by fewer than half its slots does not grow.
+func TestGradientIdleDoesNotGrow(t *testing.T) {
+	g := newGradient(DefaultAdaptiveLimit.withDefaults())
+	now := time.Unix(0, 0)
+	for range 50 { // the first probe
+		g.update(now, 10*time.Millisecond, 1)
+		now = now.Add(time.Millisecond)
+	}
+	start := int(g.limit)
 	for range 10000 {
-		n = g.update(time.Second, n)
+		g.update(now, 10*time.Millisecond, 2)
+		now = now.Add(time.Millisecond)
 	}
-	if n < 2 {
-		t.Fatalf("limit %d below Min", n)
+	if n := int(g.limit); n > start {
+		t.Fatalf("limit grew from %d to %d with 2 requests at once", start, n)
 	}
 }
 
 func TestAdaptiveLimitDefaults(t *testing.T) {
-	a := AdaptiveLimit{Min: 10, Max: 5, Initial: 1, Tolerance: 0.5, Smoothing: 2}.withDefaults()
-	if a.Min != 10 || a.Max != 10 || a.Initial != 10 || a.Tolerance != 1.5 || a.Smoothing != 0.2 {
+	a := AdaptiveLimit{Min: 10, Max: 5, Initial: 1, Buffer: -1, ProbeConcurrency: 1}.withDefaults()
+	d := DefaultAdaptiveLimit
+	if a.Min != 10 || a.Max != 10 || a.Initial != 10 || a.Buffer != d.Buffer || a.Window != d.Window ||
+		a.ProbeConcurrency != 10 || a.ProbeSamples != d.ProbeSamples || a.ProbeInterval != d.ProbeInterval {
 		t.Fatalf("withDefaults = %+v", a)
 	}
 }

@@ -335,7 +335,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 	took := end.Sub(t.start)
 	if g.lim != nil {
 		t.released = true
-		g.lim.release(max(took, 1))
+		g.lim.releaseAt(end, max(took, 1))
 	}
 	if ok && t.win != nil {
 		t.win.Add(end, took)
@@ -390,7 +390,8 @@ func (t *ticket) refusal() string {
 		return "shortcircuit: cannot finish in time: after " + deadline.Format(e.wait) + " in the queue, " +
 			deadline.Format(t.left-e.wait) + " left for " + deadline.Format(e.service) + " of work: request refused before the handler ran"
 	case Overloaded:
-		return "shortcircuit: overloaded: every slot taken and the queue full; come back in " + deadline.Format(e.wait) +
+		d, _ := t.comeBack()
+		return "shortcircuit: overloaded: every slot taken and the queue full; come back in " + deadline.Format(d) +
 			" (the predicted wait): request refused before the handler ran"
 	case Canceled:
 		return "shortcircuit: the caller cancelled after " + deadline.Format(e.wait) + " in the queue"

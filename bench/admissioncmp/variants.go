@@ -70,14 +70,14 @@ func Variants() []Variant {
 		},
 		{
 			Name: "deadlinekit shortcircuit, static limit 8",
-			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(8)): the default queue (DefaultQueueFactor 4 × 8 = 32, FIFO) admits a request only when its predicted wait plus the service time fits in the time left",
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(8)): the default queue (DefaultQueueFactor 1 × 8 = 8, FIFO) admits a request only when its predicted wait plus the service time fits in the time left",
 			Guard: func() func(http.Handler) http.Handler {
 				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithMaxConcurrency(Workers))
 			},
 		},
 		{
 			Name: "deadlinekit shortcircuit, adaptive limit",
-			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithAdaptiveConcurrency(DefaultAdaptiveLimit)): gradient rule from 20, in [1, 1000], tolerance 1.5, smoothing 0.2; default queue (4 × 1000, FIFO) with the same admission by predicted wait",
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithAdaptiveConcurrency(DefaultAdaptiveLimit)): Envoy's gradient: minRTT measured at a concurrency of 3 (50 requests, every 30 s), then every 100 ms limit × clamp(1.25 × minRTT / mean latency, 0.5, 2) + √, in [1, 1000], 20 after the first probe; default queue (1 × the current limit, FIFO) with the same admission by predicted wait",
 			Guard: func() func(http.Handler) http.Handler {
 				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))
 			},

@@ -336,3 +336,66 @@ func TestPanicGivesTheSlotBack(t *testing.T) {
 		}
 	})
 }
+
+// The adaptive limit through the middleware, in fake time: a handler with 8 slots of
+// a resource (beyond them requests queue inside it) and 40 callers that each send
+// again as soon as answered. The limit measures the unloaded latency at 3 at once,
+// then lets in a little more than the 8 slots, not the 40.
+func TestAdaptiveLimitFindsTheHandlersSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slots := make(chan struct{}, 8)
+		var mu sync.Mutex
+		inside, peak := 0, 0
+		h := shortcircuit.NewMiddleware(shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				inside++
+				peak = max(peak, inside)
+				mu.Unlock()
+				slots <- struct{}{}
+				time.Sleep(10 * ms)
+				<-slots
+				mu.Lock()
+				inside--
+				mu.Unlock()
+			}))
+		var wg sync.WaitGroup
+		stop := time.Now().Add(10 * time.Second)
+		var answered, refused int
+		for range 40 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+					cancel()
+					mu.Lock()
+					if rec.Code == http.StatusOK {
+						answered++
+					} else {
+						refused++
+					}
+					mu.Unlock()
+					if rec.Code != http.StatusOK {
+						time.Sleep(10 * ms) // a refused caller comes back a little later
+					}
+				}
+			})
+			time.Sleep(time.Microsecond)
+		}
+		// Read the peak of the last 5 s only: reset it half way.
+		time.Sleep(5 * time.Second)
+		mu.Lock()
+		peak = inside
+		mu.Unlock()
+		wg.Wait()
+		t.Logf("%d answered, %d refused in 10 s; at most %d in the handler in the last 5 s", answered, refused, peak)
+		if peak > 20 || peak < 8 {
+			t.Errorf("%d requests in the handler at once; want a little above its 8 slots", peak)
+		}
+		// 8 slots × 10 ms is 800 a second: most of the capacity is used.
+		if answered < 6000 {
+			t.Errorf("%d answered in 10 s; want most of the 8000 the slots can serve", answered)
+		}
+	})
+}

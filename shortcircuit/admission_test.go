@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
@@ -397,5 +399,33 @@ func TestAdaptiveLimitFindsTheHandlersSlots(t *testing.T) {
 		if answered < 6000 {
 			t.Errorf("%d answered in 10 s; want most of the 8000 the slots can serve", answered)
 		}
+	})
+}
+
+// Streams are not held to the concurrency limit: two run at once under a limit of 1.
+func TestStreamsAreNotLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := shortcircuit.StreamServerInterceptor(shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(0, shortcircuit.FIFO))
+		release := make(chan struct{})
+		var entered sync.WaitGroup
+		entered.Add(2)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				err := in(nil, fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: "/s/M"}, func(any, grpc.ServerStream) error {
+					entered.Done()
+					<-release
+					return nil
+				})
+				if err != nil {
+					t.Errorf("stream: %v", err)
+				}
+			})
+		}
+		entered.Wait() // both handlers run at once
+		close(release)
+		wg.Wait()
 	})
 }

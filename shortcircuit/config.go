@@ -250,6 +250,11 @@ func WithAdaptiveConcurrency(a AdaptiveLimit) Option {
 	})
 }
 
+// withoutLimit removes the concurrency limit (streams).
+func withoutLimit() Option {
+	return optionFunc(func(c *config) { c.maxConcurrency, c.adaptiveLimit = 0, nil })
+}
+
 // WithQueue sets the queue of the concurrency limit: at most n requests wait for a
 // slot (zero: none wait; a request that finds every slot taken is refused), served
 // in the given order. Default: as many as the limit has slots ([DefaultQueueFactor]),

@@ -59,9 +59,12 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 // DeadlineExceeded, before the handler runs, when the time left is below the floor or
 // the deadline has passed. The floor is checked once, when the stream opens; the
 // stream's duration (for the adaptive floor) and overrun run to the handler's return.
-// Errors are mapped as by [UnaryServerInterceptor].
+// Errors are mapped as by [UnaryServerInterceptor]. The concurrency options
+// ([WithMaxConcurrency], [WithAdaptiveConcurrency], [WithQueue]) do not apply to
+// streams: a stream's life is no service time to predict a wait from, and a few
+// long-lived streams would hold every slot.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
-	g := newGuard(opts)
+	g := newGuard(append(opts[:len(opts):len(opts)], withoutLimit()))
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		var t ticket

@@ -26,6 +26,7 @@ package admissioncmp
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -125,15 +126,18 @@ func Variants() []Variant {
 	}
 }
 
+// QueueLength is the queue of [QueueVariants]: the default, one per slot.
+const QueueLength = shortcircuit.DefaultQueueFactor * Workers
+
 // QueueVariants returns deadlinekit's static limit with each of its queue orders,
 // the queue's length stated.
 func QueueVariants() []Variant {
-	const n = shortcircuit.DefaultQueueFactor * Workers
+	const n = QueueLength
 	var vs []Variant
 	for _, o := range []shortcircuit.QueueOrder{shortcircuit.FIFO, shortcircuit.LIFO, shortcircuit.EarliestDeadline} {
 		vs = append(vs, Variant{
 			Name: "deadlinekit static limit 8, queue " + o.String(),
-			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(8), WithQueue(32, shortcircuit." + orderName(o) + "))",
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(8), WithQueue(" + strconv.Itoa(n) + ", shortcircuit." + orderName(o) + "))",
 			Guard: func() func(http.Handler) http.Handler {
 				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithMaxConcurrency(Workers), shortcircuit.WithQueue(n, o))
 			},

@@ -115,7 +115,7 @@ func main() {
 	}
 
 	if len(qloads) > 0 && len(qs) > 0 {
-		fmt.Printf("## Queue order of deadlinekit's static limit (8 slots, queue of 32) under overload\n\n")
+		fmt.Printf("## Queue order of deadlinekit's static limit (%d slots, queue of %d) under overload\n\n", admissioncmp.Workers, admissioncmp.QueueLength)
 		fmt.Println("| order | mode | load | goodput req/s (% of capacity) | wasted work | answers p50 / p99 | refusals p99 | refused (statuses) | no answer in time | harness: sent, errors, lag |")
 		fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 		for _, m := range modes {

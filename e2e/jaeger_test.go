@@ -410,4 +410,30 @@ func TestThreeHopInJaeger(t *testing.T) {
 			t.Errorf("C answered the probe %v; want 200", v)
 		}
 	})
+
+	t.Run("overload's refused request carries C's admission decision", func(t *testing.T) {
+		id, ok := traces["overload: a request C refused at once"]
+		if !ok {
+			t.Fatalf("threehop printed no trace for a refused request: %v", traces)
+		}
+		// B's root, its call's span, an attempt's and C's server span at least.
+		tr := fetchTrace(t, id, 4)
+		spans := tr.spansWith("threehop-c", "deadlinekit.shortcircuit.admission")
+		if len(spans) == 0 {
+			t.Fatal("no span of threehop-c carries deadlinekit.shortcircuit.admission")
+		}
+		refused := 0
+		for _, s := range spans {
+			switch v, _ := s.tag("deadlinekit.shortcircuit.admission"); v {
+			case "overloaded", "cannot_finish", "dropped":
+				refused++
+			case "admitted":
+			default:
+				t.Errorf("%s: admission = %v", s.OperationName, v)
+			}
+		}
+		if refused == 0 {
+			t.Error("none of C's spans in the refused request's trace says it was refused")
+		}
+	})
 }

@@ -29,6 +29,12 @@
 //	         while it hangs, B's time to fail a call (a timeout, or microseconds once
 //	         the circuit is open), and the time from C's recovery to B's first success
 //	         and to the circuit closing. A timeline shows both runs.
+//	overload C has 4 slots × 10 ms of work that does not watch its context (400
+//	         requests/s); B offers it twice that for 2 s (Poisson arrivals, 100 ms
+//	         budget each). Without a guard every request waits in a growing line and C
+//	         works for callers long gone; with a concurrency limit of 4
+//	         (shortcircuit.WithMaxConcurrency) C admits what it can finish in time and
+//	         refuses the rest at once: answers in time, wasted work, C's p99.
 //
 // The readings come from the services themselves: each hop records when it received
 // the request, with what budget, and when its work ended; the client records when it
@@ -91,6 +97,7 @@ var scenarios = []scenario{
 	{"retry", runRetry},
 	{"hedge", runHedge},
 	{"breaker", runBreaker},
+	{"overload", runOverload},
 }
 
 func scenarioNames() []string {

@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"wasted work", "how C's work ended", "deadline propagated", "short-circuit", "retry amplification", "hedging", "circuit breaker", "C back → circuit closed"} {
+	for _, want := range []string{"wasted work", "how C's work ended", "deadline propagated", "short-circuit", "retry amplification", "hedging", "circuit breaker", "C back → circuit closed", "overload", "C's work for callers already gone"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -230,5 +230,34 @@ func TestBreaker(t *testing.T) {
 	}
 	if len(attrs(probe, svcC)) == 0 {
 		t.Error("the probe did not reach C")
+	}
+}
+
+// TestOverload checks the direction of the overload scenario's readings, with margins
+// for a loaded machine: with C's concurrency limit, C answers in time at least half of
+// what its slots can serve and works for nobody; without it, C answers far fewer in
+// time and most of its work is for callers already gone.
+func TestOverload(t *testing.T) {
+	e := &env{tel: &telemetry{}, out: io.Discard, verbose: io.Discard}
+	without, err := runOverloadOnce(e, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := runOverloadOnce(e, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := int(olRate / 2 * olDuration.Seconds())
+	t.Logf("without: %d of %d in time, %d of %d handled late, %d refused by B's breaker", without.inTime, without.offered, without.c.overdone, without.c.worked, without.circuitOpen)
+	t.Logf("with: %d of %d in time, %d of %d handled late, C refused %d", with.inTime, with.offered, with.c.overdone, with.c.worked, with.guard.Refused())
+	if with.inTime < capacity/2 || with.inTime < 3*without.inTime {
+		t.Errorf("answers in time: %d with the limit, %d without, of a capacity of %d; want at least half the capacity, and 3 times more", with.inTime, without.inTime, capacity)
+	}
+	if with.c.overdone*10 > with.c.worked || without.c.overdone*2 < without.c.worked {
+		t.Errorf("requests handled after their deadline: with %d of %d, without %d of %d; want few with, most without",
+			with.c.overdone, with.c.worked, without.c.overdone, without.c.worked)
+	}
+	if with.guard.Refused() == 0 {
+		t.Error("C refused nothing at twice its capacity")
 	}
 }

@@ -195,16 +195,23 @@ func runOverloadOnce(e *env, guarded bool) (olRun, error) {
 				run.late++
 			}
 			mu.Unlock()
-			outcome := clientSaw(err)
-			if err == nil {
+			var outcome string
+			switch {
+			case err == nil:
 				outcome = "answered in " + short(took)
+			case open:
+				outcome = "refused by B's open circuit in " + short(took)
+			case status == http.StatusServiceUnavailable:
+				outcome = "C refused it (503, come back later); B gave up after " + short(took)
+			default:
+				outcome = clientSaw(err) + " after " + short(took)
 			}
 			root.SetName("overload, " + variant + ": " + outcome)
 			root.End()
 			switch {
 			case guarded && status == http.StatusServiceUnavailable:
 				traced[0].Do(func() { e.trace("overload: a request C refused at once", root) })
-			case !guarded && err != nil && took >= olBudget:
+			case !guarded && err != nil && !open && took >= olBudget/2:
 				traced[1].Do(func() { e.trace("overload: without a guard, a request that waited past its deadline", root) })
 			}
 		})

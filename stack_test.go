@@ -263,13 +263,19 @@ func TestFromGRPCThroughTheStack(t *testing.T) {
 // retry), the calls reaching it stop once its circuit is open, and the refusals are
 // not retried (the next probe comes after the deadline); without it, every user
 // request puts retry's three attempts on it.
-func TestStackBreakerStopsTheFlood(t *testing.T) {
-	var hits atomic.Int32
+// deadServer is a downstream that answers every request 503, with a count of them.
+func deadServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	hits := new(atomic.Int32)
 	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
-	defer dead.Close()
+	t.Cleanup(dead.Close)
+	return dead, hits
+}
+
+func TestStackBreakerStopsTheFlood(t *testing.T) {
+	dead, hits := deadServer(t)
 	const requests = 50
 	for _, tc := range []struct {
 		name string
@@ -322,12 +328,7 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 		sleep  = 250 * time.Millisecond
 		probes = 3
 	)
-	var hits atomic.Int32
-	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		http.Error(w, "down", http.StatusServiceUnavailable)
-	}))
-	defer dead.Close()
+	dead, hits := deadServer(t)
 	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithBreaker(
 		breaker.WithSleep(breaker.Sleep{First: sleep, Max: sleep, Factor: 1}), breaker.WithProbes(probes)))}
 	defer c.CloseIdleConnections()
@@ -385,12 +386,7 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 // Two clients sharing one Breaker: the outage one of them saw opens the circuit for
 // the other, and the user reads its state.
 func TestStackSharedBreaker(t *testing.T) {
-	var hits atomic.Int32
-	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		http.Error(w, "down", http.StatusServiceUnavailable)
-	}))
-	defer dead.Close()
+	dead, hits := deadServer(t)
 	b := breaker.New()
 	one := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))}
 	two := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b))}
@@ -424,10 +420,7 @@ func TestStackSharedBreaker(t *testing.T) {
 // 503 / UNAVAILABLE with the time until the next probe, not a deadline's 504 and its
 // "do not retry", also when the retry layer above gave up on it for lack of time.
 func TestStackRelaysAnOpenCircuit(t *testing.T) {
-	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "down", http.StatusServiceUnavailable)
-	}))
-	defer dead.Close()
+	dead, _ := deadServer(t)
 	b := breaker.New()
 	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b))}
 	defer c.CloseIdleConnections()

@@ -7,7 +7,7 @@ import (
 
 // tokens is the account that caps hedges: each primary deposits ratio of a token,
 // each hedge withdraws one. The balance is kept in millionths of a token, at most
-// Reserve tokens; a new account is full.
+// Burst tokens; a new account is full.
 type tokens struct {
 	balance atomic.Int64
 	deposit int64
@@ -18,7 +18,7 @@ const tokenUnit = 1_000_000
 func newTokens(ratio float64) *tokens {
 	t := &tokens{deposit: int64(math.Round(ratio * tokenUnit))}
 	if t.deposit > 0 {
-		t.balance.Store(Reserve * tokenUnit)
+		t.balance.Store(Burst * tokenUnit)
 	}
 	return t
 }
@@ -30,10 +30,10 @@ func (t *tokens) pay() {
 	}
 	for {
 		b := t.balance.Load()
-		if b >= Reserve*tokenUnit {
+		if b >= Burst*tokenUnit {
 			return
 		}
-		if t.balance.CompareAndSwap(b, min(b+t.deposit, Reserve*tokenUnit)) {
+		if t.balance.CompareAndSwap(b, min(b+t.deposit, Burst*tokenUnit)) {
 			return
 		}
 	}
@@ -61,7 +61,7 @@ func (t *tokens) refund() {
 	}
 	for {
 		b := t.balance.Load()
-		if t.balance.CompareAndSwap(b, min(b+tokenUnit, Reserve*tokenUnit)) {
+		if t.balance.CompareAndSwap(b, min(b+tokenUnit, Burst*tokenUnit)) {
 			return
 		}
 	}

@@ -31,9 +31,9 @@ const (
 	// DefaultFloor is the least time left before the deadline for which a hedge is
 	// still sent.
 	DefaultFloor = 20 * time.Millisecond
-	// Reserve is the number of hedges a new [Hedger] may send before its primaries
+	// Burst is the number of hedges a new [Hedger] may send before its primaries
 	// have paid for any, and the most its token account holds.
-	Reserve = 10
+	Burst = 10
 	// MaxTargets bounds the number of targets (hosts, gRPC methods, hedged or not) a
 	// Hedger keeps state for; calls to targets beyond it are hedged only with
 	// [WithInitialDelay], and a gRPC method's descriptor is then looked up per call.
@@ -106,7 +106,7 @@ func WithPercentile(p float64) Option {
 
 // WithMaxExtraLoad sets the largest share of the primary requests that hedges may
 // add, in [0, 1]: 0.15 lets 15 hedges go out per 100 primaries (plus the first
-// [Reserve]). 0 disables hedging. Values outside are clamped (NaN: the default).
+// [Burst]). 0 disables hedging. Values outside are clamped (NaN: the default).
 // Default [DefaultMaxExtraLoad] (0.15).
 func WithMaxExtraLoad(f float64) Option {
 	return optionFunc(func(c *config) {

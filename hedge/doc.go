@@ -33,7 +33,7 @@
 // Hedges never exceed a share of the primary requests ([WithMaxExtraLoad], default
 // 0.15). A token account enforces it: each primary deposits that share of a token,
 // each hedge withdraws a whole one, and a hedge that finds less than a token is not
-// sent. A new [Hedger] starts with [Reserve] (10) tokens, which is also the most the
+// sent. A new [Hedger] starts with [Burst] (10) tokens, which is also the most the
 // account holds, so over any stretch of calls, hedges ≤ 0.15 × primaries + 10. When
 // every request turns slow at once (a latency shift), the delay still reflects the
 // old, faster latencies for a while and every call wants a hedge: the account runs dry

@@ -450,7 +450,7 @@ func TestCapConcurrent(t *testing.T) {
 			rt := h.Transport(b)
 			parallel(64, 3000, func(int) { get(t.Context(), rt) })
 			st := h.Stats()
-			limit := uint64(load*float64(st.Primaries)) + hedge.Reserve
+			limit := uint64(load*float64(st.Primaries)) + hedge.Burst
 			// Deposits made while the account is full are lost: at the start, 64
 			// primaries pay into a full account.
 			if st.Primaries != 3000 || st.Hedges > limit || st.Hedges < limit*9/10 {
@@ -494,7 +494,7 @@ func TestCapLatencyShift(t *testing.T) {
 		parallel(16, 4000, func(int) { get(t.Context(), rt) })
 		after := h.Stats()
 		hedges := after.Hedges - before.Hedges
-		limit := uint64(0.15*4000) + hedge.Reserve
+		limit := uint64(0.15*4000) + hedge.Burst
 		if hedges > limit {
 			t.Errorf("after the shift: %d hedges for 4000 calls, cap %d", hedges, limit)
 		}

@@ -91,7 +91,7 @@ func TestHTTPLoopback(t *testing.T) {
 	if time.Duration(slowest.Load()) > time.Second {
 		t.Errorf("slowest call took %v: the slow primaries were not hedged", time.Duration(slowest.Load()))
 	}
-	if st.Primaries != calls || st.Hedges > uint64(0.15*calls)+hedge.Reserve || st.HedgeWins < 3 {
+	if st.Primaries != calls || st.Hedges > uint64(0.15*calls)+hedge.Burst || st.HedgeWins < 3 {
 		t.Errorf("stats %+v", st)
 	}
 	if got := b.hedges.Load(); got > int64(st.Hedges) {
@@ -267,7 +267,7 @@ func TestGRPCLoopback(t *testing.T) {
 	if time.Duration(slowest.Load()) > time.Second {
 		t.Errorf("slowest call took %v: the slow primaries were not hedged", time.Duration(slowest.Load()))
 	}
-	if st.Primaries != 400 || st.Hedges > uint64(0.15*400)+hedge.Reserve || st.HedgeWins < 3 || hedgeAnswers.Load() != int64(st.HedgeWins) {
+	if st.Primaries != 400 || st.Hedges > uint64(0.15*400)+hedge.Burst || st.HedgeWins < 3 || hedgeAnswers.Load() != int64(st.HedgeWins) {
 		t.Errorf("stats %+v, %d answers from hedges", st, hedgeAnswers.Load())
 	}
 

@@ -29,15 +29,15 @@ func TestTokensConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		limit := int64(ratio*float64(pays.Load())) + Reserve
+		limit := int64(ratio*float64(pays.Load())) + Burst
 		if takes.Load() > limit {
 			t.Errorf("ratio %v: %d hedges for %d primaries, limit %d", ratio, takes.Load(), pays.Load(), limit)
 		}
 		if ratio > 0 && takes.Load() < limit*9/10 {
 			t.Errorf("ratio %v: only %d hedges for %d primaries, limit %d", ratio, takes.Load(), pays.Load(), limit)
 		}
-		if b := tk.value(); b < 0 || b > Reserve {
-			t.Errorf("ratio %v: balance %v out of [0, %d]", ratio, b, Reserve)
+		if b := tk.value(); b < 0 || b > Burst {
+			t.Errorf("ratio %v: balance %v out of [0, %d]", ratio, b, Burst)
 		}
 	}
 }

@@ -299,7 +299,7 @@ func TestGetBodyFailsLeavesPrimary(t *testing.T) {
 		if resp.StatusCode != 503 || string(body) != "attempt 0" || b.n.Load() != 1 {
 			t.Errorf("got %d %q, %d sent; want the primary's 503, 1 sent", resp.StatusCode, body, b.n.Load())
 		}
-		if st := h.Stats(); st.Hedges != 0 || st.HedgeWins != 0 || st.Tokens != hedge.Reserve {
+		if st := h.Stats(); st.Hedges != 0 || st.HedgeWins != 0 || st.Tokens != hedge.Burst {
 			t.Errorf("stats %+v; want no hedge, no win, a full account", st)
 		}
 		if n := len(tp.named("attempt hedge")); n != 0 {
@@ -331,7 +331,7 @@ func TestSkipRecorded(t *testing.T) {
 		{"warming up", nil, http.MethodGet, false, 0, 0, slow, "warming_up"},
 		{"one attempt", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxAttempts(1)}, http.MethodGet, false, 0, 0, slow, "disabled"},
 		{"no extra load", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxExtraLoad(0)}, http.MethodGet, false, 0, 0, slow, "disabled"},
-		{"cap", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxExtraLoad(0.01)}, http.MethodGet, false, 0, hedge.Reserve, slow, "cap"},
+		{"cap", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxExtraLoad(0.01)}, http.MethodGet, false, 0, hedge.Burst, slow, "cap"},
 		{"deadline", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodGet, false, 25 * time.Millisecond, 0, slow, "deadline"},
 		{"not due", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodGet, false, 0, 0, func(int, int) time.Duration { return time.Millisecond }, "not_due"},
 		{"hedged", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodGet, false, 0, 0, slow, ""},

@@ -22,7 +22,7 @@
 //     finds nothing.
 //   - load_*: 256 concurrent callers against a backend alternating fast phases and
 //     10× slower ones, with 30% retryable failures: the hedge cap (hedges ≤ 15% of
-//     primaries + hedge.Reserve) and the retry budget (retries ≤ 10% of successes +
+//     primaries + hedge.Burst) and the retry budget (retries ≤ 10% of successes +
 //     the floor over its window) hold exactly, and their rates stay within one
 //     percentage point of the settings.
 //   - fault_*: the downstream killed and restarted mid-run, connections refused,

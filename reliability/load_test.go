@@ -76,7 +76,7 @@ func (b *shiftingBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // phases outlast the fast phases' P99) and the retries want far more than their caps,
 // so the caps are what bound them:
 //
-//   - hedges ≤ 0.15 × primaries + 10 (hedge.Reserve), from the Hedger's counters;
+//   - hedges ≤ 0.15 × primaries + 10 (hedge.Burst), from the Hedger's counters;
 //   - retries ≤ 0.1 × successes + 10/s × TTL, counted from the retry layer's
 //     observer. The budget's TTL is made to cover the whole run (10 s, or longer for
 //     a long run), so the run is one budget window and the bound is exact.
@@ -163,15 +163,15 @@ func TestLoad(t *testing.T) {
 	t.Logf("backend: %d requests, %d answered 503, %d in slow phases", backend.requests.Load(), backend.failures.Load(), backend.slow.Load())
 
 	// The hedge cap.
-	hedgeBound := hedgeShare*float64(st.Primaries) + hedge.Reserve
+	hedgeBound := hedgeShare*float64(st.Primaries) + hedge.Burst
 	hedgeRate := float64(st.Hedges) / float64(max(st.Primaries, 1))
 	t.Logf("hedge cap: %d hedges for %d primaries = %.3f%% (setting %.0f%% + %d reserve: bound %.0f, the reserve amortised adds %.3f pp); %d refused by the cap, %d won",
-		st.Hedges, st.Primaries, 100*hedgeRate, 100*hedgeShare, hedge.Reserve, hedgeBound,
-		100*hedge.Reserve/float64(max(st.Primaries, 1)), st.RefusedByCap, st.HedgeWins)
+		st.Hedges, st.Primaries, 100*hedgeRate, 100*hedgeShare, hedge.Burst, hedgeBound,
+		100*hedge.Burst/float64(max(st.Primaries, 1)), st.RefusedByCap, st.HedgeWins)
 	if float64(st.Hedges) > hedgeBound {
-		t.Errorf("%d hedges > %.0f = %.2f × %d primaries + %d", st.Hedges, hedgeBound, hedgeShare, st.Primaries, hedge.Reserve)
+		t.Errorf("%d hedges > %.0f = %.2f × %d primaries + %d", st.Hedges, hedgeBound, hedgeShare, st.Primaries, hedge.Burst)
 	}
-	if st.Primaries >= 100*hedge.Reserve && hedgeRate > hedgeShare+0.01 {
+	if st.Primaries >= 100*hedge.Burst && hedgeRate > hedgeShare+0.01 {
 		t.Errorf("hedge rate %.3f%% exceeds %.0f%% by more than 1 percentage point", 100*hedgeRate, 100*hedgeShare)
 	}
 	if st.RefusedByCap == 0 {

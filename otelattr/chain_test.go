@@ -143,7 +143,7 @@ func TestChainSpans(t *testing.T) {
 			if src, _ := value(s, "deadlinekit.budget.source"); src.AsString() != "grpc-timeout" {
 				t.Errorf("span %q: budget source %q; want grpc-timeout", s.Name(), src.AsString())
 			}
-			if _, ok := value(s, "deadlinekit.overrun_ms"); !ok {
+			if _, ok := value(s, "deadlinekit.server.overrun_ms"); !ok {
 				t.Errorf("server span %q has no overrun", s.Name())
 			}
 		}

@@ -47,7 +47,7 @@
 //	deadlinekit.shortcircuit.rejected    bool            shortcircuit  server span
 //	deadlinekit.shortcircuit.floor_ms    float64  ms    shortcircuit  server span
 //	deadlinekit.shortcircuit.remaining_ms float64 ms    shortcircuit  server span
-//	deadlinekit.overrun_ms               float64  ms    shortcircuit  server span
+//	deadlinekit.server.overrun_ms               float64  ms    shortcircuit  server span
 //	deadlinekit.attempts                 int             retry, hedge  call span
 //	deadlinekit.retry.count              int             retry         call span
 //	deadlinekit.retry.stop_reason        string          retry         call span

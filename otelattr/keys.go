@@ -15,15 +15,15 @@ const (
 	// BudgetClampedKey is true when the inbound budget was above the server's
 	// maximum and was cut to it.
 	BudgetClampedKey = attribute.Key("deadlinekit.budget.clamped")
-	// ShortCircuitedKey is true when the server refused the request before its
+	// ShortCircuitRejectedKey is true when the server refused the request before its
 	// handler ran, for lack of budget.
-	ShortCircuitedKey = attribute.Key("deadlinekit.shortcircuit.rejected")
-	// FloorKey is the floor (ms) the request's remaining budget was held to.
-	FloorKey = attribute.Key("deadlinekit.shortcircuit.floor_ms")
-	// RemainingKey is the budget (ms) left when the guard decided.
-	RemainingKey = attribute.Key("deadlinekit.shortcircuit.remaining_ms")
-	// OverrunKey is how long (ms) the handler kept running after its deadline.
-	OverrunKey = attribute.Key("deadlinekit.overrun_ms")
+	ShortCircuitRejectedKey = attribute.Key("deadlinekit.shortcircuit.rejected")
+	// ShortCircuitFloorKey is the floor (ms) the request's remaining budget was held to.
+	ShortCircuitFloorKey = attribute.Key("deadlinekit.shortcircuit.floor_ms")
+	// ShortCircuitRemainingKey is the budget (ms) left when the guard decided.
+	ShortCircuitRemainingKey = attribute.Key("deadlinekit.shortcircuit.remaining_ms")
+	// ServerOverrunKey is how long (ms) the handler kept running after its deadline.
+	ServerOverrunKey = attribute.Key("deadlinekit.server.overrun_ms")
 )
 
 // Client-side span attributes.

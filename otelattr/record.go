@@ -99,9 +99,9 @@ func RecordInbound(ctx context.Context, budget time.Duration, source string, cla
 func RecordGuard(ctx context.Context, rejected bool, remaining, floor time.Duration) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
-			ShortCircuitedKey.Bool(rejected),
-			FloorKey.Float64(millis(floor)),
-			RemainingKey.Float64(millis(remaining)),
+			ShortCircuitRejectedKey.Bool(rejected),
+			ShortCircuitFloorKey.Float64(millis(floor)),
+			ShortCircuitRemainingKey.Float64(millis(remaining)),
 		)
 		if rejected {
 			span.SetStatus(codes.Error, "refused before the handler ran: budget below the floor")
@@ -126,7 +126,7 @@ func reason(remaining time.Duration) string {
 func RecordOverrun(ctx context.Context, overrun time.Duration) {
 	overrun = max(overrun, 0)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(OverrunKey.Float64(millis(overrun)))
+		span.SetAttributes(ServerOverrunKey.Float64(millis(overrun)))
 	}
 	instruments().overrun.Record(ctx, overrun.Seconds())
 }

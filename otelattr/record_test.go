@@ -87,8 +87,8 @@ func TestServerSide(t *testing.T) {
 	s := rec.Ended()[0]
 	wantAttrs(t, s,
 		BudgetReceivedKey.Float64(250), BudgetSourceKey.String("grpc-timeout"), BudgetClampedKey.Bool(true),
-		ShortCircuitedKey.Bool(true), FloorKey.Float64(20), RemainingKey.Float64(4),
-		OverrunKey.Float64(53))
+		ShortCircuitRejectedKey.Bool(true), ShortCircuitFloorKey.Float64(20), ShortCircuitRemainingKey.Float64(4),
+		ServerOverrunKey.Float64(53))
 	if s.Status().Code.String() != "Error" {
 		t.Errorf("short-circuited span status %v; want Error", s.Status())
 	}

@@ -150,7 +150,7 @@ func floorServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler 
 	span := trace.SpanFromContext(ctx)
 	if has && left < floor {
 		if span.IsRecording() {
-			span.SetAttributes(otelattr.ShortCircuitedKey.Bool(true), otelattr.FloorKey.Float64(1), otelattr.RemainingKey.Float64(float64(left)/1e6))
+			span.SetAttributes(otelattr.ShortCircuitRejectedKey.Bool(true), otelattr.ShortCircuitFloorKey.Float64(1), otelattr.ShortCircuitRemainingKey.Float64(float64(left)/1e6))
 		}
 		return nil, status.Error(codes.DeadlineExceeded, "below the floor")
 	}
@@ -164,7 +164,7 @@ func floorServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler 
 		overrun = max(time.Since(dl), 0)
 	}
 	if span.IsRecording() {
-		span.SetAttributes(otelattr.OverrunKey.Float64(float64(overrun) / 1e6))
+		span.SetAttributes(otelattr.ServerOverrunKey.Float64(float64(overrun) / 1e6))
 	}
 	return resp, err
 }

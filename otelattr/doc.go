@@ -47,7 +47,10 @@
 //	deadlinekit.shortcircuit.rejected    bool            shortcircuit  server span
 //	deadlinekit.shortcircuit.floor_ms    float64  ms    shortcircuit  server span
 //	deadlinekit.shortcircuit.remaining_ms float64 ms    shortcircuit  server span
-//	deadlinekit.server.overrun_ms               float64  ms    shortcircuit  server span
+//	deadlinekit.shortcircuit.admission   string          shortcircuit  server span, behind a concurrency limit
+//	deadlinekit.shortcircuit.queued      bool            shortcircuit  server span, behind a concurrency limit
+//	deadlinekit.shortcircuit.queue_wait_ms float64 ms    shortcircuit  server span, behind a concurrency limit
+//	deadlinekit.server.overrun_ms        float64  ms    shortcircuit  server span
 //	deadlinekit.attempts                 int             retry, hedge  call span
 //	deadlinekit.retry.count              int             retry         call span
 //	deadlinekit.retry.stop_reason        string          retry         call span
@@ -73,7 +76,11 @@
 //	deadlinekit.retry.budget_refusals       counter    {refusal}
 //	deadlinekit.hedge.sent                  counter    {hedge}
 //	deadlinekit.hedge.wins                  counter    {hedge}
-//	deadlinekit.shortcircuit.rejections     counter    {request}
+//	deadlinekit.shortcircuit.rejections     counter    {request}     by reason (below_floor, expired, cannot_finish, dropped, overloaded, canceled)
+//	deadlinekit.shortcircuit.in_flight      updown     {request}     handlers running under a concurrency limit
+//	deadlinekit.shortcircuit.queue_length   updown     {request}     requests waiting for a slot
+//	deadlinekit.shortcircuit.limit          gauge      {request}     the current concurrency limit
+//	deadlinekit.shortcircuit.queue_wait     histogram  s             time queued requests waited
 //	deadlinekit.server.budget               histogram  s
 //	deadlinekit.server.overrun              histogram  s
 //	deadlinekit.breaker.state               gauge      {state}       per target: 0 closed, 1 half-open, 2 open

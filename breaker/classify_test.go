@@ -55,7 +55,7 @@ func TestClassify(t *testing.T) {
 	H := func(code int, kv ...string) breaker.Result { return breaker.Result{Response: resp(code, kv...)} }
 	E := func(err error) breaker.Result { return breaker.Result{Err: err} }
 	G := func(err error) breaker.Result { return breaker.Result{GRPC: true, Err: err} }
-	cancelled := func(r breaker.Result) breaker.Result { r.CallerErr = context.Canceled; return r }
+	canceled := func(r breaker.Result) breaker.Result { r.CallerErr = context.Canceled; return r }
 	expired := func(r breaker.Result) breaker.Result { r.CallerErr = context.DeadlineExceeded; return r }
 	withTrailer := func(r breaker.Result, md metadata.MD) breaker.Result { r.Trailer = md; return r }
 
@@ -92,9 +92,9 @@ func TestClassify(t *testing.T) {
 		{"gRPC context deadline, fair budget", fair(expired(G(context.DeadlineExceeded))), breaker.Failure},
 
 		// Neutral.
-		{"HTTP caller cancelled", cancelled(E(context.Canceled)), breaker.Neutral},
-		{"HTTP caller cancelled, wrapped", cancelled(E(fmt.Errorf("net/http: request canceled: %w", context.Canceled))), breaker.Neutral},
-		{"HTTP caller cancelled, transport says reset", cancelled(E(reset)), breaker.Neutral},
+		{"HTTP caller cancelled", canceled(E(context.Canceled)), breaker.Neutral},
+		{"HTTP caller cancelled, wrapped", canceled(E(fmt.Errorf("net/http: request canceled: %w", context.Canceled))), breaker.Neutral},
+		{"HTTP caller cancelled, transport says reset", canceled(E(reset)), breaker.Neutral},
 		{"HTTP timeout, starved budget", starved(expired(E(context.DeadlineExceeded))), breaker.Neutral},
 		{"HTTP net timeout, starved budget", starved(E(netTimeout)), breaker.Neutral},
 		{"HTTP 504, starved budget", starved(H(504)), breaker.Neutral},
@@ -104,8 +104,8 @@ func TestClassify(t *testing.T) {
 		{"HTTP open breaker beneath", E(open), breaker.Neutral},
 		{"HTTP no response and no error", breaker.Result{}, breaker.Neutral},
 		{"gRPC CANCELED", G(grpcErr(codes.Canceled)), breaker.Neutral},
-		{"gRPC caller cancelled, UNAVAILABLE", cancelled(G(grpcErr(codes.Unavailable))), breaker.Neutral},
-		{"gRPC caller cancelled, context error", cancelled(G(context.Canceled)), breaker.Neutral},
+		{"gRPC caller cancelled, UNAVAILABLE", canceled(G(grpcErr(codes.Unavailable))), breaker.Neutral},
+		{"gRPC caller cancelled, context error", canceled(G(context.Canceled)), breaker.Neutral},
 		{"gRPC DEADLINE_EXCEEDED, starved budget", starved(expired(G(grpcErr(codes.DeadlineExceeded)))), breaker.Neutral},
 		{"gRPC DEADLINE_EXCEEDED with pushback -1: a guard's refusal", fair(withTrailer(G(grpcErr(codes.DeadlineExceeded)), refusedTrailer)), breaker.Neutral},
 		{"gRPC local refusal", G(budget), breaker.Neutral},

@@ -338,7 +338,7 @@ func TestThreeHopInJaeger(t *testing.T) {
 		if len(attempts) != 2 {
 			t.Fatalf("%d attempt spans; want 2", len(attempts))
 		}
-		want := map[string]string{"primary": "cancelled", "hedge": "success"}
+		want := map[string]string{"primary": "canceled", "hedge": "success"}
 		for _, a := range attempts {
 			kind, _ := a.tag("deadlinekit.attempt.kind")
 			outcome, _ := a.tag("deadlinekit.attempt.outcome")

@@ -128,7 +128,7 @@
 // or the user's client span made for the call) or starts one; each attempt of a
 // hedgeable call gets a child span (number, kind primary or hedge, outcome success,
 // failure or cancelled; an HTTP attempt carries its own trace context), ended before
-// the call's: when the call is decided, the copies still in flight end "cancelled"
+// the call's: when the call is decided, the copies still in flight end "canceled"
 // at once. On the call's span, the hedges sent and whether a hedge won, or, when none
 // was sent, why not (deadlinekit.hedge.skip: not_idempotent, warming_up, cap,
 // deadline, not_due, disabled), so that a slow unhedged call is explained; the

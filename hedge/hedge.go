@@ -553,7 +553,7 @@ func (c *call[T]) finish(winner attempt[T], has, ok bool) {
 			c.h.tokens.refund()
 			continue
 		}
-		c.spans[n].End(otelattr.OutcomeCancelled, nil)
+		c.spans[n].End(otelattr.OutcomeCanceled, nil)
 		c.spans[n] = otelattr.Attempt{}
 		if n == 0 && ok && c.w != nil {
 			now := time.Now()

@@ -123,10 +123,10 @@ func TestWarmUp(t *testing.T) {
 	}
 }
 
-// TestLosersCancelled: when the hedge wins, the primary's context is cancelled and a
+// TestLosersCanceled: when the hedge wins, the primary's context is cancelled and a
 // response it still produced is drained and closed; when the primary wins, the hedge
 // is cancelled. Nothing runs once the call is over.
-func TestLosersCancelled(t *testing.T) {
+func TestLosersCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
 		// The primary ignores cancellation and answers at 15 ms with a body, after

@@ -130,7 +130,7 @@ func TestAttemptSpans(t *testing.T) {
 		want := map[string]struct {
 			number  int64
 			outcome string
-		}{"attempt primary": {1, "cancelled"}, "attempt hedge": {2, "success"}}
+		}{"attempt primary": {1, "canceled"}, "attempt hedge": {2, "success"}}
 		if len(tp.spans) != 4 {
 			t.Fatalf("%d spans, want the caller's, the call's and two attempts'", len(tp.spans))
 		}

@@ -433,7 +433,7 @@ func TestLoserSpanEndsWithCall(t *testing.T) {
 		}
 		loser := losers[0]
 		ends, at := loser.endState()
-		if ends != 1 || loser.attr("deadlinekit.attempt.outcome").AsString() != "cancelled" {
+		if ends != 1 || loser.attr("deadlinekit.attempt.outcome").AsString() != "canceled" {
 			t.Errorf("when the call returned, the loser's span had ended %d times (outcome %q); want once, cancelled",
 				ends, loser.attr("deadlinekit.attempt.outcome").AsString())
 		}

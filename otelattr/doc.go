@@ -32,7 +32,7 @@
 // stacked on one call share attempts: with hedging under retry, the hedging layer's
 // primary is the retry layer's attempt (no span of its own), and its hedge is another
 // attempt of the call. Every attempt span ends before its call span; a cancelled
-// loser ends "cancelled", with an event saying so, not as an error. In Jaeger, a
+// loser ends "canceled", with an event saying so, not as an error. In Jaeger, a
 // hedged call shows as two overlapping attempt spans under the call. Nothing is
 // started when the call's parent is not recording, so an unsampled call costs
 // nothing.

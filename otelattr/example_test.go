@@ -26,7 +26,7 @@ func ExampleStartCall() {
 	hctx, hedge := otelattr.StartAttempt(cctx, otelattr.HTTP, otelattr.KindHedge, 2)
 	otelattr.RecordBudgetSent(hctx, 180*time.Millisecond)
 	hedge.End(otelattr.OutcomeSuccess, nil)
-	primary.End(otelattr.OutcomeCancelled, context.Canceled)
+	primary.End(otelattr.OutcomeCanceled, context.Canceled)
 	otelattr.RecordHedgeCall(cctx, 1, true, "")
 	call.End(nil)
 	server.End()
@@ -48,7 +48,7 @@ func ExampleStartCall() {
 	//   deadlinekit.attempt.number=1
 	//   deadlinekit.attempt.kind=primary
 	//   http.request.resend_count=0
-	//   deadlinekit.attempt.outcome=cancelled
+	//   deadlinekit.attempt.outcome=canceled
 	// GET
 	//   deadlinekit.attempts=2
 	//   deadlinekit.hedge.count=1

@@ -104,9 +104,9 @@ type Outcome string
 
 // Attempt outcomes recorded under [AttemptOutcomeKey].
 const (
-	OutcomeSuccess   Outcome = "success"   // answered, and its answer was used
-	OutcomeFailure   Outcome = "failure"   // failed (a retry may follow)
-	OutcomeCancelled Outcome = "cancelled" // cancelled because another attempt won
+	OutcomeSuccess  Outcome = "success"  // answered, and its answer was used
+	OutcomeFailure  Outcome = "failure"  // failed (a retry may follow)
+	OutcomeCanceled Outcome = "canceled" // canceled because another attempt won
 )
 
 // Protocol says which semantic-convention attribute an attempt span carries.

@@ -247,7 +247,7 @@ func (a Attempt) Recording() bool { return a.span != nil }
 
 // End ends the attempt's span with its outcome; err, when not nil, is recorded on the
 // span and sets its status to Error. A cancelled loser is not an error: its span ends
-// with the event "cancelled: another attempt answered first" instead.
+// with the event "canceled: another attempt answered first" instead.
 func (a Attempt) End(outcome Outcome, err error) {
 	if a.span == nil {
 		return
@@ -257,16 +257,16 @@ func (a Attempt) End(outcome Outcome, err error) {
 	case err != nil && outcome == OutcomeFailure:
 		a.span.RecordError(err)
 		a.span.SetStatus(codes.Error, err.Error())
-	case outcome == OutcomeCancelled:
+	case outcome == OutcomeCanceled:
 		// Not an error, but it must show on the timeline: Jaeger draws an event as a
 		// mark on the span's bar, where the loser was stopped.
-		a.span.AddEvent(cancelledEvent)
+		a.span.AddEvent(canceledEvent)
 	}
 	a.span.End()
 }
 
-// cancelledEvent is the event a cancelled attempt's span ends with.
-const cancelledEvent = "cancelled: another attempt answered first"
+// canceledEvent is the event a cancelled attempt's span ends with.
+const canceledEvent = "canceled: another attempt answered first"
 
 // InjectHTTP writes the trace context of ctx into h with the global propagator
 // ([otel.GetTextMapPropagator]) when ctx's span is recording. Layers that make several

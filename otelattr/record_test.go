@@ -176,17 +176,17 @@ func TestHedgedCall(t *testing.T) {
 	_, primary := StartAttempt(ctx, GRPC, KindPrimary, 1)
 	_, hedge := StartAttempt(ctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
-	primary.End(OutcomeCancelled, context.Canceled)
+	primary.End(OutcomeCanceled, context.Canceled)
 	RecordHedgeCall(ctx, 1, true, "")
 	call.End(nil)
 
 	spans := rec.Ended()
 	wantAttrs(t, spans[0], AttemptKindKey.String("hedge"), PreviousRPCAttemptsKey.Int(1), AttemptOutcomeKey.String("success"))
-	wantAttrs(t, spans[1], AttemptKindKey.String("primary"), PreviousRPCAttemptsKey.Int(0), AttemptOutcomeKey.String("cancelled"))
+	wantAttrs(t, spans[1], AttemptKindKey.String("primary"), PreviousRPCAttemptsKey.Int(0), AttemptOutcomeKey.String("canceled"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("a cancelled loser is marked as an error")
 	}
-	if ev := spans[1].Events(); len(ev) != 1 || ev[0].Name != cancelledEvent {
+	if ev := spans[1].Events(); len(ev) != 1 || ev[0].Name != canceledEvent {
 		t.Errorf("the cancelled loser's events %v; want one saying it was cancelled", ev)
 	}
 	if spans[2].Name() != "Sent.svc.Get" {

@@ -141,7 +141,7 @@ func TestLeakHedgedRetriedHTTP(t *testing.T) {
 	defer endRun()
 	var mu sync.Mutex
 	outcomes := map[string]int{}
-	var callerCancelled, deadlineCut atomic.Int64
+	var callerCanceled, deadlineCut atomic.Int64
 	start := time.Now()
 	parallel(workers, calls, func(i int) {
 		var (
@@ -185,7 +185,7 @@ func TestLeakHedgedRetriedHTTP(t *testing.T) {
 		}
 		switch {
 		case errors.Is(err, context.Canceled):
-			callerCancelled.Add(1)
+			callerCanceled.Add(1)
 		case errors.Is(err, context.DeadlineExceeded) && i%10 == 8:
 			deadlineCut.Add(1)
 		}
@@ -202,13 +202,13 @@ func TestLeakHedgedRetriedHTTP(t *testing.T) {
 
 	st := stack.hedger.Stats()
 	t.Logf("%d calls in %v (%d at a time): outcomes %v", calls, took.Round(time.Millisecond), workers, outcomes)
-	t.Logf("cancelled by their caller: %d; cut by their deadline: %d; retries %d, retry stops %d", callerCancelled.Load(), deadlineCut.Load(), retries.Load(), stops.Load())
+	t.Logf("cancelled by their caller: %d; cut by their deadline: %d; retries %d, retry stops %d", callerCanceled.Load(), deadlineCut.Load(), retries.Load(), stops.Load())
 	t.Logf("hedger: %d primaries, %d hedges (%d won, %d refused by the cap); server: %d requests, %d answered 503, %d reset, %d cut by their context",
 		st.Primaries, st.Hedges, st.HedgeWins, st.RefusedByCap, backend.requests.Load(), backend.unavailable.Load(), backend.resets.Load(), backend.cut.Load())
 	t.Logf("server connections: %d accepted, peak %d open; goroutines: %d before the test, %d with the server up, peak %d during the calls",
 		srv.lis.accepted.Load(), srv.lis.peakConns(), g0, g1, peakG.Load())
-	if st.Hedges == 0 || callerCancelled.Load() == 0 || retries.Load() == 0 {
-		t.Errorf("the run did not exercise what it is for: %d hedges, %d calls cancelled, %d retries", st.Hedges, callerCancelled.Load(), retries.Load())
+	if st.Hedges == 0 || callerCanceled.Load() == 0 || retries.Load() == 0 {
+		t.Errorf("the run did not exercise what it is for: %d hedges, %d calls cancelled, %d retries", st.Hedges, callerCanceled.Load(), retries.Load())
 	}
 
 	// Connections: with the client's idle connections closed, the server holds none.

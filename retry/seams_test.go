@@ -316,9 +316,9 @@ func TestLocalRefusalNotRetried(t *testing.T) {
 // Bug 11: a caller that cancels during the wait before a retry spends no token; a
 // retry that is sent spends one.
 func TestBudgetTokenOnlyForASentRetry(t *testing.T) {
-	for _, cancelled := range []bool{true, false} {
+	for _, canceled := range []bool{true, false} {
 		want := 9.0
-		if cancelled {
+		if canceled {
 			want = 10
 		}
 		t.Run("HTTP", func(t *testing.T) {
@@ -332,7 +332,7 @@ func TestBudgetTokenOnlyForASentRetry(t *testing.T) {
 				}}
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				if cancelled {
+				if canceled {
 					time.AfterFunc(500*time.Millisecond, cancel)
 				}
 				req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
@@ -341,7 +341,7 @@ func TestBudgetTokenOnlyForASentRetry(t *testing.T) {
 					resp.Body.Close()
 				}
 				if got := budget.Balance(); got != want {
-					t.Errorf("cancelled %v: %v tokens left; want %v", cancelled, got, want)
+					t.Errorf("canceled %v: %v tokens left; want %v", canceled, got, want)
 				}
 			})
 		})
@@ -357,12 +357,12 @@ func TestBudgetTokenOnlyForASentRetry(t *testing.T) {
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				if cancelled {
+				if canceled {
 					time.AfterFunc(500*time.Millisecond, cancel)
 				}
 				_ = retry.UnaryClientInterceptor(retry.WithBudget(budget))(ctx, "/svc/Get", nil, nil, nil, invoker)
 				if got := budget.Balance(); got != want {
-					t.Errorf("cancelled %v: %v tokens left; want %v", cancelled, got, want)
+					t.Errorf("canceled %v: %v tokens left; want %v", canceled, got, want)
 				}
 			})
 		})

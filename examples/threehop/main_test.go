@@ -50,13 +50,13 @@ func TestWasted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("C's work after the client gave up: independent %v, propagated %v", ind.wasted(), prop.wasted())
-	if ind.hops[2].cancelled || !ind.hops[2].reached() {
-		t.Fatalf("independent timeouts: C reached %v, cancelled %v; want it to run to the end", ind.hops[2].reached(), ind.hops[2].cancelled)
+	if ind.hops[2].canceled || !ind.hops[2].reached() {
+		t.Fatalf("independent timeouts: C reached %v, cancelled %v; want it to run to the end", ind.hops[2].reached(), ind.hops[2].canceled)
 	}
 	// With the deadline propagated, C is cancelled at the deadline; on a machine so
 	// loaded that A and B overrun the budget, it is not reached at all. Either way it
 	// does not finish its work.
-	if c := prop.hops[2]; c.reached() && !c.cancelled {
+	if c := prop.hops[2]; c.reached() && !c.canceled {
 		t.Fatalf("propagated deadline: C finished its work after the client gave up")
 	}
 	if ind.wasted() <= prop.wasted() {

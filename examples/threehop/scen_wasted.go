@@ -29,7 +29,7 @@ type hopRecord struct {
 	budget    time.Duration // time left on arrival (own timeout when independent)
 	workEnd   time.Time
 	leftAtEnd time.Duration
-	cancelled bool
+	canceled bool
 }
 
 // recorder collects the hops' records; the services write to it as they go.
@@ -54,7 +54,7 @@ func (r *recorder) work(ctx context.Context, name string, d time.Duration) error
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-		h.cancelled = true
+		h.canceled = true
 	}
 	h.workEnd = time.Now()
 	h.leftAtEnd, _ = deadline.Remaining(ctx)
@@ -63,7 +63,7 @@ func (r *recorder) work(ctx context.Context, name string, d time.Duration) error
 	defer r.mu.Unlock()
 	r.hops[name] = h
 	end := "finished"
-	if h.cancelled {
+	if h.canceled {
 		end = "cancelled"
 	}
 	fmt.Fprintf(r.log, "    %s: received at +%s with %s left, work %s at +%s\n",
@@ -72,7 +72,7 @@ func (r *recorder) work(ctx context.Context, name string, d time.Duration) error
 	case r.changed <- struct{}{}:
 	default:
 	}
-	if h.cancelled {
+	if h.canceled {
 		return ctx.Err()
 	}
 	return nil
@@ -106,7 +106,7 @@ func (r *recorder) settled() bool {
 		if !ok {
 			return false
 		}
-		if h.cancelled || name == "C" {
+		if h.canceled || name == "C" {
 			return true
 		}
 	}
@@ -137,7 +137,7 @@ func (h hopRecord) ending(start time.Time) string {
 	if !h.reached() {
 		return "not reached"
 	}
-	if h.cancelled {
+	if h.canceled {
 		return "cancelled at +" + ms(h.workEnd.Sub(start))
 	}
 	return "finished at +" + ms(h.workEnd.Sub(start))
@@ -251,7 +251,7 @@ func (w wastedRun) waterfall(out io.Writer) {
 			row[i] = '#'
 		}
 		end := byte('|')
-		if h.cancelled {
+		if h.canceled {
 			end = 'x'
 		}
 		row[to] = end

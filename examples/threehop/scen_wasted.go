@@ -29,7 +29,7 @@ type hopRecord struct {
 	budget    time.Duration // time left on arrival (own timeout when independent)
 	workEnd   time.Time
 	leftAtEnd time.Duration
-	canceled bool
+	canceled  bool
 }
 
 // recorder collects the hops' records; the services write to it as they go.

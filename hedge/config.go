@@ -181,8 +181,8 @@ func WithNonFatalHTTPStatus(codes ...int) Option {
 // WithNonFatalCodes sets the gRPC codes that, returned by an attempt, fire the next
 // hedge at once instead of ending the call (gRPC A6's non-fatal status codes).
 // Default: UNAVAILABLE.
-func WithNonFatalCodes(codes ...codes.Code) Option {
-	return optionFunc(func(c *config) { c.nonFatalGRPC = append(c.nonFatalGRPC[:0:0], codes...) })
+func WithNonFatalCodes(cs ...codes.Code) Option {
+	return optionFunc(func(c *config) { c.nonFatalGRPC = append(c.nonFatalGRPC[:0:0], cs...) })
 }
 
 // WithIdempotentMethods declares gRPC methods idempotent, by full name

@@ -152,9 +152,9 @@ var hostileHTTPCases = []hostileHTTPCase{
 	{name: "untrusted Envoy 0 beside nothing: default", hdr: []string{env, "0"}, status: 200, budget: hostileDefault, source: "default"},
 
 	// A caller outside the trust boundary: every deadline header is ignored.
-	{name: "untrusted caller asks for years", hdr: []string{gt, "99999999H", ct, "9999999999"}, opts: []propagate.Option{propagate.WithTrust(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
-	{name: "untrusted caller sends malformed header: not refused", hdr: []string{gt, "-1S"}, opts: []propagate.Option{propagate.WithTrust(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
-	{name: "untrusted caller sends zero: not refused", hdr: []string{gt, "0n"}, opts: []propagate.Option{propagate.WithTrust(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "untrusted caller asks for years", hdr: []string{gt, "99999999H", ct, "9999999999"}, opts: []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "untrusted caller sends malformed header: not refused", hdr: []string{gt, "-1S"}, opts: []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "untrusted caller sends zero: not refused", hdr: []string{gt, "0n"}, opts: []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
 
 	// No default budget: a request without a header runs without a deadline.
 	{name: "no default, no header: no deadline", opts: []propagate.Option{propagate.WithDefaultTimeout(0)}, status: 200, budget: noDeadline},

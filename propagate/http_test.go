@@ -261,7 +261,7 @@ func TestMiddlewareUntrustedCaller(t *testing.T) {
 		var s seen
 		var forwarded http.Header
 		inner := recordingHandler(&s)
-		trustInternal := propagate.WithTrust(func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" })
+		trustInternal := propagate.WithTrustHTTP(func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" })
 		h := propagate.NewMiddleware(trustInternal, propagate.WithTrustEnvoy())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			forwarded = r.Header
 			inner.ServeHTTP(w, r)

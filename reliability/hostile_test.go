@@ -118,7 +118,7 @@ var hostileStackCases = []hostileStackCase{
 	{name: "attempts repeated, first 0: first value wins", hdr: []string{hostileAtt, "0", hostileAtt, "7"}, status: 200, budget: hostileDefault},
 	{name: "attempts repeated, first 7", hdr: []string{hostileAtt, "7", hostileAtt, "0"}, status: 200, budget: hostileDefault, serving: true},
 	{name: "attempts 10,000 times", hdr: hostileDup(hostileAtt, "1", 10000), status: 200, budget: hostileDefault, serving: true},
-	{name: "attempts from an untrusted caller: stripped", hdr: []string{hostileAtt, "1"}, opts: []propagate.Option{propagate.WithTrust(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault},
+	{name: "attempts from an untrusted caller: stripped", hdr: []string{hostileAtt, "1"}, opts: []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault},
 
 	// Idempotency-Key: passed through untouched.
 	{name: "key empty", hdr: []string{hostileKey, ""}, status: 200, budget: hostileDefault, keys: []string{""}},

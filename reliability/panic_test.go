@@ -470,8 +470,8 @@ func TestPanicUserCallbacks(t *testing.T) {
 		name string
 		run  func()
 	}{
-		{"propagate.WithTrust", func() {
-			propagate.NewMiddleware(propagate.WithTrust(func(*http.Request) bool { boom(); return true }))(okHandler).
+		{"propagate.WithTrustHTTP", func() {
+			propagate.NewMiddleware(propagate.WithTrustHTTP(func(*http.Request) bool { boom(); return true }))(okHandler).
 				ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 		}},
 		{"propagate.WithTrustGRPC", func() {

@@ -191,7 +191,7 @@ func (c *config) shortcircuitOptions() []shortcircuit.Option {
 func (c *config) attemptFloor() time.Duration { return c.floor + c.reserve }
 
 func (c *config) retryOptions() []retry.Option {
-	o := []retry.Option{retry.WithMinAttemptBudget(c.attemptFloor())}
+	o := []retry.Option{retry.WithFloor(c.attemptFloor())}
 	if len(c.idempotent) > 0 {
 		o = append(o, retry.WithIdempotentMethods(c.idempotent...))
 	}

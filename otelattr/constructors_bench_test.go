@@ -27,7 +27,7 @@ func handNested() ([]grpc.ServerOption, []grpc.DialOption) {
 	b := breaker.New()
 	client := []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(
-			retry.UnaryClientInterceptor(retry.WithMinAttemptBudget(floor+reserve), retry.WithIdempotentMethods(stackMethod)),
+			retry.UnaryClientInterceptor(retry.WithFloor(floor+reserve), retry.WithIdempotentMethods(stackMethod)),
 			b.UnaryClientInterceptor(),
 			hedge.New(hedge.WithFloor(floor+reserve), hedge.WithIdempotentMethods(stackMethod)).UnaryClientInterceptor(),
 			propagate.UnaryClientInterceptor(po...)),

@@ -12,9 +12,9 @@ const (
 	DefaultMaxAttempts = 3
 	// MaxAttempts is the most attempts [WithMaxAttempts] accepts.
 	MaxAttempts = 5
-	// DefaultMinAttemptBudget is the least time an attempt is worth starting with: the
+	// DefaultFloor is the least time an attempt is worth starting with: the
 	// layer does not wait for a retry unless more than wait + this is left.
-	DefaultMinAttemptBudget = 20 * time.Millisecond
+	DefaultFloor = 20 * time.Millisecond
 	// DefaultMaxPushback is the longest server pushback (Retry-After,
 	// grpc-retry-pushback-ms, RetryInfo) the layer is willing to wait.
 	DefaultMaxPushback = 30 * time.Second
@@ -35,7 +35,7 @@ type config struct {
 	budget         *Budget
 	backoff        Backoff
 	attemptTimeout time.Duration
-	minAttempt     time.Duration
+	floor          time.Duration
 	maxPushback    time.Duration
 	httpClassifier HTTPClassifier
 	grpcClassifier GRPCClassifier
@@ -49,7 +49,7 @@ func newConfig(opts []Option) *config {
 	c := &config{
 		maxAttempts: DefaultMaxAttempts,
 		backoff:     DefaultBackoff,
-		minAttempt:  DefaultMinAttemptBudget,
+		floor:       DefaultFloor,
 		maxPushback: DefaultMaxPushback,
 		random:      rand.Float64,
 	}
@@ -102,11 +102,12 @@ func WithAttemptTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
 }
 
-// WithMinAttemptBudget sets the least time worth starting an attempt with: before
+// WithFloor sets the least time worth starting an attempt with (the floor, as in
+// propagate, shortcircuit and hedge): before
 // waiting for a retry, the layer stops with a [*DeadlineError] when the time left is
-// not more than the wait plus d. Default [DefaultMinAttemptBudget] (20 ms).
-func WithMinAttemptBudget(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.minAttempt = max(d, 0) })
+// not more than the wait plus d. Default [DefaultFloor] (20 ms).
+func WithFloor(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.floor = max(d, 0) })
 }
 
 // WithMaxPushback sets the longest server pushback the layer will wait; a longer one

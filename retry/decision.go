@@ -131,8 +131,8 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last 
 		// jitter, applies.
 		wait = c.backoff.Delay(n, c.random())
 	}
-	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.minAttempt {
-		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, MinAttempt: c.minAttempt, Pushback: pushback, Last: last}
+	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.floor {
+		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, Last: last}
 	}
 	if !c.budget.TryWithdraw() {
 		return Stop, 0, &BudgetExhaustedError{Attempts: n, Last: last}

@@ -54,8 +54,8 @@
 // The call's context deadline covers every attempt and every wait. Each attempt runs
 // under a context from [deadline.WithAttemptTimeout]: min(per-attempt limit
 // ([WithAttemptTimeout]), time left). Before waiting for the next attempt, the layer
-// stops when the time left is not more than the wait plus a minimum attempt budget
-// ([WithMinAttemptBudget], default [DefaultMinAttemptBudget], 20 ms): it returns a
+// stops when the time left is not more than the wait plus the floor
+// ([WithFloor], default [DefaultFloor], 20 ms): it returns a
 // [*DeadlineError], which matches [context.DeadlineExceeded] and
 // [deadline.ErrInsufficientBudget] under [errors.Is], says how much was left and how
 // much was needed, and wraps the last failure. The gRPC adapter reports it as

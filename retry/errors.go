@@ -26,17 +26,17 @@ var (
 )
 
 // DeadlineError is returned when the time left before the deadline is not more than
-// the next wait plus the minimum attempt budget: a retry could not finish in time.
+// the next wait plus the floor: a retry could not finish in time.
 // It matches [context.DeadlineExceeded], [deadline.ErrInsufficientBudget] and
 // [ErrStopped] under [errors.Is], and unwraps to the last attempt's failure. The gRPC
 // adapter reports it as DEADLINE_EXCEEDED; an HTTP server relaying it answers 504.
 type DeadlineError struct {
-	Attempts   int           // attempts made
-	Remaining  time.Duration // time left when the layer decided
-	Wait       time.Duration // the backoff or pushback the next attempt needed first
-	MinAttempt time.Duration // the least an attempt needs ([WithMinAttemptBudget])
-	Pushback   bool          // Wait was the server's pushback rather than the backoff
-	Last       error         // the last attempt's failure
+	Attempts  int           // attempts made
+	Remaining time.Duration // time left when the layer decided
+	Wait      time.Duration // the backoff or pushback the next attempt needed first
+	Floor     time.Duration // the least an attempt needs ([WithFloor])
+	Pushback  bool          // Wait was the server's pushback rather than the backoff
+	Last      error         // the last attempt's failure
 }
 
 func (e *DeadlineError) Error() string {
@@ -44,8 +44,8 @@ func (e *DeadlineError) Error() string {
 	if e.Pushback {
 		what = "pushback"
 	}
-	return fmt.Sprintf("retry: no time for another attempt after %d: %s left, need %s %s + %s minimum attempt: %v",
-		e.Attempts, deadline.Format(e.Remaining), deadline.Format(e.Wait), what, deadline.Format(e.MinAttempt), e.Last)
+	return fmt.Sprintf("retry: no time for another attempt after %d: %s left, need %s %s + %s floor: %v",
+		e.Attempts, deadline.Format(e.Remaining), deadline.Format(e.Wait), what, deadline.Format(e.Floor), e.Last)
 }
 
 // Is reports whether target is [context.DeadlineExceeded],

@@ -137,7 +137,7 @@ func TestBackoffSequenceSeeded(t *testing.T) {
 	})
 }
 
-// Before waiting, the layer stops when time left ≤ backoff + minimum attempt budget.
+// Before waiting, the layer stops when time left ≤ backoff + floor.
 func TestDeadlineRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{fn: func(int, *http.Request) (*http.Response, error) {
@@ -159,7 +159,7 @@ func TestDeadlineRule(t *testing.T) {
 		if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, retry.ErrStopped) {
 			t.Fatalf("err = %v; want a *DeadlineError matching context.DeadlineExceeded", err)
 		}
-		if de.Attempts != 2 || de.Remaining != 20*time.Millisecond || de.Wait != 40*time.Millisecond || de.MinAttempt != retry.DefaultMinAttemptBudget {
+		if de.Attempts != 2 || de.Remaining != 20*time.Millisecond || de.Wait != 40*time.Millisecond || de.Floor != retry.DefaultFloor {
 			t.Fatalf("DeadlineError = %+v", de)
 		}
 		var se *retry.StatusError

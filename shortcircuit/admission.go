@@ -105,7 +105,7 @@ type waiter struct {
 
 // entry is what acquire decided, and the numbers of the decision.
 type entry struct {
-	decision Decision
+	decision Admission
 	queued   bool
 	wait     time.Duration // time spent in the queue, or predicted (refusals on arrival)
 	service  time.Duration // the service time the prediction used

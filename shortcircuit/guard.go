@@ -29,12 +29,12 @@ func Check(ctx context.Context, need time.Duration) error {
 	return deadline.Check(ctx, need)
 }
 
-// Decision is what the guard did with a request.
-type Decision uint8
+// Admission is what the guard did with a request.
+type Admission uint8
 
 const (
 	// Admitted: the handler ran.
-	Admitted Decision = iota
+	Admitted Admission = iota
 	// BelowFloor: refused, the time left was below the floor.
 	BelowFloor
 	// Expired: refused, the deadline had passed when the request reached the guard.
@@ -58,7 +58,7 @@ var decisionNames = [...]string{Admitted: "admitted", BelowFloor: "below_floor",
 
 // String returns "admitted", "below_floor", "expired", "cannot_finish", "dropped",
 // "overloaded" or "canceled".
-func (d Decision) String() string {
+func (d Admission) String() string {
 	if int(d) < len(decisionNames) {
 		return decisionNames[d]
 	}
@@ -66,13 +66,13 @@ func (d Decision) String() string {
 }
 
 // Refused reports whether the handler was not run.
-func (d Decision) Refused() bool { return d != Admitted }
+func (d Admission) Refused() bool { return d != Admitted }
 
 // Event describes one request seen by the guard. It holds no reference to the request.
 type Event struct {
 	// Route is the route key: the gRPC full method, or the HTTP Pattern or path.
 	Route    string
-	Decision Decision
+	Admission Admission
 	// HasDeadline is false for a request without deadline; Remaining, Floor and
 	// Overrun are then zero.
 	HasDeadline bool
@@ -126,7 +126,7 @@ type Stats struct {
 	Admitted   uint64 // requests whose handler ran
 	BelowFloor uint64 // refused: time left below the floor
 	Expired    uint64 // refused: deadline passed on arrival
-	// Refusals of the concurrency limit (see [Decision]).
+	// Refusals of the concurrency limit (see [Admission]).
 	CannotFinish, Dropped, Overloaded, Canceled uint64
 	// Queued counts the requests that waited for a slot, admitted or not.
 	Queued uint64
@@ -145,7 +145,7 @@ func (s Stats) Refused() uint64 {
 
 // Observe counts e.
 func (c *Counter) Observe(_ context.Context, e Event) {
-	switch e.Decision {
+	switch e.Admission {
 	case Admitted:
 		c.admitted.Add(1)
 	case BelowFloor:
@@ -238,7 +238,7 @@ type ticket struct {
 	left     time.Duration
 	floor    time.Duration
 	win      *quantile.Window
-	decision Decision
+	decision Admission
 	entry    entry // the concurrency limit's decision
 	released bool  // done ran: the slot, if any, is given back
 }
@@ -300,7 +300,7 @@ func (g *guard) observe(ctx context.Context, t *ticket) {
 	for _, o := range g.observers {
 		o.Observe(ctx, Event{
 			Route:       t.route,
-			Decision:    t.decision,
+			Admission:    t.decision,
 			HasDeadline: t.has,
 			Remaining:   t.left,
 			Floor:       t.floor,
@@ -345,7 +345,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 	}
 	e := Event{
 		Route:       t.route,
-		Decision:    Admitted,
+		Admission:    Admitted,
 		HasDeadline: t.has,
 		Remaining:   t.left,
 		Floor:       t.floor,

@@ -100,7 +100,7 @@ func TestStaticFloorHTTP(t *testing.T) {
 				t.Errorf("%s: %d %q, handler ran %v; want %d %q, %v", tc.name, w.Code, w.Body, ran > before, tc.code, tc.body, tc.ran)
 			}
 			e := rec.last(t)
-			if e.Decision.Refused() == tc.ran || e.Route != "/x" || e.HasDeadline != (tc.budget != 0) {
+			if e.Admission.Refused() == tc.ran || e.Route != "/x" || e.HasDeadline != (tc.budget != 0) {
 				t.Errorf("%s: event %+v", tc.name, e)
 			}
 			if e.HasDeadline && (e.Remaining != tc.budget || e.Floor != 20*ms) {
@@ -223,7 +223,7 @@ func TestOverrunEvent(t *testing.T) {
 		}))
 		serve(h, "/work", 10*ms)
 		e := rec.last(t)
-		want := shortcircuit.Event{Route: "/work", Decision: shortcircuit.Admitted, HasDeadline: true,
+		want := shortcircuit.Event{Route: "/work", Admission: shortcircuit.Admitted, HasDeadline: true,
 			Remaining: 10 * ms, Duration: 30 * ms, Overrun: 20 * ms, Success: true}
 		if e != want {
 			t.Fatalf("event %+v; want %+v", e, want)
@@ -555,8 +555,8 @@ func TestNilInputs(t *testing.T) {
 		func(any, grpc.ServerStream) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if shortcircuit.Decision(9).String() != "unknown" || shortcircuit.BelowFloor.String() != "below_floor" {
-		t.Fatal("Decision names")
+	if shortcircuit.Admission(9).String() != "unknown" || shortcircuit.BelowFloor.String() != "below_floor" {
+		t.Fatal("Admission names")
 	}
 }
 
@@ -566,7 +566,7 @@ func TestCounterConcurrent(t *testing.T) {
 	for i := range 4 {
 		wg.Go(func() {
 			for j := range 1000 {
-				c.Observe(context.Background(), shortcircuit.Event{Decision: shortcircuit.Decision(j % 3), Overrun: time.Duration(i*1000+j) * time.Microsecond})
+				c.Observe(context.Background(), shortcircuit.Event{Admission: shortcircuit.Admission(j % 3), Overrun: time.Duration(i*1000+j) * time.Microsecond})
 			}
 		})
 	}

@@ -264,7 +264,7 @@ func TestGRPCStreamBudgetRunsOut(t *testing.T) {
 	}
 	select {
 	case e := <-events:
-		if e.Decision != shortcircuit.Admitted || e.Route != testgrpc.TestService_StreamingOutputCall_FullMethodName || e.Success {
+		if e.Admission != shortcircuit.Admitted || e.Route != testgrpc.TestService_StreamingOutputCall_FullMethodName || e.Success {
 			t.Errorf("event %+v", e)
 		}
 		// The handler works 100ms after its context ends. The server's deadline

@@ -71,7 +71,7 @@ func (d Admission) Refused() bool { return d != Admitted }
 // Event describes one request seen by the guard. It holds no reference to the request.
 type Event struct {
 	// Route is the route key: the gRPC full method, or the HTTP Pattern or path.
-	Route    string
+	Route     string
 	Admission Admission
 	// HasDeadline is false for a request without deadline; Remaining, Floor and
 	// Overrun are then zero.
@@ -300,7 +300,7 @@ func (g *guard) observe(ctx context.Context, t *ticket) {
 	for _, o := range g.observers {
 		o.Observe(ctx, Event{
 			Route:       t.route,
-			Admission:    t.decision,
+			Admission:   t.decision,
 			HasDeadline: t.has,
 			Remaining:   t.left,
 			Floor:       t.floor,
@@ -345,7 +345,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 	}
 	e := Event{
 		Route:       t.route,
-		Admission:    Admitted,
+		Admission:   Admitted,
 		HasDeadline: t.has,
 		Remaining:   t.left,
 		Floor:       t.floor,

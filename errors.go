@@ -184,7 +184,7 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 	case x.pushback < 0:
 		h.Set(pushback.Key, pushback.DoNotRetry)
 	case x.pushback > 0:
-		h.Set(retry.HeaderRetryAfter, strconv.FormatInt(ceilDiv(x.pushback, time.Second), 10))
+		h.Set(pushback.RetryAfterKey, strconv.FormatInt(ceilDiv(x.pushback, time.Second), 10))
 		h.Set(pushback.Key, strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10))
 	}
 	http.Error(w, x.msg, x.status)
@@ -370,7 +370,7 @@ func toWire(err error) wire {
 			if errors.As(err, &we) && we.Pushback != 0 {
 				x.pushback = we.Pushback
 			} else if v, ok := pushback.Of(err); ok {
-				if p, perr := retry.ParsePushbackMs(v); perr == nil {
+				if p, perr := pushback.ParseMs(v); perr == nil {
 					x.pushback = p
 				}
 			}
@@ -395,7 +395,7 @@ func toWire(err error) wire {
 	}
 	if st, ok := status.FromError(err); ok {
 		x := wire{code: st.Code(), msg: message(err), st: st}
-		if d, found, perr := retry.RetryInfoDelay(st); perr != nil {
+		if d, found, perr := pushback.RetryInfoDelay(st); perr != nil {
 			x.pushback = -1
 		} else if found {
 			x.pushback = d
@@ -450,7 +450,7 @@ func wireStatus(from *status.Status, c codes.Code, msg string, wait time.Duratio
 	if c != codes.ResourceExhausted || wait <= 0 {
 		return st
 	}
-	if _, found, _ := retry.RetryInfoDelay(st); found {
+	if _, found, _ := pushback.RetryInfoDelay(st); found {
 		return st
 	}
 	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
@@ -529,10 +529,10 @@ func codeFromHTTP(s int, wait time.Duration) codes.Code {
 // Retry-After (first value of each); negative for "do not retry".
 func httpPushback(h http.Header, now time.Time) time.Duration {
 	if v := h.Values(pushback.Key); len(v) > 0 {
-		return pushbackOf(retry.ParsePushbackMs(v[0]))
+		return pushbackOf(pushback.ParseMs(v[0]))
 	}
-	if v := h.Values(retry.HeaderRetryAfter); len(v) > 0 {
-		return pushbackOf(retry.ParseRetryAfter(v[0], now))
+	if v := h.Values(pushback.RetryAfterKey); len(v) > 0 {
+		return pushbackOf(pushback.ParseRetryAfter(v[0], now))
 	}
 	return 0
 }
@@ -540,9 +540,9 @@ func httpPushback(h http.Header, now time.Time) time.Duration {
 // grpcPushback reads a gRPC answer's pushback: the trailer, else RetryInfo.
 func grpcPushback(st *status.Status, trailer metadata.MD) time.Duration {
 	if v := trailer.Get(pushback.Key); len(v) > 0 {
-		return pushbackOf(retry.ParsePushbackMs(v[0]))
+		return pushbackOf(pushback.ParseMs(v[0]))
 	}
-	d, found, err := retry.RetryInfoDelay(st)
+	d, found, err := pushback.RetryInfoDelay(st)
 	if !found {
 		return 0
 	}

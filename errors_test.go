@@ -31,6 +31,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -74,7 +75,7 @@ func overTheWire(t *testing.T, err error) error {
 
 func retryInfo(t *testing.T, err error) (time.Duration, bool) {
 	t.Helper()
-	d, found, perr := retry.RetryInfoDelay(status.Convert(err))
+	d, found, perr := pushback.RetryInfoDelay(status.Convert(err))
 	if perr != nil {
 		t.Fatalf("RetryInfo: %v", perr)
 	}

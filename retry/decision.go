@@ -183,7 +183,7 @@ func (c *config) localPushback(err error, n int) (Decision, bool) {
 	if !ok {
 		return Decision{}, false
 	}
-	p, perr := ParsePushbackMs(v)
+	p, perr := pushback.ParseMs(v)
 	if perr == nil && p > 0 {
 		p += time.Duration(c.random() * float64(c.backoff.Delay(n, 0.5)))
 	}

@@ -90,8 +90,7 @@
 // longer than the cap ([WithMaxPushback], default [DefaultMaxPushback]) stops
 // retrying rather than returning early to a server that asked for more time; a
 // pushback that does not fit before the deadline stops under the deadline rule. A
-// negative or malformed pushback means "do not retry" ([ParseRetryAfter],
-// [ParsePushbackMs], [RetryInfoDelay]).
+// negative or malformed pushback means "do not retry".
 //
 // A guard's refusal for lack of budget (packages shortcircuit and propagate, on a
 // server) is an HTTP 504 or a gRPC DEADLINE_EXCEEDED carrying grpc-retry-pushback-ms:

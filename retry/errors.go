@@ -20,9 +20,6 @@ var (
 	// ErrStopped: the layer gave up on a retryable failure before its attempts ran
 	// out. Every error the layer itself returns matches it.
 	ErrStopped = errors.New("retry stopped")
-	// ErrInvalidPushback: a pushback that is malformed or negative, which means "do
-	// not retry".
-	ErrInvalidPushback = errors.New("invalid or negative pushback")
 )
 
 // DeadlineError is returned when the time left before the deadline is not more than

@@ -84,14 +84,14 @@ func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 		d = Decision{Verdict: Retryable, Reason: "UNAVAILABLE"}
 	case codes.DeadlineExceeded:
 		if !a.AttemptTimedOut {
-			return refusedByServer(Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}, a.Trailer.Get(HeaderPushbackMs))
+			return refusedByServer(Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}, a.Trailer.Get(pushback.Key))
 		}
 		if !a.Idempotent {
-			return refusedByServer(Decision{Verdict: Failed, Reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}, a.Trailer.Get(HeaderPushbackMs))
+			return refusedByServer(Decision{Verdict: Failed, Reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}, a.Trailer.Get(pushback.Key))
 		}
 		d = Decision{Verdict: Retryable, Reason: "per-attempt timeout"}
 	case codes.ResourceExhausted:
-		if _, found, _ := RetryInfoDelay(a.Status); !found {
+		if _, found, _ := pushback.RetryInfoDelay(a.Status); !found {
 			return Decision{Verdict: Answered, Reason: "RESOURCE_EXHAUSTED without RetryInfo"}
 		}
 		d = Decision{Verdict: Retryable, Reason: "RESOURCE_EXHAUSTED with RetryInfo"}
@@ -104,14 +104,14 @@ func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 	if v, ok := pushbackTrailer(a.Trailer); ok {
 		return withPushbackMs(d, v)
 	}
-	if delay, found, err := RetryInfoDelay(a.Status); found && (err != nil || delay > 0) {
+	if delay, found, err := pushback.RetryInfoDelay(a.Status); found && (err != nil || delay > 0) {
 		return withPushback(d, delay, err)
 	}
 	return d
 }
 
 func pushbackTrailer(md metadata.MD) (string, bool) {
-	if v := md.Get(HeaderPushbackMs); len(v) > 0 {
+	if v := md.Get(pushback.Key); len(v) > 0 {
 		return v[0], true
 	}
 	return "", false

@@ -80,7 +80,7 @@ func (w *pushbackWriter) WriteHeader(code int) {
 	if !w.wrote && code >= 200 {
 		w.wrote = true
 		if w.in.gaveUp.Load() && (code >= 500 || code == 429 || code == 408 || code == 425) {
-			w.Header().Set(HeaderPushbackMs, pushback.DoNotRetry)
+			w.Header().Set(pushback.Key, pushback.DoNotRetry)
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -122,7 +122,7 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 		}
 		resp, err := handler(context.WithValue(ctx, inboundKey{}, in), req)
 		if err != nil && in.gaveUp.Load() {
-			_ = grpc.SetTrailer(ctx, metadata.Pairs(HeaderPushbackMs, pushback.DoNotRetry))
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushback.DoNotRetry))
 		}
 		return resp, err
 	}

@@ -110,7 +110,7 @@ func DefaultHTTPClassifier(a HTTPAttempt) Decision {
 		code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
 		if !idem {
 			return refusedByServer(Decision{Verdict: Failed, Reason: "status " + strconv.Itoa(code) + ", and the request is neither idempotent nor keyed"},
-				a.Response.Header.Values(HeaderPushbackMs))
+				a.Response.Header.Values(pushback.Key))
 		}
 		return httpPushback(a, Decision{Verdict: Retryable, Reason: "status " + strconv.Itoa(code)})
 	case code >= 500:
@@ -121,15 +121,15 @@ func DefaultHTTPClassifier(a HTTPAttempt) Decision {
 
 func httpPushback(a HTTPAttempt, d Decision) Decision {
 	h := a.Response.Header
-	if v := h.Values(HeaderPushbackMs); len(v) > 0 {
+	if v := h.Values(pushback.Key); len(v) > 0 {
 		return withPushbackMs(d, v[0])
 	}
-	if v := h.Values(HeaderRetryAfter); len(v) > 0 {
+	if v := h.Values(pushback.RetryAfterKey); len(v) > 0 {
 		now := a.Now
 		if now.IsZero() {
 			now = time.Now()
 		}
-		p, err := ParseRetryAfter(v[0], now)
+		p, err := pushback.ParseRetryAfter(v[0], now)
 		return withPushback(d, p, err)
 	}
 	return d
@@ -137,7 +137,7 @@ func httpPushback(a HTTPAttempt, d Decision) Decision {
 
 // withPushbackMs gives d the pushback of a grpc-retry-pushback-ms value.
 func withPushbackMs(d Decision, v string) Decision {
-	p, err := ParsePushbackMs(v)
+	p, err := pushback.ParseMs(v)
 	d = withPushback(d, p, err)
 	d.doNotRetry = pushback.Refuses(v)
 	return d

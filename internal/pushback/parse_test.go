@@ -1,4 +1,4 @@
-package retry_test
+package pushback_test
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/deadlinekit/deadlinekit/retry"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -60,12 +60,12 @@ func TestParseRetryAfter(t *testing.T) {
 		{"Mon, 30 Nov 2026 12:00:05 GMT; foo", 0, false},
 	}
 	for _, c := range cases {
-		got, err := retry.ParseRetryAfter(c.in, now)
+		got, err := pushback.ParseRetryAfter(c.in, now)
 		if c.ok != (err == nil) || (c.ok && got != c.want) {
 			t.Errorf("ParseRetryAfter(%.40q) = %v, %v; want %v, ok=%v", c.in, got, err, c.want, c.ok)
 		}
-		if err != nil && !errors.Is(err, retry.ErrInvalidPushback) {
-			t.Errorf("ParseRetryAfter(%.40q) error %v does not match ErrInvalidPushback", c.in, err)
+		if err != nil && !errors.Is(err, pushback.ErrInvalid) {
+			t.Errorf("ParseRetryAfter(%.40q) error %v does not match ErrInvalid", c.in, err)
 		}
 	}
 }
@@ -75,9 +75,9 @@ func FuzzParseRetryAfter(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		d, err := retry.ParseRetryAfter(s, now)
+		d, err := pushback.ParseRetryAfter(s, now)
 		if err != nil {
-			if d != 0 || !errors.Is(err, retry.ErrInvalidPushback) {
+			if d != 0 || !errors.Is(err, pushback.ErrInvalid) {
 				t.Fatalf("%q: %v, %v", s, d, err)
 			}
 			return
@@ -88,7 +88,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 	})
 }
 
-func TestParsePushbackMs(t *testing.T) {
+func TestParseMs(t *testing.T) {
 	cases := []struct {
 		in   string
 		want time.Duration
@@ -118,24 +118,24 @@ func TestParsePushbackMs(t *testing.T) {
 		{strings.Repeat("x", 1<<16), 0, false},
 	}
 	for _, c := range cases {
-		got, err := retry.ParsePushbackMs(c.in)
+		got, err := pushback.ParseMs(c.in)
 		if c.ok != (err == nil) || (c.ok && got != c.want) {
-			t.Errorf("ParsePushbackMs(%.40q) = %v, %v; want %v, ok=%v", c.in, got, err, c.want, c.ok)
+			t.Errorf("ParseMs(%.40q) = %v, %v; want %v, ok=%v", c.in, got, err, c.want, c.ok)
 		}
-		if err != nil && (!errors.Is(err, retry.ErrInvalidPushback) || len(err.Error()) > 200) {
-			t.Errorf("ParsePushbackMs(%.40q) error %.300q: want ErrInvalidPushback, short", c.in, err)
+		if err != nil && (!errors.Is(err, pushback.ErrInvalid) || len(err.Error()) > 200) {
+			t.Errorf("ParseMs(%.40q) error %.300q: want ErrInvalid, short", c.in, err)
 		}
 	}
 }
 
-func FuzzParsePushbackMs(f *testing.F) {
+func FuzzParseMs(f *testing.F) {
 	for _, s := range []string{"0", "250", "-1", "abc", "99999999999999999999", ""} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		d, err := retry.ParsePushbackMs(s)
+		d, err := pushback.ParseMs(s)
 		if err != nil {
-			if d != 0 || !errors.Is(err, retry.ErrInvalidPushback) {
+			if d != 0 || !errors.Is(err, pushback.ErrInvalid) {
 				t.Fatalf("%q: %v, %v", s, d, err)
 			}
 			return
@@ -187,12 +187,12 @@ func TestRetryInfoDelay(t *testing.T) {
 		{"unknown type", statusWithDetails(t, &anypb.Any{TypeUrl: "type.googleapis.com/no.Such", Value: []byte{1}}), 0, false, true},
 	}
 	for _, c := range cases {
-		got, found, err := retry.RetryInfoDelay(c.st)
+		got, found, err := pushback.RetryInfoDelay(c.st)
 		if got != c.want || found != c.found || c.ok != (err == nil) {
 			t.Errorf("%s: RetryInfoDelay = %v, %v, %v; want %v, %v, ok=%v", c.name, got, found, err, c.want, c.found, c.ok)
 		}
-		if err != nil && !errors.Is(err, retry.ErrInvalidPushback) {
-			t.Errorf("%s: %v does not match ErrInvalidPushback", c.name, err)
+		if err != nil && !errors.Is(err, pushback.ErrInvalid) {
+			t.Errorf("%s: %v does not match ErrInvalid", c.name, err)
 		}
 	}
 }
@@ -204,18 +204,18 @@ func FuzzRetryInfoDelay(f *testing.F) {
 	f.Add([]byte{0xff}, int64(-1), int32(-1))
 	f.Fuzz(func(t *testing.T, raw []byte, secs int64, nanos int32) {
 		st := statusWithDetails(t, &anypb.Any{TypeUrl: "type.googleapis.com/google.rpc.RetryInfo", Value: raw})
-		if d, _, err := retry.RetryInfoDelay(st); err == nil && d < 0 {
+		if d, _, err := pushback.RetryInfoDelay(st); err == nil && d < 0 {
 			t.Fatalf("raw %x: negative delay %v", raw, d)
 		}
 		st = statusWithDetails(t, retryInfoAny(t, &durationpb.Duration{Seconds: secs, Nanos: nanos}))
-		d, found, err := retry.RetryInfoDelay(st)
+		d, found, err := pushback.RetryInfoDelay(st)
 		if !found {
 			t.Fatalf("RetryInfo{%d, %d} not found", secs, nanos)
 		}
 		if err == nil && d < 0 {
 			t.Fatalf("RetryInfo{%d, %d}: negative delay %v", secs, nanos, d)
 		}
-		if err != nil && !errors.Is(err, retry.ErrInvalidPushback) {
+		if err != nil && !errors.Is(err, pushback.ErrInvalid) {
 			t.Fatalf("RetryInfo{%d, %d}: %v", secs, nanos, err)
 		}
 	})

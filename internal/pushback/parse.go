@@ -1,6 +1,7 @@
-package retry
+package pushback
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -10,20 +11,14 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
-
-	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
-// Pushback headers and metadata keys.
-const (
-	// HeaderRetryAfter is HTTP's pushback: delta-seconds or an HTTP-date.
-	HeaderRetryAfter = "Retry-After"
-	// HeaderPushbackMs is gRPC's pushback (trailer grpc-retry-pushback-ms; also read
-	// on HTTP responses): milliseconds, a negative value means "do not retry". The
-	// server side of this package sends -1 when a layer below already retried;
-	// packages shortcircuit and propagate send it with a refusal for lack of budget.
-	HeaderPushbackMs = pushback.Key
-)
+// RetryAfterKey is HTTP's pushback header: delta-seconds or an HTTP-date.
+const RetryAfterKey = "Retry-After"
+
+// ErrInvalid is returned for a pushback that is malformed or negative, which means
+// "do not retry".
+var ErrInvalid = errors.New("invalid or negative pushback")
 
 // maxDelta is the largest pushback represented; anything larger saturates to it
 // (and is longer than any cap).
@@ -34,11 +29,11 @@ const maxDelta = time.Duration(math.MaxInt64)
 // accepts), and returns the wait it asks for, measured from now for a date. A date in
 // the past means no wait (0). A huge number of seconds saturates rather than
 // overflowing. Anything else (empty, signed, fractional, garbage) returns an error
-// matching [ErrInvalidPushback]: the layer does not retry.
+// matching [ErrInvalid]: the layer does not retry.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return 0, fmt.Errorf("%w: empty Retry-After", ErrInvalidPushback)
+		return 0, fmt.Errorf("%w: empty Retry-After", ErrInvalid)
 	}
 	if isDigits(v) {
 		secs, err := strconv.ParseUint(v, 10, 64)
@@ -48,11 +43,11 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 		return time.Duration(secs) * time.Second, nil
 	}
 	if len(v) > 64 { // longer than any HTTP-date
-		return 0, fmt.Errorf("%w: malformed Retry-After", ErrInvalidPushback)
+		return 0, fmt.Errorf("%w: malformed Retry-After", ErrInvalid)
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
-		return 0, fmt.Errorf("%w: malformed Retry-After %q", ErrInvalidPushback, v)
+		return 0, fmt.Errorf("%w: malformed Retry-After %q", ErrInvalid, v)
 	}
 	if !t.After(now) {
 		return 0, nil
@@ -60,21 +55,21 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	return t.Sub(now), nil // Sub saturates
 }
 
-// ParsePushbackMs parses a grpc-retry-pushback-ms value: a non-negative decimal
+// ParseMs parses a grpc-retry-pushback-ms value: a non-negative decimal
 // number of milliseconds (gRPC A6). A negative value is the server saying "do not
-// retry"; it, and a malformed value, return an error matching [ErrInvalidPushback].
+// retry"; it, and a malformed value, return an error matching [ErrInvalid].
 // A huge value saturates.
-func ParsePushbackMs(v string) (time.Duration, error) {
+func ParseMs(v string) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	neg := strings.HasPrefix(v, "-")
 	if neg && isDigits(v[1:]) {
-		return 0, fmt.Errorf("%w: %s %s: the server asks not to retry", ErrInvalidPushback, HeaderPushbackMs, v)
+		return 0, fmt.Errorf("%w: %s %s: the server asks not to retry", ErrInvalid, Key, v)
 	}
 	if !isDigits(v) {
 		if len(v) > 32 {
 			v = v[:32] + "…"
 		}
-		return 0, fmt.Errorf("%w: malformed %s %q", ErrInvalidPushback, HeaderPushbackMs, v)
+		return 0, fmt.Errorf("%w: malformed %s %q", ErrInvalid, Key, v)
 	}
 	ms, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || ms > uint64(maxDelta/time.Millisecond) {
@@ -98,7 +93,7 @@ func isDigits(s string) bool {
 // RetryInfoDelay looks for google.rpc.RetryInfo in the status details. found reports
 // whether there is one; delay is its retry_delay (0 when unset, in which case the
 // layer uses its backoff). An invalid or negative retry_delay returns an error
-// matching [ErrInvalidPushback]. A huge delay saturates.
+// matching [ErrInvalid]. A huge delay saturates.
 func RetryInfoDelay(st *status.Status) (delay time.Duration, found bool, err error) {
 	if st == nil {
 		return 0, false, nil
@@ -117,10 +112,10 @@ func RetryInfoDelay(st *status.Status) (delay time.Duration, found bool, err err
 			return 0, true, nil
 		}
 		if err := rd.CheckValid(); err != nil {
-			return 0, true, fmt.Errorf("%w: RetryInfo: %v", ErrInvalidPushback, err)
+			return 0, true, fmt.Errorf("%w: RetryInfo: %v", ErrInvalid, err)
 		}
 		if rd.GetSeconds() < 0 || rd.GetNanos() < 0 {
-			return 0, true, fmt.Errorf("%w: RetryInfo retry_delay %v is negative", ErrInvalidPushback, rd.AsDuration())
+			return 0, true, fmt.Errorf("%w: RetryInfo retry_delay %v is negative", ErrInvalid, rd.AsDuration())
 		}
 		return rd.AsDuration(), true, nil
 	}

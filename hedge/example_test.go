@@ -17,7 +17,7 @@ import (
 // beneath, gives each attempt the time left when it is sent.
 func Example() {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attempt := r.Header.Get(hedge.HeaderPreviousAttempts)
+		attempt := r.Header.Get("Grpc-Previous-Rpc-Attempts")
 		if attempt == "" {
 			select { // the primary: a replica pausing
 			case <-r.Context().Done():
@@ -63,7 +63,7 @@ func ExampleIdempotentRequest() {
 		fmt.Println(r.Method, hedge.IdempotentRequest(r))
 	}
 	keyed := httptest.NewRequest(http.MethodPost, "/orders", nil)
-	keyed.Header.Set(hedge.HeaderIdempotencyKey, "6f1c…")
+	keyed.Header.Set("Idempotency-Key", "6f1c…")
 	fmt.Println("POST with key", hedge.IdempotentRequest(keyed))
 	// Output:
 	// GET true

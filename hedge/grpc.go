@@ -22,15 +22,6 @@ import (
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// MetadataPreviousAttempts, "grpc-previous-rpc-attempts", is the gRPC metadata key
-// sent on every hedge with the number of copies of the call sent before it (gRPC
-// A6), added to the count a layer above (retry) wrote.
-const MetadataPreviousAttempts = attempts.Key
-
-// MetadataIdempotencyKey, "idempotency-key", in a call's outgoing metadata makes the
-// call hedgeable, whatever its method, when its value is not blank.
-const MetadataIdempotencyKey = idempotency.Key
-
 // UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
 // calls after the observed latency percentile of their method, with a [Hedger] of
 // its own made from opts. Use [New] and [Hedger.UnaryClientInterceptor] to read the
@@ -243,10 +234,10 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error
 		md = metadata.MD{}
 	}
 	k := 0
-	if vs := md.Get(MetadataPreviousAttempts); len(vs) > 0 {
+	if vs := md.Get(attempts.Key); len(vs) > 0 {
 		k = attempts.Parse(vs[len(vs)-1]) // the nearest layer above appended the last
 	}
-	md.Set(MetadataPreviousAttempts, attempts.Format(k+n))
+	md.Set(attempts.Key, attempts.Format(k+n))
 	ctx = metadata.NewOutgoingContext(ctx, md)
 	return struct{}{}, p.invoker(ctx, p.method, p.req, hc.reply, p.cc, hc.opts...)
 }
@@ -329,7 +320,7 @@ func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) b
 	if t != nil && t.idempotent || t == nil && h.declaredIdempotent(method) {
 		return true
 	}
-	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey))
+	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
 }
 
 // declaredIdempotent reports whether method is declared idempotent, by

@@ -77,7 +77,7 @@ type fakeInvoker struct {
 func (f *fakeInvoker) invoke(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 	f.calls.Add(1)
 	md, _ := metadata.FromOutgoingContext(ctx)
-	prev := md.Get(hedge.MetadataPreviousAttempts)
+	prev := md.Get("grpc-previous-rpc-attempts")
 	a := 0
 	f.mu.Lock()
 	if len(prev) > 0 {
@@ -136,7 +136,7 @@ func TestInterceptor(t *testing.T) {
 		{"IDEMPOTENT in descriptor", methodPut, nil, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
 		{"not idempotent", methodPost, nil, nil, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
 		{"declared by option", methodPost, []hedge.Option{hedge.WithIdempotentMethods(methodPost)}, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
-		{"idempotency key", methodPost, nil, []string{hedge.MetadataIdempotencyKey, "k1"}, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"idempotency key", methodPost, nil, []string{"idempotency-key", "k1"}, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
 		{"unknown method", "/x.Y/Z", nil, nil, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
 		{"UNAVAILABLE fires at once", methodGet, nil, nil, unavailable, 2, "attempt 1", codes.OK, 2 * time.Millisecond},
 		{"INTERNAL is returned", methodGet, nil, nil, internal, 1, "", codes.Internal, time.Millisecond},

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/deadlinekit/deadlinekit/hedge"
 )
 
 // roundTripFunc is a fake base transport.
@@ -34,7 +32,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // attemptOf is the attempt number a request carries (0: the primary).
 func attemptOf(r *http.Request) int {
-	n, _ := strconv.Atoi(r.Header.Get(hedge.HeaderPreviousAttempts))
+	n, _ := strconv.Atoi(r.Header.Get("Grpc-Previous-Rpc-Attempts"))
 	return n
 }
 

@@ -18,17 +18,6 @@ import (
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// Header names the HTTP adapter reads and writes.
-const (
-	// HeaderPreviousAttempts, "Grpc-Previous-Rpc-Attempts" (gRPC A6), is sent on every
-	// hedge with the number of copies of the call sent before it, added to the count a
-	// layer above (retry) wrote.
-	HeaderPreviousAttempts = attempts.Header
-	// HeaderIdempotencyKey, "Idempotency-Key", makes any request hedgeable, whatever
-	// its method, when its value is not blank.
-	HeaderIdempotencyKey = idempotency.Header
-)
-
 // NewTransport returns an http.RoundTripper that hedges idempotent requests after the
 // observed latency percentile of their host, with a [Hedger] of its own made from
 // opts. A nil base means http.DefaultTransport. Use [New] and [Hedger.Transport] to
@@ -76,7 +65,7 @@ func (t *transport) CloseIdleConnections() {
 // empty method is GET) or it carries an Idempotency-Key header that is not blank. It
 // does not look at the body. Package retry decides the same way.
 func IdempotentRequest(req *http.Request) bool {
-	return idempotency.Method(req.Method) || idempotency.Keyed(req.Header[HeaderIdempotencyKey])
+	return idempotency.Method(req.Method) || idempotency.Keyed(req.Header[idempotency.Header])
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -223,7 +212,7 @@ func (p *httpAttempts) send(ctx context.Context, n int, traced bool) (*http.Resp
 		return p.t.base.RoundTrip(r)
 	}
 	// A layer above (retry) may have counted attempts already: add to its count.
-	r.Header[HeaderPreviousAttempts] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(HeaderPreviousAttempts)) + n)}
+	r.Header[attempts.Header] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(attempts.Header)) + n)}
 	if p.hasBody {
 		r.Body, p.bodies[n] = p.bodies[n], nil
 	}

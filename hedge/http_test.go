@@ -299,7 +299,7 @@ func TestIdempotency(t *testing.T) {
 				}))
 				req, _ := http.NewRequestWithContext(t.Context(), tc.method, "http://backend.test/", tc.body)
 				if tc.key != "" {
-					req.Header.Set(hedge.HeaderIdempotencyKey, tc.key)
+					req.Header.Set("Idempotency-Key", tc.key)
 				}
 				if tc.noGet {
 					req.GetBody = nil
@@ -357,7 +357,7 @@ func TestCallerRequestUntouched(t *testing.T) {
 		if len(req.Header) != 1 || req.Header.Get("X-Caller") != "kept" || req.Context() != ctx {
 			t.Errorf("caller's request changed: header %v", req.Header)
 		}
-		if hedgeHeader.Get(hedge.HeaderPreviousAttempts) != "1" || hedgeHeader.Get("X-Caller") != "kept" {
+		if hedgeHeader.Get("Grpc-Previous-Rpc-Attempts") != "1" || hedgeHeader.Get("X-Caller") != "kept" {
 			t.Errorf("hedge header = %v, want the caller's plus Grpc-Previous-Rpc-Attempts: 1", hedgeHeader)
 		}
 	})

@@ -56,7 +56,7 @@ func TestHTTPLoopback(t *testing.T) {
 		if r.Header.Get(propagate.HeaderGRPCTimeout) != "" {
 			withTimeout.Add(1)
 		}
-		b.serve(r.Context(), r.Header.Get(hedge.HeaderPreviousAttempts))
+		b.serve(r.Context(), r.Header.Get("Grpc-Previous-Rpc-Attempts"))
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
@@ -114,7 +114,7 @@ func TestHTTPLosersClosed(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body := strings.Repeat("x", 16<<10)
 		switch {
-		case r.Header.Get(hedge.HeaderPreviousAttempts) != "":
+		case r.Header.Get("Grpc-Previous-Rpc-Attempts") != "":
 		case r.URL.Path == "/unavailable":
 			// The primary answers 503 with a body: the hedge goes out at once
 			// and the 503 must be drained and closed.
@@ -196,7 +196,7 @@ type storeServer struct {
 }
 
 func previous(ctx context.Context) string {
-	if v := metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts"); len(v) > 0 {
 		return v[0]
 	}
 	return ""

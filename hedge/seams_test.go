@@ -69,7 +69,7 @@ type stepInvoker struct {
 func (f *stepInvoker) invoke(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 	f.n.Add(1)
 	a := 0
-	if vs := metadata.ValueFromOutgoingContext(ctx, hedge.MetadataPreviousAttempts); len(vs) > 0 {
+	if vs := metadata.ValueFromOutgoingContext(ctx, "grpc-previous-rpc-attempts"); len(vs) > 0 {
 		a = int(vs[0][0] - '0')
 	}
 	s := f.steps[a]
@@ -459,7 +459,7 @@ func TestLoserSpanEndsWithCall(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, tp := traced(t.Context())
 			invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
-				a := len(metadata.ValueFromOutgoingContext(ctx, hedge.MetadataPreviousAttempts))
+				a := len(metadata.ValueFromOutgoingContext(ctx, "grpc-previous-rpc-attempts"))
 				time.Sleep(stubborn(a))
 				return nil
 			}

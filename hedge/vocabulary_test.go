@@ -74,7 +74,7 @@ func hedgeHTTPAttempts(t *testing.T, v string) (sent []string) {
 		var mu sync.Mutex
 		rt := hedge.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			mu.Lock()
-			sent = append(sent, strings.Join(r.Header.Values(hedge.HeaderPreviousAttempts), ","))
+			sent = append(sent, strings.Join(r.Header.Values("Grpc-Previous-Rpc-Attempts"), ","))
 			slow := len(sent) == 1
 			mu.Unlock()
 			if slow {
@@ -85,7 +85,7 @@ func hedgeHTTPAttempts(t *testing.T, v string) (sent []string) {
 			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Header: http.Header{}, Request: r}, nil
 		}), hedge.WithInitialDelay(10*time.Millisecond))
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://backend.test/", nil)
-		req.Header[hedge.HeaderPreviousAttempts] = []string{v}
+		req.Header["Grpc-Previous-Rpc-Attempts"] = []string{v}
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func hedgeGRPCAttempts(t *testing.T, v string) (sent []string) {
 		invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 			md, _ := metadata.FromOutgoingContext(ctx)
 			mu.Lock()
-			sent = append(sent, strings.Join(md.Get(hedge.MetadataPreviousAttempts), ","))
+			sent = append(sent, strings.Join(md.Get("grpc-previous-rpc-attempts"), ","))
 			slow := len(sent) == 1
 			mu.Unlock()
 			if slow {
@@ -113,7 +113,7 @@ func hedgeGRPCAttempts(t *testing.T, v string) (sent []string) {
 			return nil
 		}
 		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(methodPost))
-		ctx := metadata.AppendToOutgoingContext(t.Context(), hedge.MetadataPreviousAttempts, v)
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "grpc-previous-rpc-attempts", v)
 		if err := ic(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, invoker); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestVocabularyIdempotency(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "http://backend.test/", nil)
 		req.Method = tc.method
 		if tc.key != nil {
-			req.Header[hedge.HeaderIdempotencyKey] = tc.key
+			req.Header["Idempotency-Key"] = tc.key
 		}
 		if got := hedge.IdempotentRequest(req); got != tc.want {
 			t.Errorf("%s %q: hedge.IdempotentRequest %v; want %v", tc.method, tc.key, got, tc.want)
@@ -200,7 +200,7 @@ func TestVocabularyGRPCKey(t *testing.T) {
 				return nil
 			}
 			h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
-			ctx := metadata.AppendToOutgoingContext(t.Context(), hedge.MetadataIdempotencyKey, tc.key)
+			ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", tc.key)
 			_ = h.UnaryClientInterceptor()(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, invoker)
 			synctest.Wait()
 			if calls != tc.want {

@@ -76,7 +76,7 @@ func TestRefusedHedgeLeavesCallToPrimary(t *testing.T) {
 			defer cancel()
 			var requests, refused atomic.Int64
 			app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Header.Get(hedge.HeaderPreviousAttempts) != "" {
+				if r.Header.Get("Grpc-Previous-Rpc-Attempts") != "" {
 					io.WriteString(w, "hedge")
 					return
 				}
@@ -92,7 +92,7 @@ func TestRefusedHedgeLeavesCallToPrimary(t *testing.T) {
 				requests.Add(1)
 				sw := &statusRecorder{ResponseWriter: w}
 				guarded.ServeHTTP(sw, r)
-				if sw.code == http.StatusGatewayTimeout && r.Header.Get(hedge.HeaderPreviousAttempts) != "" {
+				if sw.code == http.StatusGatewayTimeout && r.Header.Get("Grpc-Previous-Rpc-Attempts") != "" {
 					refused.Add(1)
 				}
 			}))
@@ -128,7 +128,7 @@ func TestRefusedHedgeLeavesCallToPrimary(t *testing.T) {
 			count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 				requests.Add(1)
 				resp, err := handler(ctx, req)
-				if status.Code(err) == codes.DeadlineExceeded && len(metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts)) > 0 {
+				if status.Code(err) == codes.DeadlineExceeded && len(metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")) > 0 {
 					refused.Add(1)
 				}
 				return resp, err
@@ -190,7 +190,7 @@ type primaryServer struct {
 }
 
 func (s *primaryServer) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	if len(metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts)) > 0 {
+	if len(metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")) > 0 {
 		return &testgrpc.SimpleResponse{Username: "hedge"}, nil
 	}
 	select {
@@ -215,7 +215,7 @@ func (finishServer) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) 
 	case 2:
 		return &testgrpc.SimpleResponse{}, nil
 	}
-	if len(metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts)) > 0 {
+	if len(metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")) > 0 {
 		return &testgrpc.SimpleResponse{Username: "hedge"}, nil
 	}
 	<-ctx.Done()

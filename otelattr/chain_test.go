@@ -204,7 +204,7 @@ type hedgeB struct {
 }
 
 func (hedgeB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	if len(metadata.ValueFromIncomingContext(ctx, hedge.MetadataPreviousAttempts)) == 0 {
+	if len(metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")) == 0 {
 		select {
 		case <-ctx.Done():
 		case <-time.After(2 * time.Second):

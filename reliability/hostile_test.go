@@ -55,7 +55,7 @@ type hostileSeen struct {
 }
 
 const (
-	hostileAtt = retry.HeaderPreviousAttempts
+	hostileAtt = "grpc-previous-rpc-attempts"
 	hostileKey = retry.HeaderIdempotencyKey
 	hostileGt  = propagate.HeaderGRPCTimeout
 	hostileCt  = propagate.HeaderConnectTimeout
@@ -218,7 +218,7 @@ func (s *hostileService) record(ctx context.Context) {
 	g.budget = in.Budget
 	g.serving = retry.ServingRetry(ctx)
 	g.keys = metadata.ValueFromIncomingContext(ctx, retry.MetadataIdempotencyKey)
-	g.attempts = metadata.ValueFromIncomingContext(ctx, retry.HeaderPreviousAttempts)
+	g.attempts = metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")
 	select {
 	case s.seen <- g:
 	default:

@@ -180,7 +180,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 		for n := 1; ; n++ {
 			actx := ctx
 			if n > 1 {
-				actx = metadata.AppendToOutgoingContext(ctx, HeaderPreviousAttempts, attempts.Format(n-1))
+				actx = metadata.AppendToOutgoingContext(ctx, attempts.Key, attempts.Format(n-1))
 			}
 			var cancel context.CancelFunc
 			if c.attemptTimeout > 0 {

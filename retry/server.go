@@ -12,13 +12,6 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
-// HeaderPreviousAttempts, "grpc-previous-rpc-attempts", is sent on every attempt
-// after the first (gRPC A6): the number of attempts made before this one. It is an
-// HTTP header and gRPC metadata. The server side reads its first value: a decimal
-// count of 1 or more, spaces around it ignored, makes the request a retry; anything
-// unreadable counts as 0, not a retry.
-const HeaderPreviousAttempts = attempts.Key
-
 // inbound is the server-side state of one inbound request, shared between the server
 // layer and the outbound retry layers of its handler.
 type inbound struct {
@@ -61,7 +54,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	_ = opts
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			in := &inbound{retry: attempts.Parse(r.Header.Get(HeaderPreviousAttempts)) > 0}
+			in := &inbound{retry: attempts.Parse(r.Header.Get(attempts.Key)) > 0}
 			r = r.WithContext(context.WithValue(r.Context(), inboundKey{}, in))
 			next.ServeHTTP(&pushbackWriter{ResponseWriter: w, in: in}, r)
 		})
@@ -116,7 +109,7 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		in := &inbound{}
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get(HeaderPreviousAttempts); len(v) > 0 {
+			if v := md.Get(attempts.Key); len(v) > 0 {
 				in.retry = attempts.Parse(v[0]) > 0
 			}
 		}

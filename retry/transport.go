@@ -49,20 +49,13 @@ type HTTPAttempt struct {
 // HTTPClassifier judges one attempt of an HTTP call. See [DefaultHTTPClassifier].
 type HTTPClassifier func(a HTTPAttempt) Decision
 
-// IdempotentMethod reports whether an HTTP method is safe or idempotent (RFC 9110):
-// GET, HEAD, OPTIONS, TRACE, PUT, DELETE. The empty method means GET. Package hedge
-// decides the same way.
-func IdempotentMethod(m string) bool {
-	return idempotency.Method(m)
-}
-
 // DefaultHTTPClassifier is the classification of [NewTransport]:
 //
 //   - the call's context ended: Failed;
 //   - a transport error before the request was fully sent (refused, reset while
 //     sending, handshake or dial timeout): Retryable, whatever the method;
 //   - a transport error after it was sent (read timeout, reset, per-attempt timeout):
-//     Retryable for idempotent methods ([IdempotentMethod]) and keyed requests, else
+//     Retryable for idempotent methods (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and keyed requests, else
 //     Failed;
 //   - errors that are not transport failures (TLS certificate, bad URL): Failed;
 //   - 429, 408, 425: Retryable, whatever the method;
@@ -80,7 +73,7 @@ func IdempotentMethod(m string) bool {
 // [*deadline.BudgetError], from package propagate's floor), never reaches the
 // classifier: it is not a transport failure, and it is not retried.
 func DefaultHTTPClassifier(a HTTPAttempt) Decision {
-	idem := a.HasKey || (a.Request != nil && IdempotentMethod(a.Request.Method))
+	idem := a.HasKey || (a.Request != nil && idempotency.Method(a.Request.Method))
 	if a.Err != nil {
 		if a.Request != nil && a.Request.Context().Err() != nil {
 			return Decision{Verdict: Failed, Reason: "the call's context ended"}
@@ -262,7 +255,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if hasBody && req.GetBody == nil && maxAttempts > 1 {
 		maxAttempts, single = 1, otelattr.StopNotRetryable
 	}
-	idem := IdempotentMethod(req.Method)
+	idem := idempotency.Method(req.Method)
 	hasKey := idempotency.Keyed(req.Header.Values(HeaderIdempotencyKey))
 	var genKey string
 	if !hasKey && c.keys != nil && !idem {
@@ -297,7 +290,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 					r.Header.Set(HeaderIdempotencyKey, genKey)
 				}
 				if n > 1 {
-					r.Header.Set(HeaderPreviousAttempts, attempts.Format(n-1))
+					r.Header.Set(attempts.Key, attempts.Format(n-1))
 				}
 			}
 			if n > 1 && hasBody {

@@ -72,13 +72,6 @@ func (p Policy) checkFloor(budget time.Duration) error {
 	return nil
 }
 
-// Shortens reports whether the policy can give a child an earlier deadline than its
-// parent's (a reserve or a per-hop cap is set). Adapters use it to skip deriving a
-// context when the parent's deadline would pass through unchanged.
-func (p Policy) Shortens() bool {
-	return p.Reserve > 0 || p.ReserveFraction > 0 || p.MaxPerHop > 0
-}
-
 // Derive returns a child of ctx whose deadline follows the policy, or a *BudgetError
 // (and ctx itself with a no-op cancel) when the child's budget would be below Floor or
 // nothing is left. The child's deadline is never later than ctx's. When the policy

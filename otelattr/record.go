@@ -93,23 +93,19 @@ func RecordInbound(ctx context.Context, budget time.Duration, source string, cla
 	instruments().serverBudget.Record(ctx, budget.Seconds())
 }
 
-// RecordGuard records the short-circuit guard's decision on the server span in ctx:
-// the floor, the budget left, and whether the request was refused. A refusal also
-// counts in deadlinekit.shortcircuit.rejections.
-func RecordGuard(ctx context.Context, rejected bool, remaining, floor time.Duration) {
+// RecordGuard records the short-circuit guard's refusal on the server span in ctx:
+// the floor, the budget left, and that the request was refused; it counts in
+// deadlinekit.shortcircuit.rejections.
+func RecordGuard(ctx context.Context, remaining, floor time.Duration) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
-			ShortCircuitRejectedKey.Bool(rejected),
+			ShortCircuitRejectedKey.Bool(true),
 			ShortCircuitFloorKey.Float64(millis(floor)),
 			ShortCircuitRemainingKey.Float64(millis(remaining)),
 		)
-		if rejected {
-			span.SetStatus(codes.Error, "refused before the handler ran: budget below the floor")
-		}
+		span.SetStatus(codes.Error, "refused before the handler ran: budget below the floor")
 	}
-	if rejected {
-		instruments().rejections.Add(ctx, 1, reasonOption(reason(remaining))...)
-	}
+	instruments().rejections.Add(ctx, 1, reasonOption(reason(remaining))...)
 }
 
 // reason is the refusal reason of a floor's refusal, as package shortcircuit names it.

@@ -80,7 +80,7 @@ func TestServerSide(t *testing.T) {
 	tp, rec, reader := withSDK(t)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "server")
 	RecordInbound(ctx, 250*time.Millisecond, "grpc-timeout", true)
-	RecordGuard(ctx, true, 4*time.Millisecond, 20*time.Millisecond)
+	RecordGuard(ctx, 4*time.Millisecond, 20*time.Millisecond)
 	RecordOverrun(ctx, 53*time.Millisecond)
 	span.End()
 
@@ -288,7 +288,7 @@ func TestNoSDKAllocs(t *testing.T) {
 	h := http.Header{}
 	allocs := testing.AllocsPerRun(100, func() {
 		RecordInbound(ctx, time.Second, "grpc-timeout", false)
-		RecordGuard(ctx, true, time.Millisecond, 2*time.Millisecond)
+		RecordGuard(ctx, time.Millisecond, 2*time.Millisecond)
 		RecordOverrun(ctx, time.Millisecond)
 		RecordBudgetSent(ctx, time.Second)
 		actx, a := StartAttempt(ctx, HTTP, KindHedge, 2)

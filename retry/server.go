@@ -48,10 +48,9 @@ func WithServingRetry(ctx context.Context) context.Context {
 // single attempt ([ServingRetry]). And when one of them gave up on a retryable
 // failure, a failure answer of the handler (5xx, 429, 408, 425) carries
 // grpc-retry-pushback-ms: -1, so that the caller's retry layer does not retry what
-// was already retried here. It takes no option today; opts is there for the shape
-// every deadlinekit package shares.
-func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
-	_ = opts
+// was already retried here. It takes no option: the client side's options do not
+// apply to it.
+func NewMiddleware() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			in := &inbound{retry: attempts.Parse(r.Header.Get(attempts.Key)) > 0}
@@ -104,8 +103,7 @@ func (w *pushbackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // grpc-previous-rpc-attempts ≥ 1 ([ServingRetry]), and when an outbound retry layer
 // of the handler gave up on a retryable failure and the handler fails, it sets the
 // trailer grpc-retry-pushback-ms: -1.
-func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
-	_ = opts
+func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		in := &inbound{}
 		if md, ok := metadata.FromIncomingContext(ctx); ok {

@@ -274,7 +274,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 			t.decision = BelowFloor
 		}
 		if t.decision != Admitted {
-			otelattr.RecordGuard(ctx, true, t.left, floor)
+			otelattr.RecordGuard(ctx, t.left, floor)
 			g.observe(ctx, t)
 			return false
 		}

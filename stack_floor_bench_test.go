@@ -1,4 +1,4 @@
-package otelattr_test
+package deadlinekit_test
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 // "passthrough" runs five interceptors that only call the next, three on the client
 // and two on the server, as the real stack has: the price of composing layers.
 //
-//	go test -run '^$' -bench StackFloor -benchtime 20000x -count 5 ./otelattr
+//	go test -run '^$' -bench StackFloor -benchtime 20000x -count 5 .
 func BenchmarkStackFloor(b *testing.B) {
 	for _, v := range []struct {
 		name   string

@@ -1,4 +1,4 @@
-package otelattr_test
+package deadlinekit_test
 
 import (
 	"context"

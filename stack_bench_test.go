@@ -1,4 +1,4 @@
-package otelattr_test
+package deadlinekit_test
 
 import (
 	"context"
@@ -38,20 +38,20 @@ func (s okService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrp
 // once without tracing, once under otelgrpc with a recording SDK (spans sampled,
 // recorded, then dropped, so that no exporter is measured).
 //
-//	go test -run '^$' -bench Stack -benchtime 20000x -count 5 ./otelattr
+//	go test -run '^$' -bench Stack -benchtime 20000x -count 5 .
 func BenchmarkStack(b *testing.B) { pairedStack(b, allLayers, 0) }
 
 // BenchmarkStackBusyHandler is [BenchmarkStack] with a handler that takes 1 ms, for
 // the stack's cost on a call that does some work.
 //
-//	go test -run '^$' -bench StackBusyHandler -benchtime 5000x -count 5 ./otelattr
+//	go test -run '^$' -bench StackBusyHandler -benchtime 5000x -count 5 .
 func BenchmarkStackBusyHandler(b *testing.B) { pairedStack(b, allLayers, time.Millisecond) }
 
 // BenchmarkStackLayers adds deadlinekit's layers one at a time to the call of
 // [BenchmarkStack], each variant paired with the bare call (untraced, then traced),
 // to show where the whole stack's cost comes from.
 //
-//	go test -run '^$' -bench StackLayers -benchtime 20000x -count 5 ./otelattr
+//	go test -run '^$' -bench StackLayers -benchtime 20000x -count 5 .
 func BenchmarkStackLayers(b *testing.B) {
 	for _, v := range []struct {
 		name string

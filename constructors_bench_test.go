@@ -1,4 +1,4 @@
-package otelattr_test
+package deadlinekit_test
 
 import (
 	"testing"
@@ -42,7 +42,7 @@ func handNested() ([]grpc.ServerOption, []grpc.DialOption) {
 // (otelgrpc on both sides, a recording SDK, inside a recording span). The
 // constructors should cost nothing: they only assemble the chain.
 //
-//	go test -run '^$' -bench Constructors -benchtime 20000x -count 5 ./otelattr
+//	go test -run '^$' -bench Constructors -benchtime 20000x -count 5 .
 func BenchmarkConstructors(b *testing.B) {
 	untracedAndTraced(b, func(b *testing.B, traced bool) {
 		hs, hc := handNested()
@@ -57,7 +57,7 @@ func BenchmarkConstructors(b *testing.B) {
 // same stack without its breaker layer (pairbench), untraced and traced: what the
 // breaker's closed path adds to a whole loopback gRPC call.
 //
-//	go test -run '^$' -bench BreakerInStack -benchtime 20000x -count 5 ./otelattr
+//	go test -run '^$' -bench BreakerInStack -benchtime 20000x -count 5 .
 func BenchmarkBreakerInStack(b *testing.B) {
 	untracedAndTraced(b, func(b *testing.B, traced bool) {
 		idem := deadlinekit.WithIdempotentMethods(stackMethod)

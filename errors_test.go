@@ -32,6 +32,7 @@ import (
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -103,7 +104,7 @@ func TestErrorToWire(t *testing.T) {
 	{
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		rt := propagate.NewTransport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		rt := propagate.NewTransport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) {
 			t.Error("the refused request was sent")
 			return nil, errors.New("sent")
 		}), propagate.WithFloor(time.Hour))
@@ -643,10 +644,6 @@ func TestRoundTripGRPCHTTPGRPC(t *testing.T) {
 		})
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // serveRelay starts a gRPC server for h and returns a client connection to it.
 func serveRelay(t *testing.T, h func(ctx context.Context) error, opts ...grpc.ServerOption) *grpc.ClientConn {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,7 +30,7 @@ func BenchmarkClosed(b *testing.B) {
 	})
 	b.Run("http", func(b *testing.B) {
 		resp := &http.Response{StatusCode: 200, Body: http.NoBody}
-		rt := New().Transport(roundTrip(func(*http.Request) (*http.Response, error) { return resp, nil }))
+		rt := New().Transport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil }))
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.com/x", nil)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -54,9 +55,5 @@ func BenchmarkClosed(b *testing.B) {
 		}
 	})
 }
-
-type roundTrip func(*http.Request) (*http.Response, error)
-
-func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }

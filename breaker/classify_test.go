@@ -19,6 +19,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
 func resp(code int, kv ...string) *http.Response {
@@ -148,7 +149,7 @@ func TestWithClassifier(t *testing.T) {
 		return breaker.Classify(r)
 	}
 	b := breaker.New(breaker.WithClassifier(tooMany), breaker.WithMinCalls(3))
-	rt := b.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+	rt := b.Transport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 429, Body: http.NoBody, Header: http.Header{}}, nil
 	}))
 	for range 3 {
@@ -162,7 +163,3 @@ func TestWithClassifier(t *testing.T) {
 		t.Fatalf("after three 429s: %v, want the circuit open", err)
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
 type grpcBackend struct {
@@ -158,7 +159,7 @@ func TestGRPCCancellationsAndStarvedCallsNeverOpen(t *testing.T) {
 		}
 	}
 	s.hang.Store(true)
-	parallel(20, 300, func(i int) {
+	testkit.Parallel(20, 300, func(i int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		if i%2 == 1 { // an expired budget: below anything the target needs
 			ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))

@@ -7,12 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
 // backend is a loopback HTTP server whose health the test sets.
@@ -181,24 +181,6 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// parallel runs f(i) for i in [0, n) on workers goroutines.
-func parallel(workers, n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
-}
-
 func TestHTTPCallerCancellationsNeverOpen(t *testing.T) {
 	be := newBackend(t)
 	be.delay.Store(int64(time.Minute)) // answers only when the caller gives up
@@ -207,7 +189,7 @@ func TestHTTPCallerCancellationsNeverOpen(t *testing.T) {
 	defer client.CloseIdleConnections()
 	const n = 300
 	// One at a time, so that the request that arrived is the caller's own.
-	parallel(1, n, func(int) {
+	testkit.Parallel(1, n, func(int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { _, err := get(ctx, client, be.URL); done <- err }()
@@ -235,13 +217,13 @@ func TestHTTPStarvedTimeoutsNeverOpenFairOnesDo(t *testing.T) {
 		_, err := get(ctx, client, be.URL)
 		return err
 	}
-	parallel(5, 20, func(int) { // the target's typical latency: 30 ms
+	testkit.Parallel(5, 20, func(int) { // the target's typical latency: 30 ms
 		if err := call(5 * time.Second); err != nil {
 			t.Error(err)
 		}
 	})
 	const n = 300
-	parallel(20, n, func(int) { // budgets below it: the callers' fault
+	testkit.Parallel(20, n, func(int) { // budgets below it: the callers' fault
 		if err := call(3 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("starved call: %v", err)
 		}
@@ -253,7 +235,7 @@ func TestHTTPStarvedTimeoutsNeverOpenFairOnesDo(t *testing.T) {
 	// times its typical latency) time out: those are failures. With the warm-up's 20
 	// successes in the window, 31 of them open the circuit (31/51 > 0.6).
 	be.delay.Store(int64(time.Minute))
-	parallel(31, 31, func(int) {
+	testkit.Parallel(31, 31, func(int) {
 		if err := call(100 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, breaker.ErrOpen) {
 			t.Errorf("fair call: %v", err)
 		}
@@ -270,7 +252,7 @@ func TestHTTPConcurrentCallers(t *testing.T) {
 	client := &http.Client{Transport: b.Transport(&http.Transport{MaxIdleConnsPerHost: 200})}
 	defer client.CloseIdleConnections()
 	var goodOK, badSent, badRefused atomic.Int64
-	parallel(200, 200*20, func(i int) {
+	testkit.Parallel(200, 200*20, func(i int) {
 		if i%2 == 0 {
 			if code, err := get(bg, client, good.URL); err != nil || code != 200 {
 				t.Errorf("healthy: %d %v", code, err)
@@ -303,7 +285,7 @@ func TestHTTPConcurrentCallers(t *testing.T) {
 
 func TestHTTPRefusalClosesTheBody(t *testing.T) {
 	b := breaker.New(breaker.WithMinCalls(1))
-	rt := b.Transport(roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, io.ErrUnexpectedEOF }))
+	rt := b.Transport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return nil, io.ErrUnexpectedEOF }))
 	req, _ := http.NewRequest("POST", "http://x.test/", nil)
 	_, _ = rt.RoundTrip(req)
 	body := &closeBody{}

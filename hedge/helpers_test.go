@@ -8,15 +8,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// roundTripFunc is a fake base transport.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // sleep waits d or until ctx ends, like a transport honouring its request's context.
 func sleep(ctx context.Context, d time.Duration) error {
@@ -96,24 +90,6 @@ func get(ctx context.Context, rt http.RoundTripper) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
-}
-
-// parallel runs f(i) for i in [0, n) on workers goroutines and waits.
-func parallel(workers, n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 var netOpError = net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}

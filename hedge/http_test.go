@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
 const target = "backend.test"
@@ -133,7 +134,7 @@ func TestLosersCanceled(t *testing.T) {
 		// the hedge (sent at 10 ms) answered at 11 ms.
 		loserBody := &trackedBody{Reader: strings.NewReader("late")}
 		var primaryCtxDone atomic.Bool
-		rt := h.Transport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if attemptOf(r) == 0 {
 				time.Sleep(15 * time.Millisecond)
 				primaryCtxDone.Store(r.Context().Err() != nil)
@@ -182,7 +183,7 @@ func TestLosersCanceled(t *testing.T) {
 func TestWinnerBodyKeepsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var ctx context.Context
-		rt := hedge.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			ctx = r.Context()
 			return response(r, 200, nil), nil
 		}), hedge.WithInitialDelay(time.Millisecond))
@@ -223,7 +224,7 @@ func TestNonFatal(t *testing.T) {
 				var sent atomic.Int64
 				primaryBody := &trackedBody{Reader: strings.NewReader("primary")}
 				h := hedge.New(hedge.WithInitialDelay(50 * time.Millisecond))
-				rt := h.Transport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 					sent.Add(1)
 					time.Sleep(time.Millisecond)
 					if attemptOf(r) == 0 {
@@ -283,7 +284,7 @@ func TestIdempotency(t *testing.T) {
 				var mu sync.Mutex
 				var bodies []string
 				h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
-				rt := h.Transport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 					sent.Add(1)
 					if r.Body != nil {
 						b, _ := io.ReadAll(r.Body)
@@ -337,7 +338,7 @@ func TestIdempotency(t *testing.T) {
 func TestCallerRequestUntouched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var hedgeHeader http.Header
-		rt := hedge.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if attemptOf(r) > 0 {
 				hedgeHeader = r.Header
 				return response(r, 200, nil), nil
@@ -410,7 +411,7 @@ func TestCallerCancels(t *testing.T) {
 // TestPanicRecovered: a panic in an attempt becomes the call's error.
 func TestPanicRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rt := hedge.NewTransport(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		rt := hedge.NewTransport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) {
 			panic("boom")
 		}), hedge.WithInitialDelay(time.Millisecond), hedge.WithObserver(func(context.Context, hedge.Event) { panic("observer") }))
 		if got := get(t.Context(), rt); !strings.Contains(got, "panicked: boom") {
@@ -448,7 +449,7 @@ func TestCapConcurrent(t *testing.T) {
 			b := &latencyBackend{latency: func(int, int) time.Duration { return 100 * time.Millisecond }}
 			h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithMaxExtraLoad(load))
 			rt := h.Transport(b)
-			parallel(64, 3000, func(int) { get(t.Context(), rt) })
+			testkit.Parallel(64, 3000, func(int) { get(t.Context(), rt) })
 			st := h.Stats()
 			limit := uint64(load*float64(st.Primaries)) + hedge.Burst
 			// Deposits made while the account is full are lost: at the start, 64
@@ -485,13 +486,13 @@ func TestCapLatencyShift(t *testing.T) {
 		}}
 		h := hedge.New()
 		rt := h.Transport(b)
-		parallel(16, 4000, func(int) { get(t.Context(), rt) })
+		testkit.Parallel(16, 4000, func(int) { get(t.Context(), rt) })
 		before := h.Stats()
 		if extra := float64(before.Hedges) / float64(before.Primaries); extra > 0.03 || before.Hedges == 0 {
 			t.Errorf("before the shift: %+v, extra load %.3f; want a few percent", before, extra)
 		}
 		shifted.Store(true)
-		parallel(16, 4000, func(int) { get(t.Context(), rt) })
+		testkit.Parallel(16, 4000, func(int) { get(t.Context(), rt) })
 		after := h.Stats()
 		hedges := after.Hedges - before.Hedges
 		limit := uint64(0.15*4000) + hedge.Burst
@@ -510,7 +511,7 @@ func TestCapLatencyShift(t *testing.T) {
 func TestDialErrorFiresHedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := hedge.New(hedge.WithInitialDelay(time.Second))
-		rt := h.Transport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if attemptOf(r) == 0 {
 				return nil, &netOpError
 			}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
@@ -66,7 +67,7 @@ func TestHTTPLoopback(t *testing.T) {
 
 	const calls = 400
 	var slowest atomic.Int64
-	parallel(4, calls, func(int) {
+	testkit.Parallel(4, calls, func(int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		start := time.Now()
@@ -242,7 +243,7 @@ func TestGRPCLoopback(t *testing.T) {
 
 	var slowest atomic.Int64
 	var hedgeAnswers atomic.Int64
-	parallel(4, 400, func(int) {
+	testkit.Parallel(4, 400, func(int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		start := time.Now()

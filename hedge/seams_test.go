@@ -24,6 +24,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
 // step is what one copy of a call meets: after a wait (cut short by its context),
@@ -445,7 +446,7 @@ func TestLoserSpanEndsWithCall(t *testing.T) {
 	t.Run("http", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, tp := traced(t.Context())
-			rt := hedge.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 				time.Sleep(stubborn(attemptOf(r)))
 				return response(r, 200, nil), nil
 			}), hedge.WithInitialDelay(10*time.Millisecond))

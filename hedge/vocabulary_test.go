@@ -17,6 +17,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
 
@@ -72,7 +73,7 @@ func TestVocabularyPreviousAttempts(t *testing.T) {
 func hedgeHTTPAttempts(t *testing.T, v string) (sent []string) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
-		rt := hedge.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			mu.Lock()
 			sent = append(sent, strings.Join(r.Header.Values("Grpc-Previous-Rpc-Attempts"), ","))
 			slow := len(sent) == 1
@@ -157,7 +158,7 @@ func TestVocabularyIdempotency(t *testing.T) {
 func retriedAfterSent(t *testing.T, req *http.Request) (retried bool) {
 	synctest.Test(t, func(t *testing.T) {
 		n := 0
-		rt := retry.NewTransport(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		rt := retry.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			n++
 			code := 503
 			if n > 1 {

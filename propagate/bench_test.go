@@ -14,6 +14,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
@@ -127,7 +128,7 @@ func BenchmarkMiddlewareOnly(b *testing.B) {
 // that answers at once, so that no network noise hides it.
 func BenchmarkTransportOnly(b *testing.B) {
 	resp := &http.Response{StatusCode: 200, Body: http.NoBody}
-	base := roundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil })
+	base := testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://backend.test/x", nil)

@@ -13,13 +13,9 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
-
-// roundTripFunc is a base transport that records what would have been sent.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func okResponse(r *http.Request) *http.Response {
 	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Request: r}
@@ -36,7 +32,7 @@ func (b *trackedBody) Close() error { b.closed = true; return nil }
 func TestTransportSendsTimeLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var sent *http.Request
-		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		base := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			sent = r
 			return okResponse(r), nil
 		})
@@ -90,7 +86,7 @@ func TestTransportSendsTimeLeft(t *testing.T) {
 func TestTransportWithoutDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var sent *http.Request
-		base := roundTripFunc(func(r *http.Request) (*http.Response, error) { sent = r; return okResponse(r), nil })
+		base := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) { sent = r; return okResponse(r), nil })
 		req, _ := http.NewRequest(http.MethodGet, "http://backend.test/x", nil)
 		resp, err := propagate.NewTransport(base).RoundTrip(req)
 		if err != nil {
@@ -114,7 +110,7 @@ func TestTransportWithoutDeadline(t *testing.T) {
 func TestTransportRefusesWithoutTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		called := false
-		base := roundTripFunc(func(r *http.Request) (*http.Response, error) { called = true; return okResponse(r), nil })
+		base := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) { called = true; return okResponse(r), nil })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
 		for _, tc := range []struct {

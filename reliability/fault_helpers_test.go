@@ -400,24 +400,6 @@ func waitUntil(d time.Duration, nudge func(), cond func() bool) bool {
 	}
 }
 
-// parallel runs f(i) for i in [0, n) on workers goroutines and waits.
-func parallel(workers, n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
-}
-
 // schedProbe measures the lateness of the machine itself: a goroutine that waits,
 // over and over, for a context with a 2 ms deadline to end, with nothing of the
 // toolkit in between. On a loaded machine, the process is sometimes not scheduled for

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -143,7 +144,7 @@ func TestLeakHedgedRetriedHTTP(t *testing.T) {
 	outcomes := map[string]int{}
 	var callerCanceled, deadlineCut atomic.Int64
 	start := time.Now()
-	parallel(workers, calls, func(i int) {
+	testkit.Parallel(workers, calls, func(i int) {
 		var (
 			ctx    context.Context
 			cancel context.CancelFunc

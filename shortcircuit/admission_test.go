@@ -302,10 +302,15 @@ func TestLightLoadIsNeverRefused(t *testing.T) {
 		var wg sync.WaitGroup
 		// 400 requests a second for 8 slots of 10 ms (800 a second): half the capacity,
 		// budgets from 50 ms.
+		var sent sync.WaitGroup
+		sent.Add(400)
 		for i := range 400 {
-			s.send(&wg, i, time.Duration(50+i%250)*ms)
-			time.Sleep(2500 * time.Microsecond)
+			time.AfterFunc(time.Duration(i)*2500*time.Microsecond, func() {
+				s.send(&wg, i, time.Duration(50+i%250)*ms)
+				sent.Done()
+			})
 		}
+		sent.Wait()
 		wg.Wait()
 		if st := s.c.Stats(); st.Admitted != 400 || st.Refused() != 0 {
 			t.Errorf("stats = %+v", st)
@@ -355,7 +360,7 @@ func TestAdaptiveLimitFindsTheHandlersSlots(t *testing.T) {
 				peak = max(peak, inside)
 				mu.Unlock()
 				slots <- struct{}{}
-				time.Sleep(10 * ms)
+				<-time.After(10 * ms) // the work (fake time)
 				<-slots
 				mu.Lock()
 				inside--

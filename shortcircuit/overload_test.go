@@ -68,13 +68,13 @@ func offer(t *testing.T, send func(ctx context.Context) (ok bool, code string)) 
 	var mu sync.Mutex
 	var out []outcome
 	var wg sync.WaitGroup
-	start := time.Now()
+	// The arrivals are a schedule of timers, drawn up front: each request starts at
+	// its time whatever became of the others.
 	for at := time.Duration(0); at < overloadPeriod; at += time.Duration(rng.ExpFloat64() / overloadRate * float64(time.Second)) {
-		if d := at - time.Since(start); d > 0 {
-			time.Sleep(d)
-		}
 		budget := time.Duration(50+rng.IntN(101)) * time.Millisecond
-		wg.Go(func() {
+		wg.Add(1)
+		time.AfterFunc(at, func() {
+			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), budget)
 			defer cancel()
 			t0 := time.Now()

@@ -25,32 +25,23 @@ const (
 	ReasonKey = attribute.Key("deadlinekit.shortcircuit.reason")
 )
 
-// Admission records the metrics of one concurrency limit: handlers in flight, the
-// queue's length, the current limit. A nil *Admission does nothing.
-type Admission struct{}
-
-// NewAdmission returns the recorder of a concurrency limit.
-func NewAdmission() *Admission { return &Admission{} }
-
-// InFlight adds delta to deadlinekit.shortcircuit.in_flight.
-func (a *Admission) InFlight(ctx context.Context, delta int) {
-	if a != nil && delta != 0 {
+// RecordInFlight adds delta to deadlinekit.shortcircuit.in_flight, the handlers
+// running under a concurrency limit.
+func RecordInFlight(ctx context.Context, delta int) {
+	if delta != 0 {
 		instruments().inFlight.Add(ctx, int64(delta))
 	}
 }
 
-// Queue adds delta to deadlinekit.shortcircuit.queue_length.
-func (a *Admission) Queue(ctx context.Context, delta int) {
-	if a != nil {
-		instruments().queueLength.Add(ctx, int64(delta))
-	}
+// RecordQueueLength adds delta to deadlinekit.shortcircuit.queue_length.
+func RecordQueueLength(ctx context.Context, delta int) {
+	instruments().queueLength.Add(ctx, int64(delta))
 }
 
-// Limit records the current limit on deadlinekit.shortcircuit.limit.
-func (a *Admission) Limit(ctx context.Context, n int) {
-	if a != nil {
-		instruments().limit.Record(ctx, int64(n))
-	}
+// RecordLimit records a concurrency limit's current value on
+// deadlinekit.shortcircuit.limit.
+func RecordLimit(ctx context.Context, n int) {
+	instruments().limit.Record(ctx, int64(n))
 }
 
 // RecordAdmission records the concurrency limit's decision on the server span in ctx

@@ -297,10 +297,9 @@ func TestNoSDKAllocs(t *testing.T) {
 		RecordRetryCall(ctx, 3, StopBudgetEmpty)
 		RecordHedgeCall(ctx, 1, true, "")
 		RecordAdmission(ctx, "cannot_finish", true, time.Millisecond)
-		adm := NewAdmission()
-		adm.InFlight(ctx, 1)
-		adm.Queue(ctx, -1)
-		adm.Limit(ctx, 8)
+		RecordInFlight(ctx, 1)
+		RecordQueueLength(ctx, -1)
+		RecordLimit(ctx, 8)
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per run with no SDK; want 0", allocs)

@@ -54,7 +54,6 @@ type limiter struct {
 	maxQueue int           // negative: DefaultQueueFactor × the current limit
 	floor    time.Duration // the guard's static floor: the least service time assumed
 	adapt    *gradient     // nil: a static limit
-	tel      *otelattr.Admission
 
 	mu       sync.Mutex
 	limit    int
@@ -80,7 +79,7 @@ func (l *limiter) mean() time.Duration { return max(l.service, l.floor) }
 func (l *limiter) need() time.Duration { return max(l.service+devFactor*l.dev, l.floor) }
 
 func newLimiter(c *config) *limiter {
-	l := &limiter{order: c.order, floor: c.floor, tel: otelattr.NewAdmission()}
+	l := &limiter{order: c.order, floor: c.floor}
 	if a := c.adaptiveLimit; a != nil {
 		l.adapt = newGradient(*a)
 		l.limit = int(l.adapt.limit)
@@ -88,7 +87,7 @@ func newLimiter(c *config) *limiter {
 		l.limit = c.maxConcurrency
 	}
 	l.maxQueue = c.maxQueue // negative: DefaultQueueFactor × the current limit
-	l.tel.Limit(context.Background(), l.limit)
+	otelattr.RecordLimit(context.Background(), l.limit)
 	return l
 }
 
@@ -120,7 +119,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	if l.inflight < l.limit && l.q.Len() == 0 {
 		l.inflight++
 		l.mu.Unlock()
-		l.tel.InFlight(ctx, 1)
+		otelattr.RecordInFlight(ctx, 1)
 		return entry{decision: Admitted, service: need}
 	}
 	w := &waiter{deadline: deadline, has: has, index: -1}
@@ -154,7 +153,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	w.ready = make(chan struct{})
 	heap.Push(&l.q, w)
 	l.mu.Unlock()
-	l.tel.Queue(ctx, 1)
+	otelattr.RecordQueueLength(ctx, 1)
 
 	var timeout <-chan time.Time
 	if has {
@@ -176,7 +175,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	}
 	l.mu.Unlock()
 	e.wait = time.Since(now)
-	l.tel.Queue(ctx, -1)
+	otelattr.RecordQueueLength(ctx, -1)
 	switch {
 	case w.granted && ctx.Err() == nil:
 		e.decision = Admitted
@@ -263,7 +262,7 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 			}
 			if n := l.adapt.update(now, took, l.inflight+1); n != l.limit {
 				l.limit = n
-				l.tel.Limit(context.Background(), n)
+				otelattr.RecordLimit(context.Background(), n)
 			}
 		}
 	}
@@ -286,7 +285,7 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 		close(w.ready)
 	}
 	l.mu.Unlock()
-	l.tel.InFlight(context.Background(), started-1)
+	otelattr.RecordInFlight(context.Background(), started-1)
 }
 
 // waitQueue is a heap of waiters by key.

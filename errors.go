@@ -525,31 +525,17 @@ func codeFromHTTP(s int, wait time.Duration) codes.Code {
 	return codes.Unknown
 }
 
-// httpPushback reads an HTTP answer's pushback: grpc-retry-pushback-ms, else
-// Retry-After (first value of each); negative for "do not retry".
+// httpPushback reads an HTTP answer's pushback; negative for "do not retry".
 func httpPushback(h http.Header, now time.Time) time.Duration {
-	if v := h.Values(pushback.Key); len(v) > 0 {
-		return pushbackOf(pushback.ParseMs(v[0]))
-	}
-	if v := h.Values(pushback.RetryAfterKey); len(v) > 0 {
-		return pushbackOf(pushback.ParseRetryAfter(v[0], now))
-	}
-	return 0
+	return pushbackOf(pushback.FromHTTP(h, now))
 }
 
-// grpcPushback reads a gRPC answer's pushback: the trailer, else RetryInfo.
+// grpcPushback reads a gRPC answer's pushback; negative for "do not retry".
 func grpcPushback(st *status.Status, trailer metadata.MD) time.Duration {
-	if v := trailer.Get(pushback.Key); len(v) > 0 {
-		return pushbackOf(pushback.ParseMs(v[0]))
-	}
-	d, found, err := pushback.RetryInfoDelay(st)
-	if !found {
-		return 0
-	}
-	return pushbackOf(d, err)
+	return pushbackOf(pushback.FromGRPC(st, trailer))
 }
 
-func pushbackOf(d time.Duration, err error) time.Duration {
+func pushbackOf(d time.Duration, _ bool, err error) time.Duration {
 	if err != nil {
 		return -1
 	}

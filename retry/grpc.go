@@ -101,20 +101,11 @@ func DefaultGRPCClassifier(a GRPCAttempt) Decision {
 	default:
 		return Decision{Verdict: Failed, Reason: code.String()}
 	}
-	if v, ok := pushbackTrailer(a.Trailer); ok {
-		return withPushbackMs(d, v)
-	}
-	if delay, found, err := pushback.RetryInfoDelay(a.Status); found && (err != nil || delay > 0) {
-		return withPushback(d, delay, err)
+	if p, found, err := pushback.FromGRPC(a.Status, a.Trailer); found {
+		d = withPushback(d, p, err)
+		d.doNotRetry = len(a.Trailer.Get(pushback.Key)) > 0 && pushback.Refuses(a.Trailer.Get(pushback.Key)[0])
 	}
 	return d
-}
-
-func pushbackTrailer(md metadata.MD) (string, bool) {
-	if v := md.Get(pushback.Key); len(v) > 0 {
-		return v[0], true
-	}
-	return "", false
 }
 
 // grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer

@@ -113,17 +113,14 @@ func DefaultHTTPClassifier(a HTTPAttempt) Decision {
 }
 
 func httpPushback(a HTTPAttempt, d Decision) Decision {
-	h := a.Response.Header
-	if v := h.Values(pushback.Key); len(v) > 0 {
-		return withPushbackMs(d, v[0])
+	now := a.Now
+	if now.IsZero() {
+		now = time.Now()
 	}
-	if v := h.Values(pushback.RetryAfterKey); len(v) > 0 {
-		now := a.Now
-		if now.IsZero() {
-			now = time.Now()
-		}
-		p, err := pushback.ParseRetryAfter(v[0], now)
-		return withPushback(d, p, err)
+	h := a.Response.Header
+	if p, found, err := pushback.FromHTTP(h, now); found {
+		d = withPushback(d, p, err)
+		d.doNotRetry = pushback.Refuses(h.Get(pushback.Key))
 	}
 	return d
 }

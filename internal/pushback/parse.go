@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -120,4 +121,30 @@ func RetryInfoDelay(st *status.Status) (delay time.Duration, found bool, err err
 		return rd.AsDuration(), true, nil
 	}
 	return 0, false, nil
+}
+
+// FromHTTP reads an HTTP answer's pushback: grpc-retry-pushback-ms, else
+// Retry-After (the first value of each; a date is measured from now). found is false
+// when there is neither; err matches [ErrInvalid] for a malformed or negative one
+// ("do not retry").
+func FromHTTP(h http.Header, now time.Time) (d time.Duration, found bool, err error) {
+	if v := h.Values(Key); len(v) > 0 {
+		d, err = ParseMs(v[0])
+		return d, true, err
+	}
+	if v := h.Values(RetryAfterKey); len(v) > 0 {
+		d, err = ParseRetryAfter(v[0], now)
+		return d, true, err
+	}
+	return 0, false, nil
+}
+
+// FromGRPC reads a gRPC answer's pushback: the trailer's grpc-retry-pushback-ms,
+// else google.rpc.RetryInfo in st. found and err are as for [FromHTTP].
+func FromGRPC(st *status.Status, trailer metadata.MD) (d time.Duration, found bool, err error) {
+	if v := trailer.Get(Key); len(v) > 0 {
+		d, err = ParseMs(v[0])
+		return d, true, err
+	}
+	return RetryInfoDelay(st)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -114,7 +112,7 @@ func Classify(r Result) Outcome {
 				return Neutral
 			}
 			if st.Code() == codes.Unavailable {
-				if comeBack(r.Trailer.Get(pushback.Key)) {
+				if comesBack(pushback.FromGRPC(st, r.Trailer)) {
 					return Neutral
 				}
 				return Failure
@@ -137,7 +135,7 @@ func Classify(r Result) Outcome {
 	}
 	switch r.Response.StatusCode {
 	case http.StatusServiceUnavailable:
-		if h := r.Response.Header; comeBack(h.Values(pushback.Key)) || retryAfter(h.Get("Retry-After")) {
+		if comesBack(pushback.FromHTTP(r.Response.Header, time.Now())) {
 			return Neutral
 		}
 		return Failure
@@ -161,28 +159,8 @@ func timedOut(r Result) Outcome {
 	return Failure
 }
 
-// comeBack reports whether a grpc-retry-pushback-ms value asks to come back after a
-// positive wait.
-func comeBack(vs []string) bool {
-	if len(vs) == 0 {
-		return false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(vs[0]), 10, 64)
-	return err == nil && n > 0
-}
-
-// retryAfter reports whether a Retry-After value asks to come back later: a positive
-// number of seconds, or a date in the future.
-func retryAfter(v string) bool {
-	if v = strings.TrimSpace(v); v == "" {
-		return false
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return n > 0
-	}
-	t, err := http.ParseTime(v)
-	return err == nil && time.Until(t) > 0
-}
+// comesBack reports whether a pushback asks to come back after a positive wait.
+func comesBack(d time.Duration, found bool, err error) bool { return found && err == nil && d > 0 }
 
 // refused reports whether a grpc-retry-pushback-ms value says "do not retry".
 func refused(vs []string) bool { return len(vs) > 0 && pushback.Refuses(vs[0]) }

@@ -30,16 +30,25 @@ import (
 // for each request its handler served, how long it held a slot and whether the
 // request's deadline had passed when the work ended (wasted work), and its time from
 // arrival to answer.
-const (
-	olSlots    = 4
-	olWork     = 10 * time.Millisecond
-	olRate     = 2 * olSlots * float64(time.Second/olWork) // twice the capacity, per second
-	olBudget   = 100 * time.Millisecond
-	olDuration = 2 * time.Second
-)
+var olDemo = olShape{slots: 4, work: 10 * time.Millisecond, budget: 100 * time.Millisecond, duration: 2 * time.Second}
 
-// olService is C: olSlots slots, olWork each, the work blind to its context.
+// olShape is one overload run's numbers: C's slots and the work each request holds
+// one for, B's budget per request, and how long B offers twice C's capacity.
+type olShape struct {
+	slots        int
+	work, budget time.Duration
+	duration     time.Duration
+}
+
+// capacity is what C's slots serve per second.
+func (s olShape) capacity() float64 { return float64(s.slots) * float64(time.Second) / float64(s.work) }
+
+// rate is B's arrival rate, per second: twice the capacity.
+func (s olShape) rate() float64 { return 2 * s.capacity() }
+
+// olService is C: its slots, the work blind to its context.
 type olService struct {
+	work   time.Duration
 	slots  chan struct{}
 	inside sync.WaitGroup // handlers running
 
@@ -55,7 +64,7 @@ func (c *olService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	c.slots <- struct{}{} // waits however long it takes: nothing here watches the context
 	start := time.Now()
-	time.Sleep(olWork)
+	time.Sleep(c.work)
 	<-c.slots
 	end := time.Now()
 	late := r.Context().Err() != nil
@@ -88,15 +97,15 @@ type olRun struct {
 func runOverload(e *env) ([]reading, error) {
 	var runs [2]olRun
 	for i, guarded := range []bool{false, true} {
-		r, err := runOverloadOnce(e, guarded)
+		r, err := runOverloadOnce(e, olDemo, guarded)
 		if err != nil {
 			return nil, err
 		}
 		runs[i] = r
 	}
 	goodput := func(r olRun) string {
-		per := float64(r.inTime) / olDuration.Seconds()
-		return fmt.Sprintf("%.0f/s (%.0f%% of %d/s)", per, 100*per/(olRate/2), int(olRate/2))
+		per := float64(r.inTime) / olDemo.duration.Seconds()
+		return fmt.Sprintf("%.0f/s (%.0f%% of %.0f/s)", per, 100*per/olDemo.capacity(), olDemo.capacity())
 	}
 	wasted := func(r olRun) string {
 		r.c.mu.Lock()
@@ -123,7 +132,7 @@ func runOverload(e *env) ([]reading, error) {
 	late := func(r olRun) string { return fmt.Sprintf("%d of %d", r.late, r.offered) }
 	open := func(r olRun) string { return fmt.Sprintf("%d of %d", r.circuitOpen, r.offered) }
 	return []reading{
-		{"overload", fmt.Sprintf("answers in time, C offered 2× its capacity for %s", seconds(olDuration)), goodput(runs[0]), goodput(runs[1])},
+		{"overload", fmt.Sprintf("answers in time, C offered 2× its capacity for %s", seconds(olDemo.duration)), goodput(runs[0]), goodput(runs[1])},
 		{"", "C's work for callers already gone", wasted(runs[0]), wasted(runs[1])},
 		{"", "C's p99, arrival to answer, of what it answered in time", p99(runs[0]), p99(runs[1])},
 		{"", "refused by C before its handler ran", refusals(runs[0]), refusals(runs[1])},
@@ -138,13 +147,13 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(int(p*float64(len(s))), len(s)-1)]
 }
 
-func runOverloadOnce(e *env, guarded bool) (olRun, error) {
-	c := &olService{slots: make(chan struct{}, olSlots)}
+func runOverloadOnce(e *env, shape olShape, guarded bool) (olRun, error) {
+	c := &olService{work: shape.work, slots: make(chan struct{}, shape.slots)}
 	var counter shortcircuit.Counter
 	opts := []deadlinekit.Option{deadlinekit.WithShortCircuit(shortcircuit.WithObserver(&counter))}
 	variant := "without a guard"
 	if guarded {
-		opts = append(opts, deadlinekit.WithShortCircuit(shortcircuit.WithMaxConcurrency(olSlots)))
+		opts = append(opts, deadlinekit.WithShortCircuit(shortcircuit.WithMaxConcurrency(shape.slots)))
 		variant = "with C's concurrency limit"
 	}
 	cURL, stop, err := serveHTTP(e.tel.serverHandler(svcC, deadlinekit.NewHandler(c, opts...)))
@@ -165,15 +174,15 @@ func runOverloadOnce(e *env, guarded bool) (olRun, error) {
 	var traced [2]sync.Once
 	rng := rand.New(rand.NewPCG(7, 7))
 	start := time.Now()
-	fmt.Fprintf(e.verbose, "  overload, %s: %.0f requests/s for %s\n", variant, olRate, seconds(olDuration))
-	for at := time.Duration(0); at < olDuration; at += time.Duration(rng.ExpFloat64() / olRate * float64(time.Second)) {
+	fmt.Fprintf(e.verbose, "  overload, %s: %.0f requests/s for %s\n", variant, shape.rate(), seconds(shape.duration))
+	for at := time.Duration(0); at < shape.duration; at += time.Duration(rng.ExpFloat64() / shape.rate() * float64(time.Second)) {
 		if d := at - time.Since(start); d > 0 {
 			time.Sleep(d)
 		}
 		run.offered++
 		wg.Go(func() {
 			ctx, root := e.tel.provider(svcB).Tracer("threehop").Start(context.Background(), "overload, "+variant)
-			ctx, cancel := context.WithTimeout(ctx, olBudget)
+			ctx, cancel := context.WithTimeout(ctx, shape.budget)
 			t0 := time.Now()
 			err := httpGet(ctx, client, cURL)
 			took := time.Since(t0)
@@ -182,7 +191,7 @@ func runOverloadOnce(e *env, guarded bool) (olRun, error) {
 			mu.Lock()
 			_, open := breaker.IsOpen(err)
 			switch {
-			case err == nil && took < olBudget:
+			case err == nil && took < shape.budget:
 				run.inTime++
 			case open:
 				run.circuitOpen++ // B's own breaker: C looked dead
@@ -211,7 +220,7 @@ func runOverloadOnce(e *env, guarded bool) (olRun, error) {
 			switch {
 			case guarded && status == http.StatusServiceUnavailable:
 				traced[0].Do(func() { e.trace("overload: a request C refused at once", root) })
-			case !guarded && err != nil && !open && took >= olBudget/2:
+			case !guarded && err != nil && !open && took >= shape.budget/2:
 				traced[1].Do(func() { e.trace("overload: without a guard, a request that waited past its deadline", root) })
 			}
 		})

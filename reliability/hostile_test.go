@@ -40,7 +40,7 @@ func hostileOpts(extra ...propagate.Option) []propagate.Option {
 
 // hostileHTTPStack wraps h in the full HTTP server stack.
 func hostileHTTPStack(h http.Handler, counter *shortcircuit.Counter, extra ...propagate.Option) http.Handler {
-	guard := shortcircuit.NewMiddleware(shortcircuit.WithFloor(hostileFloor), shortcircuit.WithObserver(counter))
+	guard := shortcircuit.NewMiddleware(shortcircuit.WithFloor(hostileFloor), shortcircuit.WithObserver(counter.Observe))
 	return propagate.NewMiddleware(hostileOpts(extra...)...)(retry.NewMiddleware()(guard(h)))
 }
 
@@ -246,10 +246,10 @@ func startHostileGRPCStack(t *testing.T, counter *shortcircuit.Counter) (string,
 		grpc.ChainUnaryInterceptor(
 			propagate.UnaryServerInterceptor(opts...),
 			retry.UnaryServerInterceptor(),
-			shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(hostileFloor), shortcircuit.WithObserver(counter))),
+			shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(hostileFloor), shortcircuit.WithObserver(counter.Observe))),
 		grpc.ChainStreamInterceptor(
 			propagate.StreamServerInterceptor(opts...),
-			shortcircuit.StreamServerInterceptor(shortcircuit.WithFloor(hostileFloor), shortcircuit.WithObserver(counter))),
+			shortcircuit.StreamServerInterceptor(shortcircuit.WithFloor(hostileFloor), shortcircuit.WithObserver(counter.Observe))),
 	)
 	svc := &hostileService{seen: make(chan hostileGRPCSeen, 1)}
 	testgrpc.RegisterTestServiceServer(gs, svc)

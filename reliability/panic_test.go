@@ -53,10 +53,10 @@ var panicHTTPLayers = []panicHTTPLayer{
 	}, deadline: true},
 	{name: "retry", wrap: func(h http.Handler, _ *shortcircuit.Counter) http.Handler { return retry.NewMiddleware()(h) }},
 	{name: "shortcircuit", wrap: func(h http.Handler, c *shortcircuit.Counter) http.Handler {
-		return shortcircuit.NewMiddleware(shortcircuit.WithObserver(c))(h)
+		return shortcircuit.NewMiddleware(shortcircuit.WithObserver(c.Observe))(h)
 	}, guarded: true},
 	{name: "shortcircuit adaptive", wrap: func(h http.Handler, c *shortcircuit.Counter) http.Handler {
-		return shortcircuit.NewMiddleware(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(c))(h)
+		return shortcircuit.NewMiddleware(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(c.Observe))(h)
 	}, guarded: true},
 	{name: "full stack", wrap: func(h http.Handler, c *shortcircuit.Counter) http.Handler { return hostileHTTPStack(h, c) }, deadline: true, guarded: true},
 }
@@ -220,13 +220,13 @@ func panicGRPCChains(c *shortcircuit.Counter) []panicGRPCChain {
 			stream: []grpc.StreamServerInterceptor{propagate.StreamServerInterceptor()}, deadline: true},
 		{name: "retry", unary: []grpc.UnaryServerInterceptor{retry.UnaryServerInterceptor()}},
 		{name: "shortcircuit",
-			unary:  []grpc.UnaryServerInterceptor{shortcircuit.UnaryServerInterceptor(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(c))},
-			stream: []grpc.StreamServerInterceptor{shortcircuit.StreamServerInterceptor(shortcircuit.WithObserver(c))}},
+			unary:  []grpc.UnaryServerInterceptor{shortcircuit.UnaryServerInterceptor(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(c.Observe))},
+			stream: []grpc.StreamServerInterceptor{shortcircuit.StreamServerInterceptor(shortcircuit.WithObserver(c.Observe))}},
 		{name: "full stack",
 			unary: []grpc.UnaryServerInterceptor{propagate.UnaryServerInterceptor(), retry.UnaryServerInterceptor(),
-				shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(time.Millisecond), shortcircuit.WithObserver(c))},
+				shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(time.Millisecond), shortcircuit.WithObserver(c.Observe))},
 			stream: []grpc.StreamServerInterceptor{propagate.StreamServerInterceptor(),
-				shortcircuit.StreamServerInterceptor(shortcircuit.WithFloor(time.Millisecond), shortcircuit.WithObserver(c))},
+				shortcircuit.StreamServerInterceptor(shortcircuit.WithFloor(time.Millisecond), shortcircuit.WithObserver(c.Observe))},
 			deadline: true},
 	}
 }
@@ -493,7 +493,7 @@ func TestPanicUserCallbacks(t *testing.T) {
 		{"shortcircuit.WithObserver on refusal", func() {
 			ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 			defer cancel()
-			shortcircuit.NewMiddleware(shortcircuit.WithObserver(shortcircuit.ObserverFunc(func(context.Context, shortcircuit.Event) { boom() })))(okHandler).
+			shortcircuit.NewMiddleware(shortcircuit.WithObserver(func(context.Context, shortcircuit.Event) { boom() }))(okHandler).
 				ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
 		}},
 	}
@@ -517,7 +517,7 @@ func TestPanicUserCallbacks(t *testing.T) {
 	handlerRan = false
 	got := func() (got any) {
 		defer func() { got = recover() }()
-		shortcircuit.NewMiddleware(shortcircuit.WithObserver(shortcircuit.ObserverFunc(func(context.Context, shortcircuit.Event) { boom() })))(okHandler).
+		shortcircuit.NewMiddleware(shortcircuit.WithObserver(func(context.Context, shortcircuit.Event) { boom() }))(okHandler).
 			ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 		return nil
 	}()

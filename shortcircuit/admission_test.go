@@ -39,7 +39,7 @@ type answer struct {
 
 func newServer(t *testing.T, work time.Duration, opts ...shortcircuit.Option) *server {
 	s := &server{t: t, c: &shortcircuit.Counter{}, work: work}
-	opts = append([]shortcircuit.Option{shortcircuit.WithObserver(s.c)}, opts...)
+	opts = append([]shortcircuit.Option{shortcircuit.WithObserver(s.c.Observe)}, opts...)
 	s.h = shortcircuit.NewMiddleware(opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.running++

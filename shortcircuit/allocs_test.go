@@ -25,7 +25,7 @@ func TestAdmitAllocs(t *testing.T) {
 	shandler := func(any, grpc.ServerStream) error { return nil }
 
 	static := []shortcircuit.Option{shortcircuit.WithFloor(20 * time.Millisecond)}
-	observed := append(static, shortcircuit.WithObserver(&shortcircuit.Counter{}),
+	observed := append(static, shortcircuit.WithObserver(new(shortcircuit.Counter).Observe),
 		shortcircuit.WithFloorFunc(func(string) time.Duration { return time.Millisecond }))
 	adaptive := append(observed, shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive))
 

@@ -42,7 +42,7 @@ func budgetCtx(b *testing.B, budget time.Duration) context.Context {
 // difference.
 func BenchmarkGuardAdmit(b *testing.B) {
 	static := []shortcircuit.Option{shortcircuit.WithFloor(20 * time.Millisecond)}
-	counted := append(static, shortcircuit.WithObserver(&shortcircuit.Counter{}))
+	counted := append(static, shortcircuit.WithObserver(new(shortcircuit.Counter).Observe))
 	adaptive := append(static, shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive))
 
 	httpCase := func(h http.Handler) func(*testing.B) {
@@ -92,7 +92,7 @@ func BenchmarkGuardAdmit(b *testing.B) {
 // BenchmarkGuardReject measures a refusal: 1ms left under a 20ms floor, the 504 body
 // or the gRPC status built and (for HTTP) written.
 func BenchmarkGuardReject(b *testing.B) {
-	opts := []shortcircuit.Option{shortcircuit.WithFloor(20 * time.Millisecond), shortcircuit.WithObserver(&shortcircuit.Counter{})}
+	opts := []shortcircuit.Option{shortcircuit.WithFloor(20 * time.Millisecond), shortcircuit.WithObserver(new(shortcircuit.Counter).Observe)}
 	b.Run("http", func(b *testing.B) {
 		h := shortcircuit.NewMiddleware(opts...)(noopHTTP)
 		r, w := budgetRequest(b, time.Hour), &discard{}

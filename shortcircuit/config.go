@@ -1,6 +1,7 @@
 package shortcircuit
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -19,7 +20,7 @@ type config struct {
 	floor     time.Duration
 	floorFunc func(route string) time.Duration
 	adaptive  *Adaptive
-	observers []Observer
+	observers []func(context.Context, Event)
 
 	maxConcurrency int // zero: no limit (unless adaptiveLimit)
 	adaptiveLimit  *AdaptiveLimit
@@ -62,8 +63,20 @@ func WithFloorFunc(f func(route string) time.Duration) Option {
 }
 
 // Adaptive configures the adaptive floor: a quantile of the durations of a route's
-// recent successful calls. It is plain data; zero fields take the value of
+// recent successful calls (gRPC: the handler returned nil; HTTP: a status below 500;
+// a stream's whole life), learned after the handler returns and read without a lock
+// on the admit path. A route has a floor once its window holds MinSamples durations,
+// held between Min and Max. It is plain data; zero fields take the value of
 // [DefaultAdaptive].
+//
+// When the handler slows down, the floor (the median) reaches the new speed once slow
+// calls are more than half of the window, and at the latest one Window after the
+// change; it falls the same way, usually sooner, since a fast handler fills the
+// window faster. A higher quantile follows a slowdown sooner and a speed-up later. A
+// route whose window empties (nothing succeeded for a whole Window, say because the
+// floor refused everything) loses its floor until it has learned again, so the guard
+// cannot lock a route out for good; and Max bounds the damage of a handler that turns
+// very slow.
 type Adaptive struct {
 	// Quantile of the successful durations used as the floor, in (0, 1]. 0.5 (the
 	// median) refuses a request when it has less time left than half of the recent
@@ -127,7 +140,7 @@ func (a Adaptive) withDefaults() Adaptive {
 }
 
 // WithAdaptiveFloor turns on the adaptive floor, learned per route from the handler's
-// own recent successful durations (see the package documentation for how it follows a
+// own recent successful durations (see [Adaptive] for how it follows a
 // handler that slows down or speeds up). Pass [DefaultAdaptive] for the defaults.
 //
 // For HTTP, telling success needs the response status, so with an adaptive floor the
@@ -143,10 +156,10 @@ func WithAdaptiveFloor(a Adaptive) Option {
 // before the refusal is written, and on admission, after the handler has returned (not
 // if it panicked). It may be given several times; observers are called in order, on
 // the request's goroutine, so they must be fast and safe for concurrent use.
-func WithObserver(o Observer) Option {
+func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return optionFunc(func(c *config) {
-		if o != nil {
-			c.observers = append(c.observers, o)
+		if f != nil {
+			c.observers = append(c.observers, f)
 		}
 	})
 }
@@ -158,7 +171,8 @@ func WithObserver(o Observer) Option {
 // a deadline; past it, a request is refused as overloaded.
 const DefaultQueueFactor = 1
 
-// WithMaxConcurrency caps the handlers running at once at n: a request beyond the cap
+// WithMaxConcurrency caps the handlers running at once at n, one limit per guard
+// shared by its routes: a request beyond the cap
 // waits in a queue ([WithQueue]) for a free slot, or is refused when it cannot finish
 // in time. Zero or less: no cap (the default, unless [WithAdaptiveConcurrency]).
 func WithMaxConcurrency(n int) Option {

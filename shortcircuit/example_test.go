@@ -20,7 +20,7 @@ func Example() {
 	var stats shortcircuit.Counter
 	guard := shortcircuit.NewMiddleware(
 		shortcircuit.WithFloor(time.Second),
-		shortcircuit.WithObserver(&stats),
+		shortcircuit.WithObserver(stats.Observe),
 	)
 	h := guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "report ready")

@@ -88,9 +88,10 @@ type Event struct {
 	Wait   time.Duration
 	// Duration is how long the handler ran; zero for a refused request.
 	Duration time.Duration
-	// Overrun is how long the handler kept running after the deadline had passed:
-	// work nobody was waiting for. Zero when it finished in time, and for a refused
-	// request.
+	// Overrun is how long the handler kept running after the deadline on its
+	// context had passed (for gRPC the server's own, arrival + grpc-timeout, a little
+	// after the client's): work nobody was waiting for. Zero when it finished in
+	// time, and for a refused request.
 	Overrun time.Duration
 	// Success is whether the call succeeded (gRPC: the handler returned nil; HTTP:
 	// the status was below 500). For HTTP the status is noted only for a route that
@@ -99,20 +100,8 @@ type Event struct {
 	Success bool
 }
 
-// Observer receives an [Event] for every request the guard sees. ctx is the
-// request's context (for the span of the request, say). The event is passed by value
-// and observing it must not allocate if the admit path is to stay allocation-free.
-type Observer interface {
-	Observe(ctx context.Context, e Event)
-}
-
-// ObserverFunc adapts a function to an [Observer].
-type ObserverFunc func(ctx context.Context, e Event)
-
-// Observe calls f(ctx, e).
-func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
-
-// Counter is an [Observer] that keeps totals. Its zero value is ready; it is safe for
+// Counter keeps the totals of the events it observes: pass its Observe method to
+// [WithObserver]. Its zero value is ready; it is safe for
 // concurrent use. One Counter may observe several guards.
 type Counter struct {
 	admitted, belowFloor, expired, overruns     atomic.Uint64
@@ -198,7 +187,7 @@ func (c *Counter) Stats() Stats {
 type guard struct {
 	floor      time.Duration
 	floorFunc  func(string) time.Duration
-	observers  []Observer
+	observers  []func(context.Context, Event)
 	adaptive   *quantile.Keyed[string] // nil without an adaptive floor
 	minSamples int
 	min, max   time.Duration
@@ -298,7 +287,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 // observe reports a refused request to the observers.
 func (g *guard) observe(ctx context.Context, t *ticket) {
 	for _, o := range g.observers {
-		o.Observe(ctx, Event{
+		o(ctx, Event{
 			Route:       t.route,
 			Admission:   t.decision,
 			HasDeadline: t.has,
@@ -356,7 +345,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 		Wait:        t.entry.wait,
 	}
 	for _, o := range g.observers {
-		o.Observe(ctx, e)
+		o(ctx, e)
 	}
 }
 

@@ -77,7 +77,7 @@ func TestStaticFloorHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var ran int
 		var rec recorder
-		h := shortcircuit.NewMiddleware(shortcircuit.WithFloor(20*ms), shortcircuit.WithObserver(&rec))(
+		h := shortcircuit.NewMiddleware(shortcircuit.WithFloor(20*ms), shortcircuit.WithObserver(rec.Observe))(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran++ }))
 
 		for _, tc := range []struct {
@@ -189,7 +189,7 @@ func unary(icpt grpc.UnaryServerInterceptor, method string, budget, work time.Du
 func TestStaticFloorGRPC(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var c shortcircuit.Counter
-		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(20*ms), shortcircuit.WithObserver(&c))
+		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(20*ms), shortcircuit.WithObserver(c.Observe))
 		ran, err := unary(icpt, "/svc/M", 5*ms, 0, false)
 		if ran || status.Code(err) != codes.DeadlineExceeded ||
 			status.Convert(err).Message() != "shortcircuit: 5ms left, floor 20ms: request refused before the handler ran" {
@@ -218,7 +218,7 @@ func TestStaticFloorGRPC(t *testing.T) {
 func TestOverrunEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
-		h := shortcircuit.NewMiddleware(shortcircuit.WithObserver(&rec))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := shortcircuit.NewMiddleware(shortcircuit.WithObserver(rec.Observe))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			spend(30 * ms)
 		}))
 		serve(h, "/work", 10*ms)
@@ -253,7 +253,7 @@ func TestAdaptiveWarmUpRiseFall(t *testing.T) {
 		var rec recorder
 		icpt := shortcircuit.UnaryServerInterceptor(
 			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 10, Window: 10 * time.Second, Buckets: 10}),
-			shortcircuit.WithObserver(&rec))
+			shortcircuit.WithObserver(rec.Observe))
 		const m = "/svc/Adaptive"
 
 		// Warm-up: no adaptive floor until 10 successful durations are known.
@@ -326,7 +326,7 @@ func TestAdaptiveBounds(t *testing.T) {
 		icpt := shortcircuit.UnaryServerInterceptor(
 			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 3, Min: 5 * ms, Max: time.Second}),
 			shortcircuit.WithFloor(time.Millisecond),
-			shortcircuit.WithObserver(&rec))
+			shortcircuit.WithObserver(rec.Observe))
 		for range 3 {
 			unary(icpt, "/fast", time.Hour, time.Millisecond, false)
 			unary(icpt, "/slow", time.Hour, 3*time.Second, false)
@@ -385,7 +385,7 @@ func TestAdaptiveHTTPStatus(t *testing.T) {
 		code := 500
 		h := shortcircuit.NewMiddleware(
 			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 3}),
-			shortcircuit.WithObserver(&rec),
+			shortcircuit.WithObserver(rec.Observe),
 		)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			spend(40 * ms)
 			if _, ok := w.(http.Flusher); !ok {
@@ -415,7 +415,7 @@ func TestAdaptiveHTTPStatus(t *testing.T) {
 		}
 
 		// The wrapped writer flushes, directly and through a ResponseController.
-		f := shortcircuit.NewMiddleware(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(&rec))(
+		f := shortcircuit.NewMiddleware(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(rec.Observe))(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := http.NewResponseController(w).Flush(); err != nil {
 					t.Errorf("ResponseController.Flush: %v", err)
@@ -520,7 +520,7 @@ func TestPanicPropagates(t *testing.T) {
 	}
 	for _, opts := range [][]shortcircuit.Option{
 		nil,
-		{shortcircuit.WithFloor(ms), shortcircuit.WithObserver(&shortcircuit.Counter{})},
+		{shortcircuit.WithFloor(ms), shortcircuit.WithObserver(new(shortcircuit.Counter).Observe)},
 		{shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive)},
 	} {
 		h := shortcircuit.NewMiddleware(opts...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(value) }))

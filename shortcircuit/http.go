@@ -12,16 +12,21 @@ import (
 // Timeout, before next runs, when the time left on the request's context is below the
 // floor or the deadline has passed. The body states the time left and the floor, and
 // the header grpc-retry-pushback-ms: -1 tells the caller's retry layers not to retry
-// it: a retry could only arrive with less time. The route key for per-route and adaptive floors is r.Pattern when set, else r.URL.Path
-// (see the package documentation).
+// it: a retry could only arrive with less time. The route key for per-route and
+// adaptive floors is r.Pattern when a ServeMux has set it, else r.URL.Path; a ServeMux
+// sets Pattern when it dispatches, so to key on patterns wrap each handler you
+// register (mux.Handle("GET /items/{id}", guard(h))), not the mux.
 //
 // With a concurrency limit ([WithMaxConcurrency], [WithAdaptiveConcurrency]) a
 // request beyond it waits for a slot; one that cannot finish in time is refused with
-// 504 and "do not retry" as above, and one refused because the queue is full gets
-// 503 with Retry-After and grpc-retry-pushback-ms set to the predicted wait.
+// 504 and "do not retry" as above, one refused because the queue is full gets 503
+// with Retry-After and grpc-retry-pushback-ms set to the predicted wait, and one whose
+// caller left while it waited gets 499.
 //
 // The deadline must already be on the request's context: put package propagate's
-// middleware (or whatever sets it) outside this one.
+// middleware (or whatever sets it) outside this one. Each call builds an independent
+// guard, with its own adaptive state and limit. A handler's panic goes through the
+// guard unchanged.
 func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	g := newGuard(opts)
 	return func(next http.Handler) http.Handler {

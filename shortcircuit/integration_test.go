@@ -54,7 +54,7 @@ func TestHTTPBurstLoopback(t *testing.T) {
 	var c shortcircuit.Counter
 	var ran sync.Map // budget header → handler ran
 	var runs atomic.Int32
-	h := budgetHeader(shortcircuit.NewMiddleware(shortcircuit.WithFloor(floor), shortcircuit.WithObserver(&c))(
+	h := budgetHeader(shortcircuit.NewMiddleware(shortcircuit.WithFloor(floor), shortcircuit.WithObserver(c.Observe))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			ran.Store(r.Header.Get("X-Test-ID"), true)
@@ -186,7 +186,7 @@ func startGRPC(t *testing.T, svc *testService, opts ...shortcircuit.Option) test
 func TestGRPCBurstLoopback(t *testing.T) {
 	var c shortcircuit.Counter
 	svc := &testService{}
-	client := startGRPC(t, svc, shortcircuit.WithFloor(floor), shortcircuit.WithObserver(&c))
+	client := startGRPC(t, svc, shortcircuit.WithFloor(floor), shortcircuit.WithObserver(c.Observe))
 
 	errs := make([]error, burst)
 	var wg sync.WaitGroup
@@ -233,7 +233,7 @@ func TestGRPCStreamBudgetRunsOut(t *testing.T) {
 	events := make(chan shortcircuit.Event, 1)
 	svc := &testService{streamDone: make(chan error, 1)}
 	client := startGRPC(t, svc, shortcircuit.WithFloor(50*time.Millisecond),
-		shortcircuit.WithObserver(shortcircuit.ObserverFunc(func(_ context.Context, e shortcircuit.Event) { events <- e })))
+		shortcircuit.WithObserver(func(_ context.Context, e shortcircuit.Event) { events <- e }))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()

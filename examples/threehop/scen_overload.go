@@ -150,7 +150,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func runOverloadOnce(e *env, shape olShape, guarded bool) (olRun, error) {
 	c := &olService{work: shape.work, slots: make(chan struct{}, shape.slots)}
 	var counter shortcircuit.Counter
-	opts := []deadlinekit.Option{deadlinekit.WithShortCircuit(shortcircuit.WithObserver(&counter))}
+	opts := []deadlinekit.Option{deadlinekit.WithShortCircuit(shortcircuit.WithObserver(counter.Observe))}
 	variant := "without a guard"
 	if guarded {
 		opts = append(opts, deadlinekit.WithShortCircuit(shortcircuit.WithMaxConcurrency(shape.slots)))

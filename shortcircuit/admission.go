@@ -72,8 +72,16 @@ func (l *limiter) queueBound() int {
 	return DefaultQueueFactor * l.limit
 }
 
-// mean is the service time a wait is predicted with. l.mu is held.
-func (l *limiter) mean() time.Duration { return max(l.service, l.floor) }
+// mean is the service time a wait is predicted with: the handler's average, and the
+// floor only until one is known. The floor is the least time a request must have
+// left to start, not what the handler takes: a 2 ms handler behind a 20 ms floor
+// frees its slot every 2 ms. l.mu is held.
+func (l *limiter) mean() time.Duration {
+	if l.service > 0 {
+		return l.service
+	}
+	return l.floor
+}
 
 // need is the time a request must have left to be started. l.mu is held.
 func (l *limiter) need() time.Duration { return max(l.service+devFactor*l.dev, l.floor) }

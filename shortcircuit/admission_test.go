@@ -39,7 +39,8 @@ type answer struct {
 
 func newServer(t *testing.T, work time.Duration, opts ...shortcircuit.Option) *server {
 	s := &server{t: t, c: &shortcircuit.Counter{}, work: work}
-	opts = append([]shortcircuit.Option{shortcircuit.WithObserver(s.c.Observe)}, opts...)
+	// No floor unless the test sets one: the figures below are the limit's alone.
+	opts = append([]shortcircuit.Option{shortcircuit.WithFloor(0), shortcircuit.WithObserver(s.c.Observe)}, opts...)
 	s.h = shortcircuit.NewMiddleware(opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.running++
@@ -153,6 +154,27 @@ func TestRefusesWhatCannotFinish(t *testing.T) {
 		}
 		if st := s.c.Stats(); st.CannotFinish != 1 {
 			t.Errorf("stats = %+v", st)
+		}
+	})
+}
+
+// The floor is the least time a request must have left to start, not the time the
+// handler takes: with a 20 ms floor (the default) and a 2 ms handler, a queued
+// request waits about 2 ms per request ahead, not 20.
+func TestAFloorIsNoServiceTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 2*ms, shortcircuit.WithFloor(20*ms), shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(8, shortcircuit.FIFO))
+		s.teach(20)
+		var wg sync.WaitGroup
+		for i := range 3 {
+			s.send(&wg, i, time.Second) // one runs, two wait: 4 ms of queue
+		}
+		synctest.Wait()
+		// A wait of 6 ms, then 20 ms must be left to start: 30 ms pays for it.
+		s.send(&wg, 10, 30*ms)
+		wg.Wait()
+		if a := s.answer(10); a.code != http.StatusOK || a.end.Sub(a.start) != 8*ms {
+			t.Errorf("request with 30 ms behind three of 2 ms: %d after %v, %q; want 200 after 8ms", a.code, a.end.Sub(a.start), a.body)
 		}
 	})
 }

@@ -62,7 +62,7 @@ type config struct {
 	nonFatalHTTP []int
 	nonFatalGRPC []codes.Code
 	idempotent   map[string]bool
-	observer     func(context.Context, Event)
+	observers    []func(context.Context, Event)
 }
 
 func newConfig(opts []Option) *config {
@@ -198,10 +198,16 @@ func WithIdempotentMethods(methods ...string) Option {
 	})
 }
 
-// WithObserver sets a function called once per call, when it ends, with what the
-// hedging layer did (see [Event]); tracing (package otelattr) records the attempt
-// count from it. It is called on the caller's goroutine and must not block; a panic
-// in it is recovered. Unset (the default), observation costs nothing.
+// WithObserver adds f to the functions called once per call, when it ends, with
+// what the hedging layer did (see [Event]). Each use adds one; they are called in
+// the order given, on the caller's goroutine, and must not block. A panic in f is
+// the caller's: it goes through unchanged (the answer it would have received is
+// closed first). Tracing does not depend on observers: package otelattr records the
+// call on its span either way. Without any (the default), observation costs nothing.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
-	return optionFunc(func(c *config) { c.observer = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.observers = append(c.observers, f)
+		}
+	})
 }

@@ -110,16 +110,17 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
 	p := &gc.p
 	a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, start, delay, &gc.ev)
-	h.observe(ctx, &gc.ev)
 	var err error
 	if !won {
 		err = status.FromContextError(ctx.Err()).Err()
+		h.observe(ctx, &gc.ev)
 	} else {
 		if a.n > 0 {
 			p.adopt(a.n)
 		}
 		cancel()
 		err = a.err
+		h.observe(ctx, &gc.ev)
 		if gc.c.quiet {
 			fire := gc.c.fireFn // bound to gc.c, which stays where it is
 			*gc = grpcCall{}

@@ -263,13 +263,11 @@ func (s Skip) otel() otelattr.HedgeSkip {
 	return otelattr.HedgeSkipNotDue
 }
 
+// observe calls the observers with e, in order, on the caller's goroutine.
 func (h *Hedger) observe(ctx context.Context, e *Event) {
-	f := h.cfg.observer
-	if f == nil {
-		return
+	for _, f := range h.cfg.observers {
+		f(ctx, *e)
 	}
-	defer func() { _ = recover() }()
-	f(ctx, *e)
 }
 
 // verdict classifies the outcome of one attempt. The call ends at the first answer

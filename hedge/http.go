@@ -113,7 +113,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if ev.Skipped != SkipNone {
 		resp, err := t.base.RoundTrip(req)
 		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
-		h.observe(ctx, &ev)
+		t.observe(ctx, &ev, resp)
 		return resp, err
 	}
 
@@ -133,7 +133,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 			w.Add(end, end.Sub(start))
 		}
 		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
-		h.observe(ctx, &ev)
+		t.observe(ctx, &ev, resp)
 		return resp, err
 	}
 
@@ -141,24 +141,47 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	hc := &httpCall{ev: Event{Target: ev.Target, Attempts: 1, Delay: delay}}
 	hc.p = httpAttempts{t: t, req: req, hasBody: hasBody}
 	a, cancel, won := hedged(&hc.c, h, ctx, otelattr.HTTP, w, &hc.p, start, delay, &hc.ev)
-	h.observe(ctx, &hc.ev)
 	if !won {
+		t.observe(ctx, &hc.ev, nil)
 		return nil, ctx.Err()
 	}
 	resp, err := a.v, a.err
-	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
+	switch {
+	case err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody:
 		cancel()
-		return resp, err
-	}
-	if _, ok := resp.Body.(io.Writer); ok {
+	case isWriter(resp.Body):
 		// A 101 Switching Protocols answer: its body is the connection, and keeps
 		// its Write (one allocation more, for upgrades only).
 		resp.Body = cancelbody.Wrap(resp.Body, cancel)
-		return resp, nil
+	default:
+		hc.body = cancelbody.Body{ReadCloser: resp.Body, Cancel: cancel}
+		resp.Body = &hc.body
 	}
-	hc.body = cancelbody.Body{ReadCloser: resp.Body, Cancel: cancel}
-	resp.Body = &hc.body
-	return resp, nil
+	t.observe(ctx, &hc.ev, resp)
+	return resp, err
+}
+
+func isWriter(body io.ReadCloser) bool {
+	_, ok := body.(io.Writer)
+	return ok
+}
+
+// observe calls the observers with ev. resp is the answer the caller is about to
+// get: when an observer panics, resp's body is closed (for a hedged call, that also
+// cancels its attempt) before the panic goes on, so that a caller who recovers from
+// it leaks no connection.
+func (t *transport) observe(ctx context.Context, ev *Event, resp *http.Response) {
+	if len(t.h.cfg.observers) == 0 {
+		return
+	}
+	observed := false
+	defer func() {
+		if !observed && resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	t.h.observe(ctx, ev)
+	observed = true
 }
 
 // httpCall is everything a hedged HTTP call allocates.

@@ -4,26 +4,20 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
-// Defaults of the stack. They are chosen together, so that no layer undoes
-// another's work: a client never sends a request with less time than the
-// downstream's guard demands, and never hedges or retries with less than that plus
-// its own reserve.
-const (
-	// DefaultFloor is the least budget a hop is worth starting with (REFERENCE: "~20
-	// ms, the least a meaningful attempt needs"). A server refuses a request with less
-	// left; a client does not send one with less.
-	DefaultFloor = 20 * time.Millisecond
-	// DefaultReserve is the time a client keeps for itself from the budget it passes
-	// on: the downstream is told (time left − reserve), so that the answer arrives
-	// while the caller can still use it.
-	DefaultReserve = 5 * time.Millisecond
-)
+// DefaultReserve is the time a client keeps for itself from the budget it passes on:
+// the downstream is told (time left − reserve), so that the answer arrives while the
+// caller can still use it. It goes with the floor ([deadline.DefaultFloor]) so that
+// no layer undoes another's work: a client never sends a request with less time than
+// the downstream's guard demands, and never hedges or retries with less than that
+// plus its reserve.
+const DefaultReserve = 5 * time.Millisecond
 
 // Layer names one layer of the stack, for [Without].
 type Layer uint8
@@ -76,7 +70,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{floor: DefaultFloor, reserve: DefaultReserve}
+	c := &config{floor: deadline.DefaultFloor, reserve: DefaultReserve}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
@@ -90,7 +84,7 @@ func newConfig(opts []Option) *config {
 // client does not send one with less after its reserve (propagate), and hedges and
 // retries go out only with at least floor + reserve left (hedge, retry), since
 // anything less would be refused downstream. Zero or less turns the floors off.
-// Default [DefaultFloor] (20 ms).
+// Default [deadline.DefaultFloor] (20 ms).
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.floor = max(d, 0) })
 }

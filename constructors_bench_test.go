@@ -7,6 +7,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -17,7 +18,7 @@ import (
 // handNested is the stack of [deadlinekit.ServerOptions] and [deadlinekit.DialOptions]
 // with their defaults, nested by hand from the packages' adapters.
 func handNested() ([]grpc.ServerOption, []grpc.DialOption) {
-	floor, reserve := deadlinekit.DefaultFloor, deadlinekit.DefaultReserve
+	floor, reserve := deadline.DefaultFloor, deadlinekit.DefaultReserve
 	po := []propagate.Option{propagate.WithFloor(floor), propagate.WithReserve(reserve)}
 	so := []shortcircuit.Option{shortcircuit.WithFloor(floor)}
 	server := []grpc.ServerOption{

@@ -9,6 +9,13 @@ import (
 // DefaultBudget is the budget [DefaultPolicy] gives to a context that has no deadline.
 const DefaultBudget = 30 * time.Second
 
+// DefaultFloor is the least budget a hop or an attempt is worth starting with, about
+// the least a meaningful attempt needs. Every layer's WithFloor defaults to it: a
+// server's guard refuses a request with less left (shortcircuit), a client does not
+// send one with less (propagate), and retries and hedges go out only with at least
+// this much left (retry, hedge).
+const DefaultFloor = 20 * time.Millisecond
+
 // ErrInsufficientBudget is the sentinel for a budget that cannot pay for the work:
 // nothing is left, or less than the floor. Match it with [errors.Is]; the concrete
 // error is a [*BudgetError].

@@ -37,6 +37,7 @@ type config struct {
 
 func newConfig(opts []Option) *config {
 	c := &config{
+		policy:        deadline.Policy{Floor: deadline.DefaultFloor},
 		maxTimeout:    DefaultMaxTimeout,
 		serverDefault: deadline.DefaultBudget,
 	}
@@ -68,8 +69,8 @@ func WithMaxPerHop(d time.Duration) Option {
 
 // WithFloor makes a call fail at once, without sending anything, when the budget it
 // would send is below d: the downstream could not do useful work with it. The error is
-// a *deadline.BudgetError (gRPC DeadlineExceeded). Client side. Default 0: any
-// positive budget is sent.
+// a *deadline.BudgetError (gRPC DeadlineExceeded). Client side. Default
+// [deadline.DefaultFloor] (20 ms); zero sends any positive budget.
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.policy.Floor = d })
 }

@@ -118,8 +118,9 @@ func TestTransportRefusesWithoutTime(t *testing.T) {
 			sleep time.Duration
 			opts  []propagate.Option
 		}{
-			{"below the floor", 0, []propagate.Option{propagate.WithFloor(20 * time.Millisecond)}},
-			{"reserve eats it all", 0, []propagate.Option{propagate.WithReserve(10 * time.Millisecond)}},
+			{"below the floor", 0, []propagate.Option{propagate.WithFloor(15 * time.Millisecond)}},
+			{"below the default floor", 0, nil}, // deadline.DefaultFloor, 20 ms
+			{"reserve eats it all", 0, []propagate.Option{propagate.WithFloor(0), propagate.WithReserve(10 * time.Millisecond)}},
 			{"expired", 10 * time.Millisecond, nil},
 		} {
 			time.Sleep(tc.sleep)
@@ -135,6 +136,15 @@ func TestTransportRefusesWithoutTime(t *testing.T) {
 			if !body.closed {
 				t.Errorf("%s: the request body was not closed", tc.name)
 			}
+		}
+		// With a zero floor, the same 10 ms go out.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel2()
+		req, _ := http.NewRequestWithContext(ctx2, http.MethodGet, "http://backend.test/x", nil)
+		if resp, err := propagate.NewTransport(base, propagate.WithFloor(0)).RoundTrip(req); err != nil || !called {
+			t.Errorf("no floor, 10ms left: %v, sent %v; want sent", err, called)
+		} else {
+			resp.Body.Close()
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
 )
 
 // Option configures a guard built by [NewMiddleware], [UnaryServerInterceptor] or
@@ -29,7 +31,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) config {
-	c := config{maxQueue: -1}
+	c := config{floor: deadline.DefaultFloor, maxQueue: -1}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
@@ -39,8 +41,8 @@ func newConfig(opts []Option) config {
 }
 
 // WithFloor sets a static floor for every request: a request with less than d left
-// is refused before the handler runs. The default is zero: only requests already past
-// their deadline are refused. Negative values count as zero.
+// is refused before the handler runs. Default [deadline.DefaultFloor] (20 ms); with
+// zero (or less), only requests already past their deadline are refused.
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.floor = max(d, 0) })
 }

@@ -120,8 +120,16 @@ func TestStaticFloorHTTP(t *testing.T) {
 		if w.Code != 504 || w.Body.String() != want || ran != before {
 			t.Fatalf("expired: %d %q; want 504 %q and no handler", w.Code, w.Body, want)
 		}
-		// With no option, a request with any time left runs.
-		if w := serve(bare, "/x", time.Nanosecond); w.Code != 200 {
+		// With no option the floor is deadline.DefaultFloor; with a zero floor, a
+		// request with any time left runs.
+		if w := serve(bare, "/x", deadline.DefaultFloor-time.Nanosecond); w.Code != 504 {
+			t.Fatalf("default floor, %v left: %d; want 504", deadline.DefaultFloor-time.Nanosecond, w.Code)
+		}
+		if w := serve(bare, "/x", deadline.DefaultFloor); w.Code != 200 {
+			t.Fatalf("default floor, %v left: %d; want 200", deadline.DefaultFloor, w.Code)
+		}
+		none := shortcircuit.NewMiddleware(shortcircuit.WithFloor(0))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		if w := serve(none, "/x", time.Nanosecond); w.Code != 200 {
 			t.Fatalf("no floor, 1ns left: %d; want 200", w.Code)
 		}
 	})
@@ -218,7 +226,7 @@ func TestStaticFloorGRPC(t *testing.T) {
 func TestOverrunEvent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
-		h := shortcircuit.NewMiddleware(shortcircuit.WithObserver(rec.Observe))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := shortcircuit.NewMiddleware(shortcircuit.WithFloor(0), shortcircuit.WithObserver(rec.Observe))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			spend(30 * ms)
 		}))
 		serve(h, "/work", 10*ms)
@@ -251,7 +259,7 @@ func near(got, want time.Duration) bool {
 func TestAdaptiveWarmUpRiseFall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
-		icpt := shortcircuit.UnaryServerInterceptor(
+		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(0),
 			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 10, Window: 10 * time.Second, Buckets: 10}),
 			shortcircuit.WithObserver(rec.Observe))
 		const m = "/svc/Adaptive"
@@ -383,7 +391,7 @@ func TestAdaptiveHTTPStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
 		code := 500
-		h := shortcircuit.NewMiddleware(
+		h := shortcircuit.NewMiddleware(shortcircuit.WithFloor(0),
 			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 3}),
 			shortcircuit.WithObserver(rec.Observe),
 		)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -453,7 +461,7 @@ func TestCheck(t *testing.T) {
 // other errors and statuses pass unchanged.
 func TestHandlerErrorMapping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		icpt := shortcircuit.UnaryServerInterceptor()
+		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(0))
 		call := func(herr error) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*ms)
 			defer cancel()

@@ -15,8 +15,8 @@ import (
 // The short-circuit scenario: A and B spend most of the client's budget (B works
 // until 8 ms are left), so the request reaches C with a few ms, and C's handler
 // needs 20 ms of work that does not watch its context (a CPU-bound step, a driver call
-// without a context). Both runs propagate the deadline; the second adds C's guard with
-// a 20 ms floor.
+// without a context). Both runs propagate the deadline (B's client with no floor of its
+// own, so that the request reaches C); the second adds C's guard with a 20 ms floor.
 const (
 	scBudget = 250 * time.Millisecond
 	scWorkA  = 100 * time.Millisecond
@@ -98,7 +98,12 @@ func runShortCircuitOnce(e *env, guarded bool) (*cTiming, error) {
 		},
 		serverA:   propagate.NewMiddleware(),
 		clientToA: propagateTransport,
-		bToC:      propagateTransport,
+		// B's client would not send a request with less than 20 ms to give
+		// (propagate's floor, deadline.DefaultFloor): here it sends whatever is
+		// left, to show what C does with it.
+		bToC: func(rt http.RoundTripper) http.RoundTripper {
+			return propagate.NewTransport(rt, propagate.WithFloor(0))
+		},
 	}
 	spec.serverB = append(spec.serverB, propagate.UnaryServerInterceptor())
 	spec.aToB = append(spec.aToB, propagate.UnaryClientInterceptor())

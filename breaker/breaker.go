@@ -58,7 +58,9 @@ const (
 // statistics. Its methods and the adapters it makes are safe for concurrent use.
 // Make one with [New]; the zero Breaker is not usable. It starts no goroutine: a
 // circuit changes state on the goroutine of the call that finds the change due
-// (the call that trips it, or the first call after its sleep).
+// (the call that trips it, or the first call after its sleep; a gRPC stream's
+// outcome, when its caller's context ends first, is counted on the goroutine
+// context.AfterFunc starts).
 type Breaker struct {
 	cfg      *config
 	circuits atomic.Pointer[map[key]*circuit] // copy-on-write; at most 4 × MaxTargets keys

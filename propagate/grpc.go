@@ -138,7 +138,9 @@ func (e statusError) GRPCStatus() *status.Status {
 // included) retries it: a retry could only arrive with less time. A malformed Envoy
 // header is refused with codes.InvalidArgument (unless [WithIgnoreMalformed]).
 //
-// The handler finds the applied budget with [InboundFromContext].
+// The handler finds the applied budget with [InboundFromContext]. A malformed
+// grpc-timeout never reaches the interceptor: grpc-go refuses it itself (code
+// Internal) and keeps the last of repeated values.
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -115,11 +115,11 @@ func WithIdempotentMethods(methods ...string) Option {
 	return optionFunc(func(c *config) { c.idempotent = append(c.idempotent, methods...) })
 }
 
-// WithHedger makes the client's hedging layer use h, so that several clients share
+// WithSharedHedger makes the client's hedging layer use h, so that several clients share
 // one latency window per target, one extra-load cap and one set of statistics
 // ([hedge.Hedger.Stats]). Options given with [WithHedge] are then ignored: h has its
 // own. Default: each [NewTransport] and [DialOptions] makes a Hedger of its own.
-func WithHedger(h *hedge.Hedger) Option {
+func WithSharedHedger(h *hedge.Hedger) Option {
 	return optionFunc(func(c *config) { c.hedger = h })
 }
 

@@ -35,7 +35,7 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 // the stack, outermost first: retry → breaker (a circuit per host) → hedge →
 // propagate (write the budget left when each attempt is sent, minus the reserve) →
 // base. One transport is one client: its calls share one retry budget, one set of
-// circuits and one [hedge.Hedger] unless [WithRetry], [WithSharedBreaker] and [WithHedger] say otherwise. Put the user's tracing outside it
+// circuits and one [hedge.Hedger] unless [WithRetry], [WithSharedBreaker] and [WithSharedHedger] say otherwise. Put the user's tracing outside it
 // (otelhttp.NewTransport(deadlinekit.NewTransport(nil))): its client span is then the
 // call's span, and the toolkit's attempt spans are its children; without it, the
 // toolkit starts the call's span itself.

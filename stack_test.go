@@ -24,6 +24,7 @@ import (
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
@@ -413,6 +414,28 @@ func TestStackSharedBreaker(t *testing.T) {
 	}
 	if hits.Load() != n {
 		t.Errorf("the second client's call reached the dead server")
+	}
+}
+
+// Two clients given one Hedger share its latency window, its extra-load cap and its
+// statistics.
+func TestStackSharedHedger(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	h := hedge.New()
+	one := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedHedger(h))}
+	two := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedHedger(h), deadlinekit.WithHedge(hedge.WithMaxExtraLoad(0)))}
+	defer one.CloseIdleConnections()
+	defer two.CloseIdleConnections()
+	for _, c := range []*http.Client{one, two, two} {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if s := h.Stats(); s.Primaries != 3 || s.Tokens == 0 {
+		t.Errorf("the shared Hedger counted %d primaries (want 3), %v tokens (want its own cap's, not the ignored WithHedge's zero)", s.Primaries, s.Tokens)
 	}
 }
 

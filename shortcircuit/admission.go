@@ -130,6 +130,25 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 		otelattr.RecordInFlight(ctx, 1)
 		return entry{decision: Admitted, service: need}
 	}
+	w := l.newWaiter(deadline, has)
+	wait := l.predict(w, svc)
+	if has && deadline.Sub(now) < wait+need {
+		l.mu.Unlock()
+		return entry{decision: CannotFinish, wait: wait, service: need}
+	}
+	if l.q.Len() >= l.queueBound() && !l.evictFor(w) {
+		l.mu.Unlock()
+		return entry{decision: Overloaded, wait: wait, service: need}
+	}
+	w.ready = make(chan struct{})
+	heap.Push(&l.q, w)
+	l.mu.Unlock()
+	otelattr.RecordQueueLength(ctx, 1)
+	return l.await(ctx, w, now, need, svc)
+}
+
+// newWaiter is a request about to queue, keyed for the queue's order. l.mu is held.
+func (l *limiter) newWaiter(deadline time.Time, has bool) *waiter {
 	w := &waiter{deadline: deadline, has: has, index: -1}
 	l.seq++
 	switch l.order {
@@ -143,31 +162,30 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	default:
 		w.key = l.seq
 	}
-	wait := l.predict(w, svc)
-	if has && deadline.Sub(now) < wait+need {
-		l.mu.Unlock()
-		return entry{decision: CannotFinish, wait: wait, service: need}
-	}
-	if l.q.Len() >= l.queueBound() {
-		worst := l.worst()
-		if worst == nil || worst.key <= w.key {
-			l.mu.Unlock()
-			return entry{decision: Overloaded, wait: wait, service: need}
-		}
-		heap.Remove(&l.q, worst.index)
-		worst.evicted = true
-		close(worst.ready)
-	}
-	w.ready = make(chan struct{})
-	heap.Push(&l.q, w)
-	l.mu.Unlock()
-	otelattr.RecordQueueLength(ctx, 1)
+	return w
+}
 
+// evictFor makes room in the full queue for w by refusing the queued request the
+// order serves last, if w goes before it; false when w does not. l.mu is held.
+func (l *limiter) evictFor(w *waiter) bool {
+	worst := l.worst()
+	if worst == nil || worst.key <= w.key {
+		return false
+	}
+	heap.Remove(&l.q, worst.index)
+	worst.evicted = true
+	close(worst.ready)
+	return true
+}
+
+// await waits in the queue until w is granted a slot, is evicted, its caller leaves,
+// or its budget can no longer pay for the work (need), and says which.
+func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc time.Duration) entry {
 	var timeout <-chan time.Time
-	if has {
+	if w.has {
 		// The moment the budget can no longer pay for the work: leave then, not at
 		// the deadline.
-		t := time.NewTimer(deadline.Sub(now) - need)
+		t := time.NewTimer(w.deadline.Sub(now) - need)
 		defer t.Stop()
 		timeout = t.C
 	}
@@ -192,7 +210,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 		fallthrough
 	case ctx.Err() != nil:
 		e.decision = Canceled
-		if has && !time.Now().Before(deadline) {
+		if w.has && !time.Now().Before(w.deadline) {
 			e.decision = Dropped
 		}
 	case w.evicted:

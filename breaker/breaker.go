@@ -298,16 +298,7 @@ func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {
 func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	c := t.c
 	ns := int64(time.Since(c.epoch))
-	r.Target = c.name
-	r.Took = time.Duration(ns - t.start)
-	if d, ok := ctx.Deadline(); ok {
-		r.Budget, r.HasBudget = d.Sub(c.epoch.Add(time.Duration(t.start))), true
-	}
-	typical, samples := c.lat.TrackedAt(ns)
-	if samples >= typicalMinSamples {
-		r.Typical, r.HasTypical = typical, true
-	}
-	r.CallerErr = ctx.Err()
+	samples := describe(ctx, t, r, ns)
 	o := b.cfg.classify(*r)
 	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
 	b.count(ctx, c, o, slow)
@@ -329,28 +320,43 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 		}
 		return
 	}
+	b.settle(ctx, t, o, slow, ns)
+}
+
+// describe fills in what the circuit knows of the call that t admitted and that
+// ended at ns: its target, its time, its budget and the target's typical latency.
+// It returns the number of latencies the typical one was read from.
+func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
+	c := t.c
+	r.Target = c.name
+	r.Took = time.Duration(ns - t.start)
+	if d, ok := ctx.Deadline(); ok {
+		r.Budget, r.HasBudget = d.Sub(c.epoch.Add(time.Duration(t.start))), true
+	}
+	typical, samples := c.lat.TrackedAt(ns)
+	if samples >= typicalMinSamples {
+		r.Typical, r.HasTypical = typical, true
+	}
+	r.CallerErr = ctx.Err()
+	return samples
+}
+
+// settle moves t's circuit on outcome o under its lock: counted in the window when
+// closed (and tripping it), or deciding a probe when half-open. An outcome of a
+// generation that has ended is stale and dropped.
+func (b *Breaker) settle(ctx context.Context, t *ticket, o Outcome, slow bool, ns int64) {
+	c := t.c
 	c.mu.Lock()
 	sg := c.sg.Load()
 	if sg != t.sg {
-		c.mu.Unlock() // admitted in a generation that has ended: its outcome is stale
+		c.mu.Unlock()
 		return
 	}
 	from := stateOf(sg)
 	to := from
 	switch {
 	case from == Closed:
-		run := int32(0)
-		if o == Failure {
-			run = c.consec.Add(1)
-		} else {
-			c.consec.Store(0)
-		}
-		c.win.add(ns, o == Failure, slow)
-		if b.cfg.consecutive > 0 && run >= int32(b.cfg.consecutive) ||
-			trips(c.win.totals(ns), b.cfg.minCalls, b.cfg.failureRatio, b.cfg.slow > 0, b.cfg.slowRatio) {
-			c.opened = 0
-			to = b.open(c, sg, ns)
-		}
+		to = b.countClosed(c, sg, o, slow, ns)
 	case o == Neutral:
 		c.inflight--
 	case o == Failure || slow:
@@ -370,6 +376,24 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	if to != from {
 		b.transition(ctx, c, from, to)
 	}
+}
+
+// countClosed counts outcome o of a closed circuit and opens it when a trip is due,
+// returning the state it leaves c in. c.mu is held.
+func (b *Breaker) countClosed(c *circuit, sg uint64, o Outcome, slow bool, ns int64) State {
+	run := int32(0)
+	if o == Failure {
+		run = c.consec.Add(1)
+	} else {
+		c.consec.Store(0)
+	}
+	c.win.add(ns, o == Failure, slow)
+	if b.cfg.consecutive > 0 && run >= int32(b.cfg.consecutive) ||
+		trips(c.win.totals(ns), b.cfg.minCalls, b.cfg.failureRatio, b.cfg.slow > 0, b.cfg.slowRatio) {
+		c.opened = 0
+		return b.open(c, sg, ns)
+	}
+	return Closed
 }
 
 // open moves c, in state and generation sg, to open at time ns, for the next sleep.

@@ -237,7 +237,7 @@ func TestRetryOverHedgeSpans(t *testing.T) {
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
 		grpc.WithChainUnaryInterceptor(
 			retry.UnaryClientInterceptor(),
-			hedge.UnaryClientInterceptor(hedge.WithIdempotentMethods(method), hedge.WithInitialDelay(20*time.Millisecond)),
+			hedge.UnaryClientInterceptor(hedge.WithIdempotentMethods(method), hedge.WithDelay(hedge.Delay{Initial: 20 * time.Millisecond})),
 			propagate.UnaryClientInterceptor()))
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,8 @@ func (t *instant) RoundTrip(r *http.Request) (*http.Response, error) {
 // "not-idempotent" a POST passed through.
 func BenchmarkHedgeNoFire(b *testing.B) {
 	base := &instant{}
-	armed := hedge.NewTransport(base, hedge.WithInitialDelay(time.Second))
-	cold := hedge.NewTransport(base, hedge.WithMinSamples(1<<30))
+	armed := hedge.NewTransport(base, hedge.WithDelay(hedge.Delay{Initial: time.Second}))
+	cold := hedge.NewTransport(base, hedge.WithDelay(hedge.Delay{MinSamples: 1 << 30}))
 	for _, bc := range []struct {
 		name   string
 		rt     http.RoundTripper
@@ -55,7 +55,7 @@ func BenchmarkHedgeNoFire(b *testing.B) {
 		invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 			return nil
 		}
-		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(time.Second), hedge.WithIdempotentMethods("/s/m"))
+		ic := hedge.UnaryClientInterceptor(hedge.WithDelay(hedge.Delay{Initial: time.Second}), hedge.WithIdempotentMethods("/s/m"))
 		req, reply := &wrapperspb.StringValue{}, &wrapperspb.StringValue{}
 		b.ReportAllocs()
 		for b.Loop() {
@@ -91,9 +91,9 @@ func TestObserverAllocs(t *testing.T) {
 		wantAtMost float64
 	}{
 		{"not idempotent", hedge.NewTransport(base, observer), post, plain},
-		{"warming up", hedge.NewTransport(base, observer, hedge.WithMinSamples(1<<30)), req, plain},
-		{"armed, no observer", hedge.NewTransport(base, hedge.WithInitialDelay(time.Second)), req, plain + 8},
-		{"armed, observer", hedge.NewTransport(base, observer, hedge.WithInitialDelay(time.Second)), req, plain + 8},
+		{"warming up", hedge.NewTransport(base, observer, hedge.WithDelay(hedge.Delay{MinSamples: 1 << 30})), req, plain},
+		{"armed, no observer", hedge.NewTransport(base, hedge.WithDelay(hedge.Delay{Initial: time.Second})), req, plain + 8},
+		{"armed, observer", hedge.NewTransport(base, observer, hedge.WithDelay(hedge.Delay{Initial: time.Second})), req, plain + 8},
 	} {
 		if got := allocs(tc.rt, tc.r); got > tc.wantAtMost {
 			t.Errorf("%s: %v allocations per call, want at most %v", tc.name, got, tc.wantAtMost)

@@ -19,26 +19,77 @@ const (
 	DefaultMaxAttempts = 2
 	// MaxAttempts is the most [WithMaxAttempts] accepts.
 	MaxAttempts = 5
-	// DefaultMinSamples is how many latencies a target's window must hold before its
-	// percentile is trusted as a delay.
-	DefaultMinSamples = 100
-	// DefaultWindow and DefaultWindowBuckets describe the sliding window of
-	// latencies: a latency stays in it between 20 and 30 s.
-	DefaultWindow        = 30 * time.Second
-	DefaultWindowBuckets = 3
-	// DefaultMinDelay is the shortest delay a hedge waits for.
-	DefaultMinDelay = time.Millisecond
 	// DefaultFloor is the least time left before the deadline for which a hedge is
 	// still sent.
 	DefaultFloor = 20 * time.Millisecond
 	// Burst is the number of hedges a new [Hedger] may send before its primaries
 	// have paid for any, and the most its token account holds.
 	Burst = 10
-	// MaxTargets bounds the number of targets (hosts, gRPC methods, hedged or not) a
-	// Hedger keeps state for; calls to targets beyond it are hedged only with
-	// [WithInitialDelay], and a gRPC method's descriptor is then looked up per call.
-	MaxTargets = 1024
 )
+
+// maxTargets bounds the number of targets a Hedger keeps state for.
+const maxTargets = 1024
+
+// Delay says how a [Hedger] finds the delay after which a call is hedged: the recent
+// latency of the call's target at the percentile ([WithPercentile]), read from a
+// sliding window of that target's latencies, within bounds. Only successful answers
+// feed the window, so that fast failures do not drag the delay down, and so do
+// primaries cut short by a hedge's success (their time up to the cut is a lower bound
+// of their latency).
+//
+// Delay is plain data. A zero (or negative) field takes its value from
+// [DefaultDelay], so Delay{Initial: 10 * time.Millisecond} changes the initial delay
+// alone.
+type Delay struct {
+	// Window is how long a latency is remembered: between Window − Window/Buckets and
+	// Window.
+	Window time.Duration
+	// Buckets is the number of steps the window slides by (at most 1000).
+	Buckets int
+	// MinSamples is how many latencies a target's window must hold before its
+	// percentile is trusted as the delay.
+	MinSamples int
+	// Initial is the delay of a target whose window holds fewer than MinSamples
+	// latencies. Zero, the default: calls to such a target are not hedged.
+	Initial time.Duration
+	// Min and Max bound the delay, whatever the percentile says. A zero Max, the
+	// default, is no bound; a Max below Min counts as Min.
+	Min, Max time.Duration
+}
+
+// DefaultDelay is the delay of a Hedger without [WithDelay]: the percentile of a 30 s
+// window sliding by 10 s, once it holds 100 latencies, at least 1 ms; no initial
+// delay, no maximum.
+var DefaultDelay = Delay{Window: 30 * time.Second, Buckets: 3, MinSamples: 100, Min: time.Millisecond}
+
+// orDefault returns d with its zero and negative fields taken from DefaultDelay and
+// its bounds made consistent.
+func (d Delay) orDefault() Delay {
+	def := DefaultDelay
+	if d.Window <= 0 {
+		d.Window = def.Window
+	}
+	if d.Buckets <= 0 {
+		d.Buckets = def.Buckets
+	}
+	d.Buckets = min(d.Buckets, 1000)
+	if d.MinSamples <= 0 {
+		d.MinSamples = def.MinSamples
+	}
+	if d.Initial <= 0 {
+		d.Initial = def.Initial
+	}
+	if d.Min <= 0 {
+		d.Min = def.Min
+	}
+	if d.Max <= 0 {
+		d.Max = def.Max
+	}
+	if d.Max > 0 && d.Max < d.Min {
+		d.Max = d.Min
+	}
+	return d
+}
 
 // Option sets a parameter of a [Hedger]. Options are applied in order; the defaults
 // hold for everything not set.
@@ -52,12 +103,7 @@ type config struct {
 	percentile   float64
 	maxExtraLoad float64
 	maxAttempts  int
-	minSamples   int
-	initialDelay time.Duration
-	minDelay     time.Duration
-	maxDelay     time.Duration
-	window       time.Duration
-	buckets      int
+	delay        Delay
 	floor        time.Duration
 	nonFatalHTTP []int
 	nonFatalGRPC []codes.Code
@@ -70,10 +116,7 @@ func newConfig(opts []Option) *config {
 		percentile:   DefaultPercentile,
 		maxExtraLoad: DefaultMaxExtraLoad,
 		maxAttempts:  DefaultMaxAttempts,
-		minSamples:   DefaultMinSamples,
-		minDelay:     DefaultMinDelay,
-		window:       DefaultWindow,
-		buckets:      DefaultWindowBuckets,
+		delay:        DefaultDelay,
 		floor:        DefaultFloor,
 		nonFatalHTTP: []int{503},
 		nonFatalGRPC: []codes.Code{codes.Unavailable},
@@ -83,9 +126,6 @@ func newConfig(opts []Option) *config {
 			o.apply(c)
 		}
 	}
-	if c.maxDelay > 0 && c.maxDelay < c.minDelay {
-		c.maxDelay = c.minDelay
-	}
 	return c
 }
 
@@ -94,7 +134,8 @@ func (c *config) disabled() bool { return c.maxAttempts < 2 || c.maxExtraLoad <=
 
 // WithPercentile sets the percentile of recent latencies after which a call is
 // hedged, in (0, 1]: 0.99 hedges the slowest 1% of calls. Values outside are clamped
-// to [0.5, 1] (NaN: the default). Default [DefaultPercentile] (0.99).
+// to [0.5, 1] (NaN: the default). Default [DefaultPercentile] (0.99). [Delay] says
+// how the latencies are gathered.
 func WithPercentile(p float64) Option {
 	return optionFunc(func(c *config) {
 		if math.IsNaN(p) {
@@ -105,9 +146,18 @@ func WithPercentile(p float64) Option {
 }
 
 // WithMaxExtraLoad sets the largest share of the primary requests that hedges may
-// add, in [0, 1]: 0.15 lets 15 hedges go out per 100 primaries (plus the first
-// [Burst]). 0 disables hedging. Values outside are clamped (NaN: the default).
-// Default [DefaultMaxExtraLoad] (0.15).
+// add, in [0, 1]: 0.15 lets 15 hedges go out per 100 primaries. 0 disables hedging.
+// Values outside are clamped (NaN: the default). Default [DefaultMaxExtraLoad] (0.15).
+//
+// A token account enforces it: each primary deposits that share of a token, each
+// hedge withdraws a whole one, and a hedge that finds less than a token is not sent.
+// The account starts with [Burst] tokens, which is also the most it holds, so over
+// any stretch of calls, hedges ≤ share × primaries + Burst. When every call turns
+// slow at once, the delay still reflects the old latencies for a while and every call
+// wants a hedge: the account runs dry and the hedges stay at the cap until the window
+// has learned the new latencies. Hedging pays when the slowness lies with one
+// replica, not with the request or with every replica; the cap bounds what it costs
+// when it does not pay.
 func WithMaxExtraLoad(f float64) Option {
 	return optionFunc(func(c *config) {
 		if math.IsNaN(f) {
@@ -119,70 +169,38 @@ func WithMaxExtraLoad(f float64) Option {
 
 // WithMaxAttempts sets the number of copies of a call, the primary included, clamped
 // to 1..[MaxAttempts]; each further hedge goes out one delay after the previous one.
-// 1 disables hedging. Default [DefaultMaxAttempts] (2).
+// 1 disables hedging. Default [DefaultMaxAttempts] (2: one primary, one hedge).
 func WithMaxAttempts(n int) Option {
 	return optionFunc(func(c *config) { c.maxAttempts = min(max(n, 1), MaxAttempts) })
 }
 
-// WithMinSamples sets how many latencies a target's window must hold before its
-// percentile is used as the delay (at least 1). Below it, calls are not hedged, or
-// hedged after [WithInitialDelay] when set. Default [DefaultMinSamples] (100).
-func WithMinSamples(n int) Option {
-	return optionFunc(func(c *config) { c.minSamples = max(n, 1) })
-}
-
-// WithInitialDelay sets the delay used for a target whose window holds fewer than
-// the minimum of samples ([WithMinSamples]). Default 0: such calls are not hedged.
-func WithInitialDelay(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.initialDelay = max(d, 0) })
-}
-
-// WithMinDelay sets the shortest delay before a hedge, whatever the percentile says.
-// Default [DefaultMinDelay] (1 ms).
-func WithMinDelay(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.minDelay = max(d, 0) })
-}
-
-// WithMaxDelay sets the longest delay before a hedge, whatever the percentile says.
-// Zero (the default) means no maximum.
-func WithMaxDelay(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxDelay = max(d, 0) })
-}
-
-// WithWindow sets the sliding window of latencies: a latency stays in it between
-// length − length/buckets and length. Non-positive values keep the default,
-// [DefaultWindow] (30 s) in [DefaultWindowBuckets] (3).
-func WithWindow(length time.Duration, buckets int) Option {
-	return optionFunc(func(c *config) {
-		if length > 0 {
-			c.window = length
-		}
-		if buckets > 0 {
-			c.buckets = min(buckets, 1000)
-		}
-	})
+// WithDelay sets how the delay before a hedge is found (see [Delay]; its zero fields
+// take their defaults). Default [DefaultDelay].
+func WithDelay(d Delay) Option {
+	return optionFunc(func(c *config) { c.delay = d.orDefault() })
 }
 
 // WithFloor sets the least time left before the call's deadline for which a hedge is
-// still sent. Default [DefaultFloor] (20 ms). A call without deadline is never
-// refused a hedge for lack of time.
+// still sent: a copy with no time to run only adds load. Default [DefaultFloor]
+// (20 ms). A call without deadline is never refused a hedge for lack of time.
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.floor = max(d, 0) })
 }
 
-// WithNonFatalHTTPStatus sets the HTTP status codes that, answered by an attempt,
-// fire the next hedge at once instead of ending the call; when no attempt is left,
-// the last such answer is returned. Default: 503. A connection refused (a dial
-// error) is always non-fatal. No codes: only dial errors are.
-func WithNonFatalHTTPStatus(codes ...int) Option {
-	return optionFunc(func(c *config) { c.nonFatalHTTP = append([]int(nil), codes...) })
+// WithNonFatalHTTP sets the HTTP status codes that, answered by an attempt, fire the
+// next hedge at once instead of waiting for the delay, as in gRPC's hedging design
+// (A6); when no copy is left, the last such answer is returned. A connection refused
+// (a dial error) is always non-fatal. Default: 503. None: only dial errors are.
+func WithNonFatalHTTP(statuses ...int) Option {
+	return optionFunc(func(c *config) { c.nonFatalHTTP = append([]int(nil), statuses...) })
 }
 
-// WithNonFatalCodes sets the gRPC codes that, returned by an attempt, fire the next
-// hedge at once instead of ending the call (gRPC A6's non-fatal status codes).
-// Default: UNAVAILABLE.
-func WithNonFatalCodes(cs ...codes.Code) Option {
-	return optionFunc(func(c *config) { c.nonFatalGRPC = append(c.nonFatalGRPC[:0:0], cs...) })
+// WithNonFatalGRPC sets the gRPC codes that, returned by an attempt, fire the next
+// hedge at once instead of waiting for the delay (gRPC A6's non-fatal status codes);
+// when no copy is left, the last such failure is returned. Default: UNAVAILABLE.
+// None: no code is.
+func WithNonFatalGRPC(cs ...codes.Code) Option {
+	return optionFunc(func(c *config) { c.nonFatalGRPC = append([]codes.Code(nil), cs...) })
 }
 
 // WithIdempotentMethods declares gRPC methods idempotent, by full name
@@ -203,7 +221,7 @@ func WithIdempotentMethods(methods ...string) Option {
 // the order given, on the caller's goroutine, and must not block. A panic in f is
 // the caller's: it goes through unchanged (the answer it would have received is
 // closed first). Tracing does not depend on observers: package otelattr records the
-// call on its span either way. Without any (the default), observation costs nothing.
+// call on its span either way.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

@@ -31,7 +31,7 @@ func Example() {
 
 	// A real client learns the delay from its calls (P99 after 100 of them); this
 	// one starts with 50 ms.
-	h := hedge.New(hedge.WithInitialDelay(50 * time.Millisecond))
+	h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 50 * time.Millisecond}))
 	client := &http.Client{Transport: h.Transport(propagate.NewTransport(nil))}
 	defer client.CloseIdleConnections()
 
@@ -54,20 +54,34 @@ func Example() {
 }
 
 // POST without an Idempotency-Key is never hedged: both copies could land.
-func ExampleIdempotentRequest() {
-	for _, r := range []*http.Request{
-		httptest.NewRequest(http.MethodGet, "/items/1", nil),
-		httptest.NewRequest(http.MethodPut, "/items/1", nil),
-		httptest.NewRequest(http.MethodPost, "/orders", nil),
-	} {
-		fmt.Println(r.Method, hedge.IdempotentRequest(r))
-	}
-	keyed := httptest.NewRequest(http.MethodPost, "/orders", nil)
+func ExampleHedger_Transport_idempotency() {
+	backend := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer backend.Close()
+	h := hedge.New()
+	client := &http.Client{Transport: h.Transport(nil)}
+	defer client.CloseIdleConnections()
+
+	keyed, _ := http.NewRequest(http.MethodPost, backend.URL+"/orders", nil)
 	keyed.Header.Set("Idempotency-Key", "6f1c…")
-	fmt.Println("POST with key", hedge.IdempotentRequest(keyed))
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, backend.URL+"/items/1", nil),
+		httptest.NewRequest(http.MethodPut, backend.URL+"/items/1", nil),
+		httptest.NewRequest(http.MethodPost, backend.URL+"/orders", nil),
+		keyed,
+	} {
+		r.RequestURI = ""
+		before := h.Stats().Primaries
+		resp, err := client.Do(r)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(r.Method, r.Header.Get("Idempotency-Key") != "", "hedgeable:", h.Stats().Primaries > before)
+	}
 	// Output:
-	// GET true
-	// PUT true
-	// POST false
-	// POST with key true
+	// GET false hedgeable: true
+	// PUT false hedgeable: true
+	// POST false hedgeable: false
+	// POST true hedgeable: true
 }

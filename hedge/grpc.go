@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,24 +30,31 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 }
 
 // UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
-// calls with h's state.
+// calls with h's state. Put it before propagate's interceptor in the chain, so that
+// each attempt carries the time left when it is sent; the rest of the chain must
+// honour each attempt's context: losers are stopped by cancelling it.
 //
 // A method is idempotent when [WithIdempotentMethods] names it, when its descriptor
-// in protoregistry.GlobalFiles declares idempotency_level NO_SIDE_EFFECTS or
-// IDEMPOTENT, or when the call's outgoing metadata has an idempotency-key; other
-// calls go through once, unchanged. Each hedge decodes into a reply of its own
-// (the reply must be a proto.Message), carries grpc-previous-rpc-attempts in its
-// metadata, and, when it wins, its reply is copied into the caller's, as are the
+// in the protobuf registry (protoregistry.GlobalFiles, filled by the generated code)
+// declares idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT, or when the call's
+// outgoing metadata has an idempotency-key; other calls go through once, unchanged.
+// Each hedge decodes into a reply of its own (the reply must be a proto.Message) and
+// carries grpc-previous-rpc-attempts in its metadata (added to the count of a retry
+// layer above). When it wins, its reply is copied into the caller's, as are the
 // header, trailer and peer asked for with grpc.Header, grpc.Trailer and grpc.Peer.
 // The caller's grpc.OnFinish callbacks are taken off every copy and run once, with
-// the call's result. A hedge refused for lack of budget (DEADLINE_EXCEEDED with the
-// trailer grpc-retry-pushback-ms -1, or an error matching
-// deadline.ErrInsufficientBudget from propagate beneath) leaves the call to the
-// primary. The interceptor returns only once the primary has returned, so the
-// caller's reply is never written after it.
+// the call's result. The other call options (credentials, codec, compressor, message
+// sizes, wait-for-ready, authority, StaticMethod, …) configure each copy and report
+// nothing back, so every copy carries them. The interceptor returns only once the
+// primary has returned, so the caller's reply is never written after it.
 //
-// Put it before propagate's interceptor in the chain, so that each attempt carries
-// the time left when it is sent.
+// An answer is OK (a success) or a code that judges the request itself, which any
+// copy would get: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
+// UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, ABORTED; any
+// other code is a failure. A hedge refused for lack of budget (DEADLINE_EXCEEDED with
+// the trailer grpc-retry-pushback-ms -1, or an error matching
+// deadline.ErrInsufficientBudget from propagate beneath) leaves the call to the
+// primary and sends no further hedge.
 func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The call's span: a layer above (retry) started it, or grpc-go's
@@ -63,69 +69,63 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	ev := Event{Target: method, Attempts: 1}
 	msg, isMsg := reply.(proto.Message)
-	t := h.target(method, true)
+	t := h.target(method, grpcMethod)
 	switch {
 	case !h.grpcIdempotent(ctx, t, method):
 		h.notIdempotent.Add(1)
-		ev.Skipped = SkipNotIdempotent
+		ev.Skipped = otelattr.HedgeSkipNotIdempotent
 	case !isMsg:
 		h.notReplayable.Add(1)
-		ev.Skipped = SkipNotReplayable
+		ev.Skipped = otelattr.HedgeSkipNotIdempotent
 	}
-	if ev.Skipped != SkipNone {
+	if ev.Skipped != "" {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
+		recordSentOnce(ctx, &ev)
 		h.observe(ctx, &ev)
 		return err
 	}
 
-	h.primaries.Add(1)
-	h.tokens.pay()
-	w := h.window(t)
-	start := time.Now()
-	delay, ok := h.delay(w, start)
-	if !ok || h.cfg.disabled() {
-		ev.Skipped = SkipWarmingUp
-		if h.cfg.disabled() {
-			ev.Skipped = SkipDisabled
-		}
+	p := h.plan(t)
+	if p.skip != "" {
+		ev.Skipped = p.skip
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if w != nil && err == nil {
-			end := time.Now()
-			w.Add(end, end.Sub(start))
+		if err == nil {
+			p.learnLatency()
 		}
-		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
+		recordSentOnce(ctx, &ev)
 		h.observe(ctx, &ev)
 		return err
 	}
+	// The reply's type is read now: once the primary runs, it writes to the reply.
+	a := grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
+	return h.hedgedUnary(ctx, a, p)
+}
 
+// hedgedUnary sends the call of a, hedged as p says.
+func (h *Hedger) hedgedUnary(ctx context.Context, a grpcAttempts, p plan) error {
 	// The caller's completion callbacks run once, with the call's result, not once
 	// per copy: no copy carries them.
-	opts, onFinish := splitOnFinish(opts)
-	// The call's state and its event, from a pool: most calls end before their
-	// hedge is due and leave nothing behind, and their state is reused. The
-	// reply's type is read now: once the primary runs, it writes to the reply.
+	var onFinish []func(error)
+	a.opts, onFinish = splitOnFinish(a.opts)
 	gc := grpcCalls.Get().(*grpcCall)
-	gc.ev = Event{Target: method, Attempts: 1, Delay: delay}
-	gc.p = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
-	p := &gc.p
-	a, cancel, won := hedged(&gc.c, h, ctx, otelattr.GRPC, w, p, start, delay, &gc.ev)
+	gc.event = Event{Target: a.method, Attempts: 1, Delay: p.delay}
+	gc.attempts = a
+	gc.call = call[struct{}]{hedger: h, protocol: otelattr.GRPC, plan: p, adapter: &gc.attempts, event: &gc.event,
+		fireFunc: gc.call.fireFunc}
+	r, cancel, ok := gc.call.run(ctx)
 	var err error
-	if !won {
+	if !ok {
 		err = status.FromContextError(ctx.Err()).Err()
-		h.observe(ctx, &gc.ev)
+		h.observe(ctx, &gc.event)
 	} else {
-		if a.n > 0 {
-			p.adopt(a.n)
+		if r.n > 0 {
+			gc.attempts.adopt(r.n)
 		}
 		cancel()
-		err = a.err
-		h.observe(ctx, &gc.ev)
-		if gc.c.quiet {
-			fire := gc.c.fireFn // bound to gc.c, which stays where it is
-			*gc = grpcCall{}
-			gc.c.fireFn = fire
-			grpcCalls.Put(gc)
+		err = r.err
+		h.observe(ctx, &gc.event)
+		if gc.call.reusable {
+			gc.release()
 		}
 	}
 	for _, f := range onFinish {
@@ -162,14 +162,30 @@ func splitOnFinish(opts []grpc.CallOption) ([]grpc.CallOption, []func(error)) {
 	return kept, fs
 }
 
-// grpcCalls holds the state of calls that ended quietly ([call.quiet]), for reuse.
+// grpcCalls keeps the memory of hedged gRPC calls for reuse. Most hedgeable calls
+// answer before their hedge is due, and each would otherwise allocate its state (with
+// its event) and its timer's func, only to drop them when it returns. Reuse is
+// safe only for a call that ends reusable ([call.reusable]): no hedge was given an
+// index, so no hedge goroutine or loser's discard holds it, and its timer was
+// stopped before it fired, so fireFunc will not run for this call any more. Every
+// other call is left to the garbage collector. (An HTTP call cannot be reused: the
+// winner's response body, which the caller keeps, lives in it.)
 var grpcCalls = sync.Pool{New: func() any { return new(grpcCall) }}
 
 // grpcCall is everything a hedged gRPC call allocates.
 type grpcCall struct {
-	c  call[struct{}]
-	p  grpcAttempts
-	ev Event
+	call     call[struct{}]
+	attempts grpcAttempts
+	event    Event
+}
+
+// release zeroes gc, so that the pool holds nothing of the caller's, and puts it
+// back. fireFunc is kept: it is bound to gc.call, which stays where it is.
+func (gc *grpcCall) release() {
+	fire := gc.call.fireFunc
+	*gc = grpcCall{}
+	gc.call.fireFunc = fire
+	grpcCalls.Put(gc)
 }
 
 // grpcAttempts sends the copies of one call.
@@ -199,37 +215,43 @@ type hedgeCall struct {
 func (p *grpcAttempts) prepare(int) error { return nil }
 func (p *grpcAttempts) abandon(int)       {}
 
-func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error) {
+func (p *grpcAttempts) send(ctx context.Context, n int, _ otelattr.Attempt) (struct{}, error) {
 	if n == 0 {
 		return struct{}{}, p.invoker(ctx, p.method, p.req, p.reply, p.cc, p.opts...)
 	}
-	hc := &hedgeCall{reply: p.replyType.New().Interface()}
-	hc.opts = make([]grpc.CallOption, len(p.opts), len(p.opts)+1)
+	hc := newHedgeCall(p.replyType, p.opts)
+	p.hedges[n] = hc
+	return struct{}{}, p.invoker(withAttempt(ctx, n), p.method, p.req, hc.reply, p.cc, hc.opts...)
+}
+
+// newHedgeCall returns a hedge's own reply, and its call options: the caller's, with
+// the header, trailer and peer written into the hedge's instead. A hedge always asks
+// for the trailer: it says whether the server refused the hedge for lack of budget.
+func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *hedgeCall {
+	hc := &hedgeCall{reply: replyType.New().Interface()}
+	hc.opts = make([]grpc.CallOption, len(opts), len(opts)+1)
 	trailer := false
-	for i, o := range p.opts {
+	for i, o := range opts {
 		switch o.(type) {
-		case grpc.HeaderCallOption:
+		case grpc.HeaderCallOption, *grpc.HeaderCallOption:
 			o = grpc.Header(&hc.header)
-		case *grpc.HeaderCallOption:
-			o = grpc.Header(&hc.header)
-		case grpc.TrailerCallOption:
+		case grpc.TrailerCallOption, *grpc.TrailerCallOption:
 			o, trailer = grpc.Trailer(&hc.trailer), true
-		case *grpc.TrailerCallOption:
-			o, trailer = grpc.Trailer(&hc.trailer), true
-		case grpc.PeerCallOption:
-			o = grpc.Peer(&hc.peer)
-		case *grpc.PeerCallOption:
+		case grpc.PeerCallOption, *grpc.PeerCallOption:
 			o = grpc.Peer(&hc.peer)
 		}
 		hc.opts[i] = o
 	}
 	if !trailer {
-		// The trailer says whether the server refused the hedge for lack of budget.
 		hc.opts = append(hc.opts, grpc.Trailer(&hc.trailer))
 	}
-	p.hedges[n] = hc
-	// A layer above (retry) may have counted attempts already: add to its count,
-	// replacing its value rather than sending two.
+	return hc
+}
+
+// withAttempt returns ctx with grpc-previous-rpc-attempts set for hedge n. A layer
+// above (retry) may have counted attempts already: n adds to its count, replacing its
+// value rather than sending two.
+func withAttempt(ctx context.Context, n int) context.Context {
 	md, ok := metadata.FromOutgoingContext(ctx) // a copy of its own
 	if !ok {
 		md = metadata.MD{}
@@ -239,8 +261,7 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ bool) (struct{}, error
 		k = attempts.Parse(vs[len(vs)-1]) // the nearest layer above appended the last
 	}
 	md.Set(attempts.Key, attempts.Format(k+n))
-	ctx = metadata.NewOutgoingContext(ctx, md)
-	return struct{}{}, p.invoker(ctx, p.method, p.req, hc.reply, p.cc, hc.opts...)
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // adopt copies what hedge n received into the caller's reply and call options. The
@@ -328,13 +349,4 @@ func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) b
 // [WithIdempotentMethods] or in its descriptor. [Hedger.target] remembers the answer.
 func (h *Hedger) declaredIdempotent(method string) bool {
 	return h.cfg.idempotent[method] || idempotency.Declared(method)
-}
-
-// MethodIdempotent reports whether the descriptor of method (a full method name,
-// "/package.Service/Method"), found in protoregistry.GlobalFiles, declares
-// idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT. A method not registered is not.
-// Package retry reads the descriptor the same way, and both remember the answer per
-// method (a bounded number of methods).
-func MethodIdempotent(method string) bool {
-	return idempotency.Declared(method)
 }

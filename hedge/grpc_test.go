@@ -58,10 +58,19 @@ func TestMethodIdempotent(t *testing.T) {
 		{"/a b/c", false},
 		{"//", false},
 	} {
-		if got := hedge.MethodIdempotent(tc.method); got != tc.want {
-			t.Errorf("MethodIdempotent(%q) = %v, want %v", tc.method, got, tc.want)
+		if got := methodHedgeable(tc.method); got != tc.want {
+			t.Errorf("method %q hedgeable: %v, want %v", tc.method, got, tc.want)
 		}
 	}
+}
+
+// methodHedgeable reports whether hedge's interceptor takes a call of method as one
+// it may hedge: whether its descriptor declares it idempotent.
+func methodHedgeable(method string) bool {
+	h := hedge.New()
+	nop := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	_ = h.UnaryClientInterceptor()(context.Background(), method, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, nop)
+	return h.Stats().Primaries == 1
 }
 
 // fakeInvoker answers after latency(attempt), honouring the context, and records
@@ -144,7 +153,7 @@ func TestInterceptor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := &fakeInvoker{latency: tc.latency}
-				h := hedge.New(append([]hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, tc.opts...)...)
+				h := hedge.New(append([]hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, tc.opts...)...)
 				ic := h.UnaryClientInterceptor()
 				ctx := t.Context()
 				if tc.ctxMD != nil {
@@ -181,7 +190,7 @@ func TestInterceptor(t *testing.T) {
 func TestInterceptorCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeInvoker{latency: func(int) (time.Duration, error) { return time.Hour, nil }}
-		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(methodPost))
+		ic := hedge.UnaryClientInterceptor(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(methodPost))
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(20*time.Millisecond, cancel)
 		err := ic(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, f.invoke)
@@ -196,7 +205,7 @@ func TestInterceptorCancel(t *testing.T) {
 func TestInterceptorDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeInvoker{latency: func(int) (time.Duration, error) { return 20 * time.Millisecond, nil }}
-		h := hedge.New(hedge.WithIdempotentMethods(methodPost), hedge.WithMinSamples(10))
+		h := hedge.New(hedge.WithIdempotentMethods(methodPost), hedge.WithDelay(hedge.Delay{MinSamples: 10}))
 		ic := h.UnaryClientInterceptor()
 		for range 10 {
 			if err := ic(t.Context(), methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, f.invoke); err != nil {
@@ -215,7 +224,7 @@ func FuzzMethodIdempotent(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, method string) {
-		hedge.MethodIdempotent(method)
+		methodHedgeable(method)
 	})
 }
 
@@ -235,7 +244,7 @@ func TestPreviousAttemptsAddUp(t *testing.T) {
 func TestCallStateReuse(t *testing.T) {
 	registerStore(t)
 	synctest.Test(t, func(t *testing.T) {
-		h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithMaxExtraLoad(1))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxExtraLoad(1))
 		ic := h.UnaryClientInterceptor()
 		var wg sync.WaitGroup
 		var hedged atomic.Int64
@@ -286,7 +295,7 @@ func TestCallStateReuse(t *testing.T) {
 // be armed in one bubble and stopped from another, which the runtime refuses.
 func TestHedgerAcrossBubbles(t *testing.T) {
 	registerStore(t)
-	h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+	h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 	ic := h.UnaryClientInterceptor()
 	call := func(t *testing.T, primary time.Duration) string {
 		f := &fakeInvoker{latency: func(a int) (time.Duration, error) {

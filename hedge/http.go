@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
@@ -27,19 +26,27 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 }
 
 // Transport returns an http.RoundTripper that hedges idempotent requests sent
-// through base (nil: http.DefaultTransport), with h's state.
+// through base (nil: http.DefaultTransport), with h's state. base must honour each
+// request's context: losers are stopped by cancelling it.
 //
-// Requests with method GET, HEAD, OPTIONS, TRACE, PUT or DELETE, or with an
-// Idempotency-Key header, are hedged; when they have a body, only if GetBody can
-// replay it, every attempt getting its own body. Other requests are sent once through
-// base, unchanged. Each hedge is a copy of the request with its own context and
-// header map, carrying Grpc-Previous-Rpc-Attempts; the caller's request is never
-// modified. The first answer wins; a failure ends the call only when no other copy is
-// left, and a hedge refused for lack of budget (a 504 with grpc-retry-pushback-ms -1,
-// or propagate's refusal before sending) leaves the call to the primary (see the
-// package documentation). The winner's context lives until its response body is
-// closed or read to the end (a 101's body keeps its Write); losers are cancelled and
-// their bodies drained (64 KiB, 100 ms at most) and closed.
+// Requests with method GET, HEAD, OPTIONS, TRACE, PUT or DELETE (the empty method is
+// GET), or with an Idempotency-Key header that is not blank, are hedged, as package
+// retry decides; when they have a body, only if GetBody can replay it, every attempt
+// getting its own body. Other requests are sent once through base, unchanged. Each
+// hedge is a copy of the request with its own context and header map, carrying
+// Grpc-Previous-Rpc-Attempts (added to the count of a retry layer above); the
+// caller's request is never modified.
+//
+// An answer is a status below 400 (a success) or another 4xx but 408 and 429; a
+// failure is a transport error, a 5xx, 408 or 429. A hedge refused for lack of budget
+// (a failure carrying grpc-retry-pushback-ms with a negative value, as the toolkit's
+// servers answer when their floor refuses a request, or propagate's refusal before
+// sending, an error matching deadline.ErrInsufficientBudget) leaves the call to the
+// primary and sends no further hedge; so does a hedge whose body cannot be replayed,
+// which is not sent and gives its token back. The winner's context lives until its
+// response body is closed or read to the end (a 101's body keeps its Write); losers
+// are cancelled and their bodies drained (at most 64 KiB, at most 100 ms) and closed,
+// so that their connections are reused or released.
 func (h *Hedger) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -58,14 +65,6 @@ func (t *transport) CloseIdleConnections() {
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-}
-
-// IdempotentRequest reports whether the hedging layer may send req more than once:
-// its method is safe or idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE; the
-// empty method is GET) or it carries an Idempotency-Key header that is not blank. It
-// does not look at the body. Package retry decides the same way.
-func IdempotentRequest(req *http.Request) bool {
-	return idempotency.Method(req.Method) || idempotency.Keyed(req.Header[idempotency.Header])
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -101,51 +100,58 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if req.URL.Host != "" {
 		ev.Target = req.URL.Host
 	}
-	hasBody := req.Body != nil && req.Body != http.NoBody
+	replayable := !hasBody(req) || req.GetBody != nil
 	switch {
-	case !IdempotentRequest(req):
+	case !idempotency.Method(req.Method) && !idempotency.Keyed(req.Header[idempotency.Header]):
 		h.notIdempotent.Add(1)
-		ev.Skipped = SkipNotIdempotent
-	case hasBody && req.GetBody == nil:
+		ev.Skipped = otelattr.HedgeSkipNotIdempotent
+	case !replayable:
 		h.notReplayable.Add(1)
-		ev.Skipped = SkipNotReplayable
+		ev.Skipped = otelattr.HedgeSkipNotIdempotent
 	}
-	if ev.Skipped != SkipNone {
+	if ev.Skipped != "" {
 		resp, err := t.base.RoundTrip(req)
-		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
+		recordSentOnce(ctx, &ev)
 		t.observe(ctx, &ev, resp)
 		return resp, err
 	}
 
-	h.primaries.Add(1)
-	h.tokens.pay()
-	w := h.window(h.target(ev.Target, false))
-	start := time.Now()
-	delay, ok := h.delay(w, start)
-	if !ok || h.cfg.disabled() {
-		ev.Skipped = SkipWarmingUp
-		if h.cfg.disabled() {
-			ev.Skipped = SkipDisabled
-		}
+	p := h.plan(h.target(ev.Target, httpHost))
+	if p.skip != "" {
+		ev.Skipped = p.skip
 		resp, err := t.base.RoundTrip(req)
-		if w != nil && httpVerdict(h.cfg, resp, err) == success {
-			end := time.Now()
-			w.Add(end, end.Sub(start))
+		if httpVerdict(h.cfg, resp, err) == success {
+			p.learnLatency()
 		}
-		otelattr.RecordHedgeCall(ctx, 0, false, ev.Skipped.otel())
+		recordSentOnce(ctx, &ev)
 		t.observe(ctx, &ev, resp)
 		return resp, err
 	}
+	return t.hedged(ctx, req, ev.Target, p)
+}
 
-	// One allocation for the call's state, its event and the winner's body.
-	hc := &httpCall{ev: Event{Target: ev.Target, Attempts: 1, Delay: delay}}
-	hc.p = httpAttempts{t: t, req: req, hasBody: hasBody}
-	a, cancel, won := hedged(&hc.c, h, ctx, otelattr.HTTP, w, &hc.p, start, delay, &hc.ev)
-	if !won {
-		t.observe(ctx, &hc.ev, nil)
+func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
+
+// httpCall is everything a hedged HTTP call allocates, in one allocation: the call's
+// state, its event and the winner's body.
+type httpCall struct {
+	call     call[*http.Response]
+	attempts httpAttempts
+	event    Event
+	body     cancelbody.Body
+}
+
+// hedged sends req, hedged as p says.
+func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan) (*http.Response, error) {
+	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
+	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req)}
+	hc.call = call[*http.Response]{hedger: t.h, protocol: otelattr.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
+	r, cancel, ok := hc.call.run(ctx)
+	if !ok {
+		t.observe(ctx, &hc.event, nil)
 		return nil, ctx.Err()
 	}
-	resp, err := a.v, a.err
+	resp, err := r.value, r.err
 	switch {
 	case err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody:
 		cancel()
@@ -157,7 +163,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		hc.body = cancelbody.Body{ReadCloser: resp.Body, Cancel: cancel}
 		resp.Body = &hc.body
 	}
-	t.observe(ctx, &hc.ev, resp)
+	t.observe(ctx, &hc.event, resp)
 	return resp, err
 }
 
@@ -182,14 +188,6 @@ func (t *transport) observe(ctx context.Context, ev *Event, resp *http.Response)
 	}()
 	t.h.observe(ctx, ev)
 	observed = true
-}
-
-// httpCall is everything a hedged HTTP call allocates.
-type httpCall struct {
-	c    call[*http.Response]
-	p    httpAttempts
-	ev   Event
-	body cancelbody.Body
 }
 
 // httpAttempts sends the copies of one request.
@@ -220,9 +218,9 @@ func (p *httpAttempts) abandon(n int) {
 	}
 }
 
-func (p *httpAttempts) send(ctx context.Context, n int, traced bool) (*http.Response, error) {
+func (p *httpAttempts) send(ctx context.Context, n int, span otelattr.Attempt) (*http.Response, error) {
 	r := p.req.WithContext(ctx)
-	if n == 0 && !traced {
+	if n == 0 && !span.Recording() {
 		return p.t.base.RoundTrip(r)
 	}
 	r.Header = p.req.Header.Clone()
@@ -282,6 +280,8 @@ func httpVerdict(c *config, resp *http.Response, err error) verdict {
 	return v
 }
 
+// discard drains and closes a loser's body on a goroutine of its own (internal/drain
+// bounds the time and bytes), then cancels its context.
 func (p *httpAttempts) discard(resp *http.Response, _ error, cancel context.CancelFunc) {
 	if resp == nil || resp.Body == nil {
 		cancel()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 const target = "backend.test"
@@ -35,7 +36,7 @@ func TestDelayEstimate(t *testing.T) {
 		for i := range 99 {
 			get(t.Context(), rt)
 			if _, ok := h.Delay(target); ok {
-				t.Fatalf("delay known after %d samples, want %d", i+1, hedge.DefaultMinSamples)
+				t.Fatalf("delay known after %d samples, want %d", i+1, hedge.DefaultDelay.MinSamples)
 			}
 		}
 		get(t.Context(), rt)
@@ -80,8 +81,8 @@ func TestWarmUp(t *testing.T) {
 		opts       []hedge.Option
 		wantHedges uint64
 	}{
-		{"no initial delay", []hedge.Option{hedge.WithMinSamples(20)}, 0},
-		{"initial delay", []hedge.Option{hedge.WithMinSamples(20), hedge.WithInitialDelay(10 * time.Millisecond)}, 10},
+		{"no initial delay", []hedge.Option{hedge.WithDelay(hedge.Delay{MinSamples: 20})}, 0},
+		{"initial delay", []hedge.Option{hedge.WithDelay(hedge.Delay{MinSamples: 20, Initial: 10 * time.Millisecond})}, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -113,7 +114,7 @@ func TestWarmUp(t *testing.T) {
 					t.Fatalf("%d events, want 10", len(events))
 				}
 				e := events[0]
-				if tc.wantHedges == 0 && (e.Attempts != 1 || e.Skipped != hedge.SkipWarmingUp) {
+				if tc.wantHedges == 0 && (e.Attempts != 1 || e.Skipped != otelattr.HedgeSkipWarmingUp) {
 					t.Errorf("event = %+v, want 1 attempt, warming up", e)
 				}
 				if tc.wantHedges > 0 && (e.Attempts != 2 || e.Winner != 1 || e.Delay != 10*time.Millisecond || e.Target != target) {
@@ -129,7 +130,7 @@ func TestWarmUp(t *testing.T) {
 // is cancelled. Nothing runs once the call is over.
 func TestLosersCanceled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 		// The primary ignores cancellation and answers at 15 ms with a body, after
 		// the hedge (sent at 10 ms) answered at 11 ms.
 		loserBody := &trackedBody{Reader: strings.NewReader("late")}
@@ -165,7 +166,7 @@ func TestLosersCanceled(t *testing.T) {
 			}
 			return time.Second
 		}}
-		h = hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+		h = hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 		if got := get(t.Context(), h.Transport(b)); got != "attempt 0" {
 			t.Errorf("body = %q, want the primary's", got)
 		}
@@ -186,7 +187,7 @@ func TestWinnerBodyKeepsContext(t *testing.T) {
 		rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			ctx = r.Context()
 			return response(r, 200, nil), nil
-		}), hedge.WithInitialDelay(time.Millisecond))
+		}), hedge.WithDelay(hedge.Delay{Initial: time.Millisecond}))
 		req, _ := http.NewRequest(http.MethodGet, "http://backend.test/", nil)
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
@@ -223,7 +224,7 @@ func TestNonFatal(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var sent atomic.Int64
 				primaryBody := &trackedBody{Reader: strings.NewReader("primary")}
-				h := hedge.New(hedge.WithInitialDelay(50 * time.Millisecond))
+				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 50 * time.Millisecond}))
 				rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 					sent.Add(1)
 					time.Sleep(time.Millisecond)
@@ -283,7 +284,7 @@ func TestIdempotency(t *testing.T) {
 				var sent atomic.Int64
 				var mu sync.Mutex
 				var bodies []string
-				h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 				rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 					sent.Add(1)
 					if r.Body != nil {
@@ -345,7 +346,7 @@ func TestCallerRequestUntouched(t *testing.T) {
 			}
 			<-r.Context().Done()
 			return nil, r.Context().Err()
-		}), hedge.WithInitialDelay(5*time.Millisecond))
+		}), hedge.WithDelay(hedge.Delay{Initial: 5 * time.Millisecond}))
 		ctx := t.Context()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://backend.test/", bytes.NewReader([]byte("x")))
 		req.Header.Set("X-Caller", "kept")
@@ -377,7 +378,7 @@ func TestFloor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &latencyBackend{latency: func(a, _ int) time.Duration { return time.Second / time.Duration(1+999*a) }}
-				h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 				ctx, cancel := context.WithTimeout(t.Context(), tc.budget)
 				defer cancel()
 				got := get(ctx, h.Transport(b))
@@ -397,7 +398,7 @@ func TestFloor(t *testing.T) {
 func TestCallerCancels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &latencyBackend{latency: func(int, int) time.Duration { return time.Hour }}
-		h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		got := get(ctx, h.Transport(b))
@@ -413,7 +414,7 @@ func TestPanicRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := hedge.NewTransport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) {
 			panic("boom")
-		}), hedge.WithInitialDelay(time.Millisecond))
+		}), hedge.WithDelay(hedge.Delay{Initial: time.Millisecond}))
 		if got := get(t.Context(), rt); !strings.Contains(got, "panicked: boom") {
 			t.Errorf("answer %q, want the panic as an error", got)
 		}
@@ -426,7 +427,7 @@ func TestMaxAttempts(t *testing.T) {
 		b := &latencyBackend{latency: func(a, _ int) time.Duration {
 			return []time.Duration{time.Second, time.Second, time.Millisecond}[a]
 		}}
-		h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithMaxAttempts(3))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxAttempts(3))
 		start := time.Now()
 		if got := get(t.Context(), h.Transport(b)); got != "attempt 2" {
 			t.Errorf("answer %q", got)
@@ -447,7 +448,7 @@ func TestCapConcurrent(t *testing.T) {
 	for _, load := range []float64{0.15, 0.05} {
 		synctest.Test(t, func(t *testing.T) {
 			b := &latencyBackend{latency: func(int, int) time.Duration { return 100 * time.Millisecond }}
-			h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithMaxExtraLoad(load))
+			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxExtraLoad(load))
 			rt := h.Transport(b)
 			testkit.Parallel(64, 3000, func(int) { get(t.Context(), rt) })
 			st := h.Stats()
@@ -510,7 +511,7 @@ func TestCapLatencyShift(t *testing.T) {
 // TestDialErrorFiresHedge: a refused connection is non-fatal, like UNAVAILABLE.
 func TestDialErrorFiresHedge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := hedge.New(hedge.WithInitialDelay(time.Second))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: time.Second}))
 		rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if attemptOf(r) == 0 {
 				return nil, &netOpError
@@ -529,7 +530,7 @@ func TestDialErrorFiresHedge(t *testing.T) {
 func TestGetBodyFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &latencyBackend{latency: func(int, int) time.Duration { return 50 * time.Millisecond }}
-		h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://backend.test/", strings.NewReader("x"))
 		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
 		resp, err := h.Transport(b).RoundTrip(req)

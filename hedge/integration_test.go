@@ -61,7 +61,7 @@ func TestHTTPLoopback(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	defer srv.Close()
-	h := hedge.New(hedge.WithMinSamples(50))
+	h := hedge.New(hedge.WithDelay(hedge.Delay{MinSamples: 50}))
 	client := &http.Client{Transport: h.Transport(propagate.NewTransport(nil))}
 	defer client.CloseIdleConnections()
 
@@ -146,7 +146,7 @@ func TestHTTPLosersClosed(t *testing.T) {
 	openConns := func() int { mu.Lock(); defer mu.Unlock(); return len(open) }
 
 	// Every call hedged: an extra load of 1 lets each primary pay for its hedge.
-	h := hedge.New(hedge.WithInitialDelay(5*time.Millisecond), hedge.WithMaxExtraLoad(1))
+	h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 5 * time.Millisecond}), hedge.WithMaxExtraLoad(1))
 	client := &http.Client{Transport: h.Transport(nil)}
 	for _, path := range []string{"/unavailable", "/slow"} {
 		for range 20 {
@@ -231,7 +231,7 @@ func TestGRPCLoopback(t *testing.T) {
 	defer gs.Stop()
 
 	const unary = "/grpc.testing.TestService/UnaryCall"
-	h := hedge.New(hedge.WithMinSamples(50), hedge.WithInitialDelay(5*time.Millisecond), hedge.WithIdempotentMethods(unary))
+	h := hedge.New(hedge.WithDelay(hedge.Delay{MinSamples: 50, Initial: 5 * time.Millisecond}), hedge.WithIdempotentMethods(unary))
 	cc, err := grpc.NewClient(lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(h.UnaryClientInterceptor(), propagate.UnaryClientInterceptor()))

@@ -49,24 +49,23 @@ func TestOptionsClamped(t *testing.T) {
 		WithPercentile(math.NaN()), WithPercentile(7),
 		WithMaxExtraLoad(-1), WithMaxExtraLoad(math.NaN()),
 		WithMaxAttempts(100),
-		WithMinSamples(-5),
-		WithInitialDelay(-time.Second),
-		WithMinDelay(10 * time.Millisecond), WithMaxDelay(time.Millisecond),
-		WithWindow(-1, -1),
+		WithDelay(Delay{MinSamples: -5, Initial: -time.Second, Min: 10 * time.Millisecond, Max: time.Millisecond, Window: -1, Buckets: -1}),
 		WithFloor(-time.Second),
-		WithNonFatalCodes(),
+		WithNonFatalGRPC(),
 		WithIdempotentMethods("/a/b"), WithIdempotentMethods("/c/d"),
 	})
-	want := config{percentile: 1, maxExtraLoad: 0, maxAttempts: MaxAttempts, minSamples: 1,
-		minDelay: 10 * time.Millisecond, maxDelay: 10 * time.Millisecond, window: DefaultWindow, buckets: DefaultWindowBuckets}
+	want := config{percentile: 1, maxExtraLoad: 0, maxAttempts: MaxAttempts, delay: Delay{MinSamples: DefaultDelay.MinSamples,
+		Min: 10 * time.Millisecond, Max: 10 * time.Millisecond, Window: DefaultDelay.Window, Buckets: DefaultDelay.Buckets}}
 	if c.percentile != want.percentile || c.maxExtraLoad != want.maxExtraLoad || c.maxAttempts != want.maxAttempts ||
-		c.minSamples != want.minSamples || c.initialDelay != 0 || c.minDelay != want.minDelay || c.maxDelay != want.maxDelay ||
-		c.window != want.window || c.buckets != want.buckets || c.floor != 0 || len(c.nonFatalGRPC) != 0 || len(c.idempotent) != 2 {
+		c.delay != want.delay || c.floor != 0 || len(c.nonFatalGRPC) != 0 || len(c.idempotent) != 2 {
 		t.Errorf("config = %+v", *c)
+	}
+	if b := newConfig([]Option{WithDelay(Delay{Buckets: 1 << 20})}).delay.Buckets; b != 1000 {
+		t.Errorf("buckets = %d; want 1000", b)
 	}
 	d := newConfig(nil)
 	if d.percentile != DefaultPercentile || d.maxExtraLoad != DefaultMaxExtraLoad || d.maxAttempts != 2 ||
-		d.floor != DefaultFloor || len(d.nonFatalHTTP) != 1 || d.nonFatalGRPC[0] != codes.Unavailable {
+		d.delay != DefaultDelay || d.floor != DefaultFloor || len(d.nonFatalHTTP) != 1 || d.nonFatalGRPC[0] != codes.Unavailable {
 		t.Errorf("defaults = %+v", *d)
 	}
 }

@@ -30,7 +30,7 @@ func TestObservers(t *testing.T) {
 			}
 			return time.Second
 		}}
-		rt := hedge.NewTransport(b, observer("first"), hedge.WithInitialDelay(10*time.Millisecond), observer("second"))
+		rt := hedge.NewTransport(b, observer("first"), hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), observer("second"))
 		if got := get(t.Context(), rt); got != "attempt 1" {
 			t.Errorf("hedged call: %q; want the hedge's answer", got)
 		}
@@ -73,8 +73,8 @@ func TestObserverPanic(t *testing.T) {
 			delay time.Duration // of the primary; hedges answer at once
 		}{
 			{"not hedged", nil, 0},
-			{"armed, not due", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, 0},
-			{"hedged", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, time.Second},
+			{"armed, not due", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, 0},
+			{"hedged", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, time.Second},
 		} {
 			called = false
 			body := &trackedBody{Reader: strings.NewReader("answer")}
@@ -96,7 +96,7 @@ func TestObserverPanic(t *testing.T) {
 			}
 		}
 
-		ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(10*time.Millisecond), panicking)
+		ic := hedge.UnaryClientInterceptor(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), panicking)
 		got := recovered(func() {
 			_ = ic(t.Context(), methodGet, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil,
 				(&fakeInvoker{latency: func(a int) (time.Duration, error) { return time.Duration(1-a) * time.Second, nil }}).invoke)

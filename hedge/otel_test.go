@@ -114,7 +114,7 @@ func TestAttemptSpans(t *testing.T) {
 		tp := &fakeProvider{}
 		ctx := trace.ContextWithSpan(t.Context(), tp.newSpan("caller"))
 		b := &latencyBackend{latency: func(a, _ int) time.Duration { return time.Second / time.Duration(1+999*a) }}
-		rt := hedge.NewTransport(b, hedge.WithInitialDelay(10*time.Millisecond))
+		rt := hedge.NewTransport(b, hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 		if got := get(ctx, rt); got != "attempt 1" {
 			t.Fatalf("answer %q", got)
 		}

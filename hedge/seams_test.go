@@ -170,7 +170,7 @@ func TestFirstAnswerWins(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx, tp := traced(t.Context())
 				b := &stepTransport{steps: tc.steps}
-				h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://backend.test/", nil)
 				start := time.Now()
 				resp, err := h.Transport(b).RoundTrip(req)
@@ -223,7 +223,7 @@ func TestFirstAnswerWinsGRPC(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx, tp := traced(t.Context())
 				f := &stepInvoker{steps: tc.steps}
-				h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(methodPost))
+				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(methodPost))
 				reply := &wrapperspb.StringValue{}
 				start := time.Now()
 				err := h.UnaryClientInterceptor()(ctx, methodPost, &wrapperspb.StringValue{}, reply, nil, f.invoke)
@@ -266,7 +266,7 @@ func TestRefusedStopsHedging(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &stepTransport{steps: []step{{after: 50 * time.Millisecond, code: 200}, tc.first, {after: time.Millisecond, code: 200}}}
-				h := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithMaxAttempts(3))
+				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxAttempts(3))
 				start := time.Now()
 				got := get(t.Context(), h.Transport(b))
 				took := time.Since(start)
@@ -287,7 +287,7 @@ func TestGetBodyFailsLeavesPrimary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, tp := traced(t.Context())
 		b := &stepTransport{steps: []step{{after: time.Millisecond, code: 503}, {code: 200}}}
-		h := hedge.New(hedge.WithInitialDelay(10 * time.Millisecond))
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://backend.test/", strings.NewReader("x"))
 		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
 		resp, err := h.Transport(b).RoundTrip(req)
@@ -327,15 +327,15 @@ func TestSkipRecorded(t *testing.T) {
 		latency  func(a, arrival int) time.Duration
 		wantSkip string
 	}{
-		{"not idempotent", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodPost, false, 0, 0, slow, "not_idempotent"},
-		{"body not replayable", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodPut, true, 0, 0, slow, "not_idempotent"},
+		{"not idempotent", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, http.MethodPost, false, 0, 0, slow, "not_idempotent"},
+		{"body not replayable", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, http.MethodPut, true, 0, 0, slow, "not_idempotent"},
 		{"warming up", nil, http.MethodGet, false, 0, 0, slow, "warming_up"},
-		{"one attempt", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxAttempts(1)}, http.MethodGet, false, 0, 0, slow, "disabled"},
-		{"no extra load", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxExtraLoad(0)}, http.MethodGet, false, 0, 0, slow, "disabled"},
-		{"cap", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxExtraLoad(0.01)}, http.MethodGet, false, 0, hedge.Burst, slow, "cap"},
-		{"deadline", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodGet, false, 25 * time.Millisecond, 0, slow, "deadline"},
-		{"not due", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodGet, false, 0, 0, func(int, int) time.Duration { return time.Millisecond }, "not_due"},
-		{"hedged", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, http.MethodGet, false, 0, 0, slow, ""},
+		{"one attempt", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxAttempts(1)}, http.MethodGet, false, 0, 0, slow, "disabled"},
+		{"no extra load", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxExtraLoad(0)}, http.MethodGet, false, 0, 0, slow, "disabled"},
+		{"cap", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxExtraLoad(0.01)}, http.MethodGet, false, 0, hedge.Burst, slow, "cap"},
+		{"deadline", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, http.MethodGet, false, 25 * time.Millisecond, 0, slow, "deadline"},
+		{"not due", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, http.MethodGet, false, 0, 0, func(int, int) time.Duration { return time.Millisecond }, "not_due"},
+		{"hedged", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, http.MethodGet, false, 0, 0, slow, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -379,11 +379,11 @@ func TestSkipRecordedGRPC(t *testing.T) {
 		latency  func(int) (time.Duration, error)
 		wantSkip string
 	}{
-		{"not idempotent", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, methodPost, slow, "not_idempotent"},
+		{"not idempotent", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, methodPost, slow, "not_idempotent"},
 		{"warming up", nil, methodGet, slow, "warming_up"},
-		{"one attempt", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond), hedge.WithMaxAttempts(1)}, methodGet, slow, "disabled"},
-		{"not due", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, methodGet, func(int) (time.Duration, error) { return time.Millisecond, nil }, "not_due"},
-		{"hedged", []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}, methodGet, slow, ""},
+		{"one attempt", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithMaxAttempts(1)}, methodGet, slow, "disabled"},
+		{"not due", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, methodGet, func(int) (time.Duration, error) { return time.Millisecond, nil }, "not_due"},
+		{"hedged", []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, methodGet, slow, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -449,7 +449,7 @@ func TestLoserSpanEndsWithCall(t *testing.T) {
 			rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 				time.Sleep(stubborn(attemptOf(r)))
 				return response(r, 200, nil), nil
-			}), hedge.WithInitialDelay(10*time.Millisecond))
+			}), hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 			if got := get(ctx, rt); got != "attempt 0" {
 				t.Fatalf("answer %q", got)
 			}
@@ -464,7 +464,7 @@ func TestLoserSpanEndsWithCall(t *testing.T) {
 				time.Sleep(stubborn(a))
 				return nil
 			}
-			ic := hedge.UnaryClientInterceptor(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(methodPost))
+			ic := hedge.UnaryClientInterceptor(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(methodPost))
 			if err := ic(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, invoker); err != nil {
 				t.Fatal(err)
 			}

@@ -99,7 +99,7 @@ func TestRefusedHedgeLeavesCallToPrimary(t *testing.T) {
 			defer srv.Close()
 			base := &http.Transport{}
 			defer base.CloseIdleConnections()
-			h := hedge.New(hedge.WithInitialDelay(wireDelay), hedge.WithFloor(20*time.Millisecond))
+			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: wireDelay}), hedge.WithFloor(20*time.Millisecond))
 			client := &http.Client{Transport: h.Transport(propagate.NewTransport(base,
 				propagate.WithReserve(wireReserve), propagate.WithFloor(tc.localFloor)))}
 
@@ -143,7 +143,7 @@ func TestRefusedHedgeLeavesCallToPrimary(t *testing.T) {
 			go gs.Serve(lis)
 			defer gs.Stop()
 			const unary = "/grpc.testing.TestService/UnaryCall"
-			h := hedge.New(hedge.WithInitialDelay(wireDelay), hedge.WithFloor(20*time.Millisecond), hedge.WithIdempotentMethods(unary))
+			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: wireDelay}), hedge.WithFloor(20*time.Millisecond), hedge.WithIdempotentMethods(unary))
 			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 				grpc.WithChainUnaryInterceptor(h.UnaryClientInterceptor(),
 					propagate.UnaryClientInterceptor(propagate.WithReserve(wireReserve), propagate.WithFloor(tc.localFloor))))
@@ -236,7 +236,7 @@ func TestOnFinishOnce(t *testing.T) {
 	defer gs.Stop()
 	const unary = "/grpc.testing.TestService/UnaryCall"
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(hedge.New(hedge.WithInitialDelay(20*time.Millisecond), hedge.WithIdempotentMethods(unary)).UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(hedge.New(hedge.WithDelay(hedge.Delay{Initial: 20 * time.Millisecond}), hedge.WithIdempotentMethods(unary)).UnaryClientInterceptor()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestUpgradeBodyKeepsWrite(t *testing.T) {
 	defer srv.Close()
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	rt := hedge.NewTransport(base, hedge.WithInitialDelay(time.Minute))
+	rt := hedge.NewTransport(base, hedge.WithDelay(hedge.Delay{Initial: time.Minute}))
 
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	req.Header.Set("Connection", "Upgrade")

@@ -403,7 +403,7 @@ func TestFaultsHTTP(t *testing.T) {
 				return s.lis, s.kill, nil
 			})
 			base := newBaseTransport()
-			hopts := []hedge.Option{hedge.WithInitialDelay(10 * time.Millisecond)}
+			hopts := []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}
 			plain := newHTTPStack(base, hopts, faultRetryOptions(sc, false)...)
 			keyed := newHTTPStack(base, hopts, faultRetryOptions(sc, true)...)
 			url := "http://" + d.addr
@@ -452,8 +452,8 @@ func TestFaultsGRPC(t *testing.T) {
 				go func() { defer close(s.served); _ = s.srv.Serve(s.lis) }()
 				return s.lis, s.kill, nil
 			})
-			hplain := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(grpcGet))
-			hkeyed := hedge.New(hedge.WithInitialDelay(10*time.Millisecond), hedge.WithIdempotentMethods(grpcGet))
+			hplain := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(grpcGet))
+			hkeyed := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(grpcGet))
 			// Against the black hole, grpc-go's own connect timeout (20 s) applies, so
 			// that the calls wait on a connection that never completes; elsewhere the
 			// client reconnects quickly.

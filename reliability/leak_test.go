@@ -104,7 +104,7 @@ func TestLeakHedgedRetriedHTTP(t *testing.T) {
 
 	var retries, stops atomic.Int64
 	stack := newHTTPStack(newBaseTransport(),
-		[]hedge.Option{hedge.WithInitialDelay(2 * time.Millisecond), hedge.WithMinSamples(200),
+		[]hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 2 * time.Millisecond, MinSamples: 200}),
 			hedge.WithMaxAttempts(3), hedge.WithMaxExtraLoad(0.5)},
 		retry.WithMaxAttempts(3),
 		retry.WithBackoff(retry.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond, Jitter: 0.2}),

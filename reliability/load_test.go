@@ -104,7 +104,7 @@ func TestLoad(t *testing.T) {
 	var successes, retries, refused atomic.Int64
 	budget := retry.NewBudget(retryRatio, retryPerSec, ttl)
 	stack := newHTTPStack(newBaseTransport(),
-		[]hedge.Option{hedge.WithMaxExtraLoad(hedgeShare), hedge.WithWindow(2*time.Second, 4)},
+		[]hedge.Option{hedge.WithMaxExtraLoad(hedgeShare), hedge.WithDelay(hedge.Delay{Window: 2 * time.Second, Buckets: 4})},
 		retry.WithBudget(budget),
 		retry.WithMaxAttempts(3),
 		retry.WithBackoff(retry.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond, Jitter: 0.2}),

@@ -201,8 +201,8 @@ func (o *hedgeEvent) String() string {
 	switch {
 	case !o.seen:
 		return "the hedge layer did not report"
-	case o.ev.Attempts <= 1 && o.ev.Skipped != hedge.SkipNone:
-		return "not hedged (" + o.ev.Skipped.String() + ")"
+	case o.ev.Attempts <= 1 && o.ev.Skipped != "":
+		return "not hedged (" + string(o.ev.Skipped) + ")"
 	case o.ev.Attempts <= 1:
 		return "not hedged, done within the hedge delay"
 	case o.ev.Winner == 0:

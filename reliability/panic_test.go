@@ -455,8 +455,9 @@ func TestPanicGRPCServer(t *testing.T) {
 // floor function and observers) are not recovered: the panic leaves the middleware
 // or interceptor unchanged, before the handler runs, like a panic of the handler
 // itself, and net/http (or the user's recovery interceptor) deals with it.
-// Client-side callbacks of retry are recovered as its package documents; hedge's
-// observer, called on the caller's goroutine, is not.
+// Retry's classifier, key generator and random source are recovered as its package
+// documents; the observers of retry and hedge, called on the caller's goroutine, are
+// not.
 func TestPanicUserCallbacks(t *testing.T) {
 	pv := &panicValue{"callback-panic"}
 	boom := func() { panic(pv) }
@@ -490,6 +491,16 @@ func TestPanicUserCallbacks(t *testing.T) {
 			defer cancel()
 			_, _ = shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloorFunc(func(string) time.Duration { boom(); return 0 }))(
 				ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/s/m"}, okUnary)
+		}},
+		{"retry.WithObserver", func() {
+			req := httptest.NewRequest(http.MethodGet, "http://down.test/", nil)
+			req.RequestURI = ""
+			tr := retry.NewTransport(panicRoundTrip(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+			}), retry.WithObserver(func(context.Context, retry.Event) { boom() }))
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
 		}},
 		{"shortcircuit.WithObserver on refusal", func() {
 			ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
@@ -526,7 +537,7 @@ func TestPanicUserCallbacks(t *testing.T) {
 		t.Errorf("shortcircuit.WithObserver on admission: recovered %#v, handler ran %v; want the panic after the handler", got, handlerRan)
 	}
 
-	// retry: classifier, observer, key generator and random source are recovered.
+	// retry: classifier, key generator and random source are recovered.
 	var sent []string
 	base := panicRoundTrip(func(r *http.Request) (*http.Response, error) {
 		sent = append(sent, r.Header.Get(retry.HeaderIdempotencyKey))
@@ -534,7 +545,6 @@ func TestPanicUserCallbacks(t *testing.T) {
 	})
 	tr := retry.NewTransport(base, retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{}),
 		retry.WithHTTPClassifier(func(retry.HTTPAttempt) retry.Decision { boom(); return retry.Decision{} }),
-		retry.WithObserver(func(context.Context, retry.Event) { boom() }),
 		retry.WithIdempotencyKeys(func() string { boom(); return "" }),
 		retry.WithRandom(func() float64 { boom(); return 0 }))
 	req := httptest.NewRequest(http.MethodPost, "http://down.test/", nil)

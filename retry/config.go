@@ -42,7 +42,7 @@ type config struct {
 	keys           func() string
 	idempotent     map[string]bool // gRPC methods declared idempotent by option
 	random         func() float64
-	observer       func(context.Context, Event)
+	observers      []func(context.Context, Event)
 }
 
 func newConfig(opts []Option) *config {
@@ -184,10 +184,17 @@ func WithRandom(f func() float64) Option {
 	})
 }
 
-// WithObserver sets a function called after every attempt of every call with what
-// happened and what the layer does next (see [Event]); tracing (package otelattr)
-// records the attempt count from it. It is called synchronously, on the caller's
-// goroutine, and must not block. Unset (the default), observation costs nothing.
+// WithObserver adds f to the functions called after every attempt of every call with
+// what happened and what the layer does next (see [Event]). Given several times, each
+// f is called, in the order given. An observer is called synchronously, on the
+// caller's goroutine, and must not block; a panic in it goes through the layer to the
+// caller. Unset (the default), observation costs nothing. The layer's own tracing
+// (package otelattr) does not go through observers: it records every attempt whether
+// or not one is set.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
-	return optionFunc(func(c *config) { c.observer = f })
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.observers = append(c.observers, f)
+		}
+	})
 }

@@ -130,14 +130,14 @@
 // breaker, hedge and propagate again, so the grpc-timeout of each attempt is computed
 // by propagate when that attempt is sent; this package never writes grpc-timeout
 // itself. [WithObserver]
-// reports every attempt (number, verdict, wait) so that tracing can record the attempt
-// count; it costs nothing when unset.
+// reports every attempt (number, verdict, wait) to the user's functions; it costs
+// nothing when unset. The layer's tracing does not depend on it.
 //
-// The layer does not panic, and it contains the panics of the functions given to its
+// The layer does not panic, and it contains the panics of some functions given to its
 // options: a panicking classifier counts as Failed (the attempt's result is returned
-// as is), a panicking observer is ignored, a panicking key generator is replaced by
-// [NewIdempotencyKey], and a panicking random source gives no jitter. Panics of the
-// base transport or invoker are theirs.
+// as is), a panicking key generator is replaced by [NewIdempotencyKey], and a
+// panicking random source gives no jitter. An observer's panic, like the base
+// transport's or the invoker's, is the caller's: it goes through.
 //
 // # Traces
 //

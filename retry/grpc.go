@@ -3,14 +3,12 @@ package retry
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
@@ -148,12 +146,8 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			}
 			call.End(err)
 		}()
-		maxAttempts := c.maxAttempts
-		var single otelattr.StopReason
-		in := inboundFrom(ctx)
-		if in != nil && in.retry && maxAttempts > 1 {
-			maxAttempts, single = 1, otelattr.StopCallerRetries
-		}
+		l := loop[struct{}, grpcCall]{c: c, proto: otelattr.GRPC}
+		l.begin(ctx)
 		if c.keys != nil {
 			if vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey); !idempotency.Keyed(vs) {
 				if key := c.newKey(); key != "" {
@@ -161,98 +155,64 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				}
 			}
 		}
-		trailer := &cs.trailer
-		attemptOpts := cs.opts[:0]
+		opts := cs.opts[:0]
 		if len(callOpts) >= len(cs.opts) {
-			attemptOpts = make([]grpc.CallOption, 0, len(callOpts)+1)
+			opts = make([]grpc.CallOption, 0, len(callOpts)+1)
 		}
-		attemptOpts = append(append(attemptOpts, callOpts...), grpc.Trailer(trailer))
-
-		for n := 1; ; n++ {
-			actx := ctx
-			if n > 1 {
-				actx = metadata.AppendToOutgoingContext(ctx, attempts.Key, attempts.Format(n-1))
-			}
-			var cancel context.CancelFunc
-			if c.attemptTimeout > 0 {
-				actx, cancel = deadline.WithAttemptTimeout(actx, c.attemptTimeout)
-			}
-			actx, att := otelattr.StartAttempt(actx, otelattr.GRPC, attemptKind(n), n)
-			*trailer = nil
-			var start time.Time
-			if c.observer != nil {
-				start = time.Now()
-			}
-			err := invoker(actx, method, req, reply, cc, attemptOpts...)
-			var took time.Duration
-			if c.observer != nil {
-				took = time.Since(start)
-			}
-			timedOut := cancel != nil && err != nil && attemptTimedOut(ctx, actx, c.attemptTimeout)
-			if cancel != nil {
-				cancel()
-			}
-			if err == nil {
-				c.budget.Deposit()
-				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: Decision{Verdict: Answered}, Action: Return}, maxAttempts, single)
-				return nil
-			}
-			var d Decision
-			if localRefusal(err) {
-				// Refused beneath before anything was sent: not a transport failure,
-				// and another attempt would have less time still. A retry's token
-				// comes back.
-				d = Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}
-				if n > 1 {
-					c.budget.refund()
-				}
-			} else if ld, ok := c.localPushback(err, n); ok && len(trailer.Get(pushback.Key)) == 0 {
-				d = ld
-			} else {
-				st, _ := status.FromError(err)
-				a := GRPCAttempt{Method: method, Err: err, Status: st, Trailer: *trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
-				if st.Code() == codes.DeadlineExceeded {
-					a.Idempotent = c.grpcIdempotent(ctx, method)
-				}
-				d = c.classifyGRPC(a)
-			}
-			if d.Verdict != Retryable {
-				if d.Verdict == Answered {
-					c.budget.Deposit()
-				}
-				c.report(ctx, att, Event{Attempt: n, Took: took, Decision: d, Action: Return, Err: err}, maxAttempts, single)
-				if in != nil && d.doNotRetry {
-					in.gaveUp.Store(true)
-				}
-				return err
-			}
-			action, wait, stopErr := c.plan(ctx, n, maxAttempts, d, err)
-			if action == Stop {
-				stopErr = grpcStop(ctx, stopErr)
-			}
-			e := Event{Attempt: n, Took: took, Decision: d, Action: action, Wait: wait, Err: err}
-			if action == Stop {
-				e.Err = stopErr
-			}
-			c.report(ctx, att, e, maxAttempts, single)
-			if action != Retry && in != nil && (maxAttempts > 1 || (d.HasPushback && d.Pushback < 0)) {
-				in.gaveUp.Store(true)
-			}
-			switch action {
-			case Return:
-				return err
-			case Stop:
-				return stopErr
-			}
-			if serr := c.waitToRetry(ctx, n, wait, err); serr != nil {
-				if in != nil {
-					in.gaveUp.Store(true)
-				}
-				return grpcStop(ctx, serr)
-			}
-		}
+		opts = append(append(opts, callOpts...), grpc.Trailer(&cs.trailer))
+		l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+		_, err = l.run(ctx)
+		return err
 	}
 }
+
+// grpcCall is the gRPC adapter of one call: what each attempt is made from.
+type grpcCall struct {
+	c          *config
+	cs         *grpcCallState
+	method     string
+	req, reply any
+	cc         *grpc.ClientConn
+	invoker    grpc.UnaryInvoker
+	opts       []grpc.CallOption // the caller's, and the trailer's
+}
+
+func (g grpcCall) send(actx context.Context, n int, _ bool) (struct{}, error, bool) {
+	if n > 1 {
+		actx = metadata.AppendToOutgoingContext(actx, attempts.Key, attempts.Format(n-1))
+	}
+	g.cs.trailer = nil
+	return struct{}{}, g.invoker(actx, g.method, g.req, g.reply, g.cc, g.opts...), true
+}
+
+func (g grpcCall) replied(struct{}) bool { return len(g.cs.trailer.Get(pushback.Key)) > 0 }
+
+func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut bool) (Decision, error) {
+	if err == nil {
+		return Decision{Verdict: Answered}, nil
+	}
+	st, _ := status.FromError(err)
+	a := GRPCAttempt{Method: g.method, Err: err, Status: st, Trailer: g.cs.trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
+	if st.Code() == codes.DeadlineExceeded {
+		a.Idempotent = g.c.grpcIdempotent(ctx, g.method)
+	}
+	return g.c.classifyGRPC(a), err
+}
+
+func (grpcCall) discard(_ struct{}, cancel context.CancelFunc) {
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (grpcCall) deliver(_ struct{}, err error, cancel context.CancelFunc) (struct{}, error) {
+	if cancel != nil {
+		cancel()
+	}
+	return struct{}{}, err
+}
+
+func (grpcCall) stopped(ctx context.Context, err error) error { return grpcStop(ctx, err) }
 
 func (c *config) classifyGRPC(a GRPCAttempt) (d Decision) {
 	defer func() {

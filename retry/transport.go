@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/internal/drain"
@@ -242,147 +242,127 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // roundTrip is RoundTrip under ctx, the call's context.
 func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	c := t.c
-	maxAttempts := c.maxAttempts
-	var single otelattr.StopReason // why the call makes one attempt, when cut to one
-	in := inboundFrom(ctx)
-	if in != nil && in.retry && maxAttempts > 1 {
-		maxAttempts, single = 1, otelattr.StopCallerRetries
+	l := loop[httpResult, httpCall]{c: c, proto: otelattr.HTTP}
+	l.begin(ctx)
+	h := httpCall{c: c, base: t.base, req: req, idem: idempotency.Method(req.Method)}
+	h.hasBody = req.Body != nil && req.Body != http.NoBody
+	if h.hasBody && req.GetBody == nil {
+		l.cut(otelattr.StopNotRetryable)
 	}
-	hasBody := req.Body != nil && req.Body != http.NoBody
-	if hasBody && req.GetBody == nil && maxAttempts > 1 {
-		maxAttempts, single = 1, otelattr.StopNotRetryable
+	h.hasKey = idempotency.Keyed(req.Header.Values(HeaderIdempotencyKey))
+	if !h.hasKey && c.keys != nil && !h.idem {
+		h.key = c.newKey()
+		h.hasKey = h.key != ""
 	}
-	idem := idempotency.Method(req.Method)
-	hasKey := idempotency.Keyed(req.Header.Values(HeaderIdempotencyKey))
-	var genKey string
-	if !hasKey && c.keys != nil && !idem {
-		genKey = c.newKey()
-		hasKey = genKey != ""
-	}
-	traceSent := maxAttempts > 1 && !idem && !hasKey
+	h.traceSent = l.max > 1 && !h.idem && !h.hasKey
+	l.p = h
+	v, err := l.run(ctx)
+	return v.resp, err
+}
 
-	var last error // the previous attempt's failure
-	for n := 1; ; n++ {
-		actx := ctx
-		var cancel context.CancelFunc
-		if c.attemptTimeout > 0 {
-			actx, cancel = deadline.WithAttemptTimeout(ctx, c.attemptTimeout)
-		}
-		actx, att := otelattr.StartAttempt(actx, otelattr.HTTP, attemptKind(n), n)
-		var sent *sentTrace
-		if traceSent {
-			sent = new(sentTrace)
-			actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: sent.wroteRequest})
-		}
-		r := req
-		if n > 1 || genKey != "" || actx != req.Context() {
-			r = req.WithContext(actx)
-			if n > 1 || genKey != "" || att.Recording() {
-				r.Header = req.Header.Clone()
-				if r.Header == nil {
-					r.Header = make(http.Header)
-				}
-				otelattr.InjectHTTP(actx, r.Header)
-				if genKey != "" {
-					r.Header.Set(HeaderIdempotencyKey, genKey)
-				}
-				if n > 1 {
-					r.Header.Set(attempts.Key, attempts.Format(n-1))
-				}
-			}
-			if n > 1 && hasBody {
-				body, err := getBody(req)
-				if err != nil {
-					if cancel != nil {
-						cancel()
-					}
-					att.End(otelattr.OutcomeFailure, err)
-					otelattr.RecordRetryCall(ctx, n-1, otelattr.StopNotRetryable)
-					return nil, &StopError{Attempts: n - 1, Reason: "cannot replay the request body: " + err.Error(), Cause: err, Last: last, stop: otelattr.StopNotRetryable}
-				}
-				r.Body = body
-			}
-		}
+// httpCall is the HTTP adapter of one call: what each attempt is made from.
+type httpCall struct {
+	c         *config
+	base      http.RoundTripper
+	req       *http.Request // the caller's, never modified
+	key       string        // the idempotency key generated for the call, if any
+	hasKey    bool          // the call carries a key (the caller's or key)
+	idem      bool          // the method is idempotent
+	hasBody   bool
+	traceSent bool // whether the request was fully written decides its classification
+}
 
-		// The clock is read only when needed: it is not free on every platform.
-		var start, now time.Time
-		if c.observer != nil {
-			start = time.Now()
+// httpResult is what an HTTP attempt returns besides its error.
+type httpResult struct {
+	resp *http.Response // nil when the attempt failed
+	sent *sentTrace     // when traceSent
+}
+
+func (h httpCall) send(actx context.Context, n int, traced bool) (v httpResult, err error, ok bool) {
+	if h.traceSent {
+		v.sent = new(sentTrace)
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: v.sent.wroteRequest})
+	}
+	r, err := h.request(actx, n, traced)
+	if err != nil {
+		return v, err, false
+	}
+	v.resp, err = h.base.RoundTrip(r)
+	if err != nil && v.resp != nil {
+		drainClose(v.resp, nil)
+		v.resp = nil
+	}
+	return v, err, true
+}
+
+// request returns the request of attempt n under actx: the caller's own when nothing
+// differs, else a copy with a header of its own (grpc-previous-rpc-attempts, the
+// idempotency key, the attempt span's trace context) and, after the first, a fresh
+// body.
+func (h httpCall) request(actx context.Context, n int, traced bool) (*http.Request, error) {
+	req := h.req
+	if n == 1 && h.key == "" && actx == req.Context() {
+		return req, nil
+	}
+	r := req.WithContext(actx)
+	if n > 1 || h.key != "" || traced {
+		r.Header = req.Header.Clone()
+		if r.Header == nil {
+			r.Header = make(http.Header)
 		}
-		resp, err := t.base.RoundTrip(r)
-		if c.observer != nil || err != nil || resp == nil || resp.StatusCode >= 400 {
-			now = time.Now()
+		otelattr.InjectHTTP(actx, r.Header)
+		if h.key != "" {
+			r.Header.Set(HeaderIdempotencyKey, h.key)
 		}
-		if err != nil && resp != nil {
-			drainClose(resp, nil)
-			resp = nil
+		if n > 1 {
+			r.Header.Set(attempts.Key, attempts.Format(n-1))
 		}
-		timedOut := cancel != nil && err != nil && attemptTimedOut(ctx, actx, c.attemptTimeout)
-		a := HTTPAttempt{Request: req, Response: resp, Err: err, HasKey: hasKey, AttemptTimedOut: timedOut, Now: now}
+	}
+	if n > 1 && h.hasBody {
+		body, err := getBody(req)
 		if err != nil {
-			if sent != nil {
-				a.Sent = sent.wrote.Load()
-			} else {
-				a.Sent = !dialFailure(err)
-			}
+			return nil, fmt.Errorf("cannot replay the request body: %w", err)
 		}
-		var d Decision
-		if err != nil && localRefusal(err) {
-			// Refused beneath before anything was sent: not a transport failure, and
-			// another attempt would have less time still. A retry's token comes back.
-			d = Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}
-			if n > 1 {
-				c.budget.refund()
-			}
-		} else if ld, ok := c.localPushback(err, n); ok && resp == nil {
-			d = ld
+		r.Body = body
+	}
+	return r, nil
+}
+
+func (httpCall) replied(v httpResult) bool { return v.resp != nil }
+
+func (h httpCall) judge(_ context.Context, v httpResult, err error, timedOut bool) (Decision, error) {
+	resp := v.resp
+	a := HTTPAttempt{Request: h.req, Response: resp, Err: err, HasKey: h.hasKey, AttemptTimedOut: timedOut}
+	if err != nil || resp == nil || resp.StatusCode >= 400 {
+		a.Now = time.Now() // for a Retry-After date
+	}
+	if err != nil {
+		if v.sent != nil {
+			a.Sent = v.sent.wrote.Load()
 		} else {
-			d = c.classifyHTTP(a)
+			a.Sent = !dialFailure(err)
 		}
-		if d.Verdict != Retryable {
-			if d.Verdict == Answered {
-				c.budget.Deposit()
-			}
-			var aerr error
-			if d.Verdict != Answered {
-				aerr = attemptErr(resp, err)
-			}
-			c.report(ctx, att, Event{Attempt: n, Took: now.Sub(start), Decision: d, Action: Return, Err: aerr}, maxAttempts, single)
-			if in != nil && d.doNotRetry {
-				in.gaveUp.Store(true)
-			}
-			return finish(resp, err, cancel)
-		}
-		last = attemptErr(resp, err)
-		action, wait, stopErr := c.plan(ctx, n, maxAttempts, d, last)
-		e := Event{Attempt: n, Took: now.Sub(start), Decision: d, Action: action, Wait: wait, Err: last}
-		if action == Stop {
-			e.Err = stopErr
-		}
-		c.report(ctx, att, e, maxAttempts, single)
-		if action != Retry && in != nil && (maxAttempts > 1 || (d.HasPushback && d.Pushback < 0)) {
-			in.gaveUp.Store(true)
-		}
-		if action == Return {
-			return finish(resp, err, cancel)
-		}
-		if resp != nil {
-			drainClose(resp, cancel)
-		}
-		if cancel != nil {
-			cancel()
-		}
-		if action == Stop {
-			return nil, stopErr
-		}
-		if err := c.waitToRetry(ctx, n, wait, last); err != nil {
-			if in != nil {
-				in.gaveUp.Store(true)
-			}
-			return nil, err
-		}
+	}
+	d := h.c.classifyHTTP(a)
+	if d.Verdict == Answered {
+		return d, nil
+	}
+	return d, attemptErr(resp, err)
+}
+
+func (httpCall) discard(v httpResult, cancel context.CancelFunc) {
+	drainClose(v.resp, cancel)
+	if cancel != nil {
+		cancel()
 	}
 }
+
+func (httpCall) deliver(v httpResult, err error, cancel context.CancelFunc) (httpResult, error) {
+	v.resp, err = finish(v.resp, err, cancel)
+	return v, err
+}
+
+func (httpCall) stopped(_ context.Context, err error) error { return err }
 
 func (c *config) classifyHTTP(a HTTPAttempt) (d Decision) {
 	defer func() {
@@ -429,10 +409,24 @@ func finish(resp *http.Response, err error, cancel context.CancelFunc) (*http.Re
 
 // drainClose disposes of the body of a response that is not returned, within the
 // bounds of package drain, so that a retry is not held up by a body that stalls.
-// cancel, when not nil, is the attempt's context's.
+// cancel, when not nil, is the attempt's context's. The body's Close may run on a
+// timer's goroutine (the bound on time), where a panic would end the process: there
+// it is recovered (the error of a discarded body has nobody to go to).
 func drainClose(resp *http.Response, cancel context.CancelFunc) {
 	if resp == nil || resp.Body == nil {
 		return
 	}
-	drain.Close(resp.Body, cancel)
+	drain.Close(safeClose{resp.Body}, cancel)
+}
+
+// safeClose is a body whose Close turns a panic into an error.
+type safeClose struct{ io.ReadCloser }
+
+func (b safeClose) Close() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("retry: the response body's Close panicked: %v", r)
+		}
+	}()
+	return b.ReadCloser.Close()
 }

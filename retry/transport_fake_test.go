@@ -468,7 +468,6 @@ func TestPanickingCallbacksRecovered(t *testing.T) {
 		f := &fakeRT{fn: always(503)}
 		rt := retry.NewTransport(f, retry.WithBudget(nil),
 			retry.WithHTTPClassifier(func(retry.HTTPAttempt) retry.Decision { panic("classifier") }),
-			retry.WithObserver(func(context.Context, retry.Event) { panic("observer") }),
 			retry.WithIdempotencyKeys(func() string { panic("keys") }),
 			retry.WithRandom(func() float64 { panic("random") }))
 		req, _ := http.NewRequest("POST", "http://svc/", nil)

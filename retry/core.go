@@ -1,0 +1,340 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/otelattr"
+)
+
+// protocol is what the core needs from an adapter (HTTP, gRPC): how to send one
+// attempt, and how to read what came back in the core's terms. T is what an attempt
+// returns besides its error (the HTTP response; nothing for gRPC).
+type protocol[T any] interface {
+	// send makes attempt n (1-based) under actx, the attempt's context; traced says
+	// actx carries a recording attempt span, whose trace context the request should
+	// carry. ok is false when the attempt could not be sent at all (an HTTP body that
+	// cannot be replayed): err then says why, and the call stops.
+	send(actx context.Context, n int, traced bool) (v T, err error, ok bool)
+	// replied reports whether v holds the downstream's own word (an HTTP response, a
+	// gRPC pushback trailer), which a pushback of a layer beneath does not override.
+	replied(v T) bool
+	// judge classifies an attempt that a layer beneath did not refuse. It returns the
+	// decision and the attempt's failure as events and stop errors show it (nil for
+	// an answer that is not one).
+	judge(ctx context.Context, v T, err error, timedOut bool) (Decision, error)
+	// discard disposes of a result that is not returned, then calls cancel (the
+	// attempt context's, nil when it has none).
+	discard(v T, cancel context.CancelFunc)
+	// deliver hands the last attempt's result to the caller; cancel is released when
+	// the caller is done with it.
+	deliver(v T, err error, cancel context.CancelFunc) (T, error)
+	// stopped gives a stop error of the layer its protocol's form (a gRPC code).
+	stopped(ctx context.Context, err error) error
+}
+
+// loop is one call through the layer: the attempt loop, written once for every
+// protocol. It lives on the caller's stack.
+type loop[T any, P protocol[T]] struct {
+	c      *config
+	p      P
+	proto  otelattr.Protocol
+	max    int                 // attempts allowed
+	single otelattr.StopReason // why max was cut to one, when it was
+	in     *inbound            // the server-side state of the request being served, if any
+}
+
+// begin sets the attempts of a call under ctx: one only when the request being
+// served is itself a retry (the one-layer rule).
+func (l *loop[T, P]) begin(ctx context.Context) {
+	l.max = l.c.maxAttempts
+	l.in = inboundFrom(ctx)
+	if l.in != nil && l.in.retry && l.max > 1 {
+		l.max, l.single = 1, otelattr.StopCallerRetries
+	}
+}
+
+// cut makes the call a single attempt, for reason.
+func (l *loop[T, P]) cut(reason otelattr.StopReason) {
+	if l.max > 1 {
+		l.max, l.single = 1, reason
+	}
+}
+
+// try is one attempt of a call, as the loop knows it once it has been made.
+type try[T any] struct {
+	v        T
+	err      error
+	sent     bool               // false: the attempt could not be sent (err says why)
+	timedOut bool               // this layer's per-attempt timeout ended it
+	took     time.Duration      // measured only for observers
+	span     otelattr.Attempt   // the attempt's span
+	cancel   context.CancelFunc // the attempt context's, nil when it has none
+}
+
+// run makes the attempts of the call under ctx, the call's context, and returns the
+// last attempt's result, or the error of a stop.
+func (l *loop[T, P]) run(ctx context.Context) (T, error) {
+	var zero T
+	var a try[T]
+	held := false // a.v is a result neither delivered nor discarded
+	defer func() {
+		if held { // an observer panicked: nobody will get a.v
+			l.p.discard(a.v, a.cancel)
+		}
+	}()
+	var last error // the previous attempt's failure
+	for n := 1; ; n++ {
+		a = l.attempt(ctx, n)
+		if !a.sent {
+			return zero, l.unsent(ctx, a, n, last)
+		}
+		held = true
+		d, fail := l.judge(ctx, n, a)
+		action, wait, stopErr := l.after(ctx, a, Event{Attempt: n, Took: a.took}, d, fail)
+		held = false
+		if action == Return {
+			return l.p.deliver(a.v, a.err, a.cancel)
+		}
+		l.p.discard(a.v, a.cancel)
+		if action == Stop {
+			return zero, stopErr
+		}
+		if err := l.c.waitToRetry(ctx, n, wait, fail); err != nil {
+			l.gaveUp()
+			return zero, l.p.stopped(ctx, err)
+		}
+		last = fail
+	}
+}
+
+// attempt makes attempt n, under a context (and a span) of its own.
+func (l *loop[T, P]) attempt(ctx context.Context, n int) (a try[T]) {
+	c := l.c
+	actx := ctx
+	if c.attemptTimeout > 0 {
+		actx, a.cancel = deadline.WithAttemptTimeout(ctx, c.attemptTimeout)
+	}
+	actx, a.span = otelattr.StartAttempt(actx, l.proto, attemptKind(n), n)
+	// The clock is read only when needed: it is not free on every platform.
+	var start time.Time
+	if len(c.observers) > 0 {
+		start = time.Now()
+	}
+	a.v, a.err, a.sent = l.p.send(actx, n, a.span.Recording())
+	if len(c.observers) > 0 {
+		a.took = time.Since(start)
+	}
+	a.timedOut = a.cancel != nil && a.err != nil && attemptTimedOut(ctx, actx, c.attemptTimeout)
+	return a
+}
+
+// judge classifies attempt n. A refusal of a layer beneath is read here, the same for
+// every protocol; the rest is the adapter's.
+func (l *loop[T, P]) judge(ctx context.Context, n int, a try[T]) (Decision, error) {
+	if a.err == nil {
+		return l.p.judge(ctx, a.v, nil, false)
+	}
+	if localRefusal(a.err) {
+		// Refused beneath before anything was sent: not a transport failure, and
+		// another attempt would have less time still. A retry's token comes back.
+		if n > 1 {
+			l.c.budget.refund()
+		}
+		return Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}, a.err
+	}
+	if d, ok := l.c.localPushback(a.err, n); ok && !l.p.replied(a.v) {
+		return d, a.err
+	}
+	return l.p.judge(ctx, a.v, a.err, a.timedOut)
+}
+
+// after acts on the decision on the attempt of e: it deposits a success, plans a
+// retry, and reports the attempt. It returns what the loop does next.
+func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d Decision, fail error) (Action, time.Duration, error) {
+	c := l.c
+	e.Decision, e.Err = d, fail
+	if d.Verdict != Retryable {
+		if d.Verdict == Answered {
+			c.budget.Deposit()
+		}
+		c.report(ctx, a.span, e, l.max, l.single)
+		if d.doNotRetry {
+			l.gaveUp()
+		}
+		return Return, 0, nil
+	}
+	action, wait, stopErr := c.plan(ctx, e.Attempt, l.max, d, fail)
+	e.Action, e.Wait = action, wait
+	if action == Stop {
+		stopErr = l.p.stopped(ctx, stopErr)
+		e.Err = stopErr
+	}
+	c.report(ctx, a.span, e, l.max, l.single)
+	if action != Retry && (l.max > 1 || (d.HasPushback && d.Pushback < 0)) {
+		l.gaveUp()
+	}
+	return action, wait, stopErr
+}
+
+// unsent ends attempt n, which could not be sent (a.err says why): the call stops.
+func (l *loop[T, P]) unsent(ctx context.Context, a try[T], n int, last error) error {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.span.End(otelattr.OutcomeFailure, a.err)
+	otelattr.RecordRetryCall(ctx, n-1, otelattr.StopNotRetryable)
+	return &StopError{Attempts: n - 1, Reason: a.err.Error(), Cause: a.err, Last: last, stop: otelattr.StopNotRetryable}
+}
+
+// gaveUp tells the server side of the request being served, if any, that this layer
+// gave up on a retryable failure (or was told not to retry).
+func (l *loop[T, P]) gaveUp() {
+	if l.in != nil {
+		l.in.gaveUp.Store(true)
+	}
+}
+
+// plan decides what follows a retryable failure of attempt n (1-based) of a call that
+// may make max attempts. It returns the action, the wait before the next attempt, and
+// the error to return on Stop. last is the attempt's failure, wrapped by stop errors.
+//
+// A Retry takes the retry's token; it is given back when the retry is not sent after
+// all (the context ends during the wait, or a layer beneath refuses it before
+// sending), so that such a call spends none.
+func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last error) (Action, time.Duration, error) {
+	if n >= maxAttempts {
+		return Return, 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Stop, 0, &StopError{Attempts: n, Reason: "context ended", Cause: context.Cause(ctx), Last: last, stop: ctxStop(ctx)}
+	}
+	var wait time.Duration
+	pushback := d.HasPushback && d.Pushback > 0
+	switch {
+	case d.HasPushback && d.Pushback < 0:
+		return Return, 0, nil
+	case d.HasPushback && d.Pushback > c.maxPushback:
+		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + deadline.Format(d.Pushback) + " exceeds the cap of " + deadline.Format(c.maxPushback), Last: last, stop: otelattr.StopPushbackOverCap}
+	case pushback:
+		wait = d.Pushback
+	default:
+		// No pushback, or one of zero (a Retry-After date in the past): a wait of
+		// nothing would send every client back at once, so the backoff, with its
+		// jitter, applies.
+		wait = c.backoff.Delay(n, c.random())
+	}
+	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.floor {
+		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, Last: last}
+	}
+	if !c.budget.TryWithdraw() {
+		return Stop, 0, &BudgetExhaustedError{Attempts: n, Last: last}
+	}
+	return Retry, wait, nil
+}
+
+// waitToRetry waits d before retry n+1, whose token plan took. It returns nil when
+// the retry may be sent; otherwise the context ended during the wait: the token is
+// given back, and the call's stop reason recorded.
+func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error) error {
+	if err := sleep(ctx, d); err != nil {
+		c.budget.refund()
+		stop := ctxStop(ctx)
+		otelattr.RecordRetryCall(ctx, n, stop)
+		return &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last, stop: stop}
+	}
+	return nil
+}
+
+// ctxStop is the stop reason of a call whose context has ended.
+func ctxStop(ctx context.Context) otelattr.StopReason {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return otelattr.StopDeadline
+	}
+	return otelattr.StopCanceled
+}
+
+// localRefusal reports whether err is a layer beneath refusing the attempt before
+// sending it, for lack of budget (package propagate's floor): a [*deadline.BudgetError].
+// Nothing reached the downstream, and another attempt would have less time still.
+func localRefusal(err error) bool {
+	var be *deadline.BudgetError
+	return errors.As(err, &be)
+}
+
+// localPushback reports whether err is a layer beneath refusing attempt n before
+// sending it with a time to come back (package breaker's open circuit: the time until
+// its next probe), and decides it: Retryable after that wait plus a share of the
+// backoff drawn at random, which the deadline rule then weighs like a server's
+// pushback, so that the call is retried only when the next probe comes before the
+// deadline, and otherwise stops without spending a token. The random share keeps the
+// calls refused together from coming back at the probe's instant, where all but the
+// probes would be refused again: spread out, the first become the probes and the
+// others find the circuit closed.
+func (c *config) localPushback(err error, n int) (Decision, bool) {
+	v, ok := pushback.Of(err)
+	if !ok {
+		return Decision{}, false
+	}
+	p, perr := pushback.ParseMs(v)
+	if perr == nil && p > 0 {
+		p += time.Duration(c.random() * float64(c.backoff.Delay(n, 0.5)))
+	}
+	return withPushback(Decision{Verdict: Retryable, Reason: "refused before sending, come back later"}, p, perr), true
+}
+
+// sleep waits d or until ctx ends; it reports the context's error in that case.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attemptTimedOut reports whether the per-attempt limit, rather than the call's own
+// deadline or cancellation, ended an attempt that failed: the attempt had a deadline
+// of its own, earlier than the call's, and it has passed, or less than a tenth of the
+// limit was left. The clock is consulted because a server's DEADLINE_EXCEEDED can
+// arrive a moment before the attempt context's timer has run, or a little before the
+// attempt's deadline when the layer beneath sent the server a budget rounded down or
+// minus a reserve (package propagate).
+func attemptTimedOut(ctx, actx context.Context, limit time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	ad, ok := actx.Deadline()
+	if !ok {
+		return false
+	}
+	if cd, ok := ctx.Deadline(); ok && !ad.Before(cd) {
+		return false
+	}
+	return actx.Err() != nil || time.Until(ad) <= limit/10
+}
+
+// observe hands e to the user's observers, in the order given. An observer runs on
+// the caller's goroutine: its panic is the caller's.
+func (c *config) observe(ctx context.Context, e Event) {
+	for _, f := range c.observers {
+		f(ctx, e)
+	}
+}
+
+func (c *config) newKey() (key string) {
+	defer func() {
+		if recover() != nil {
+			key = NewIdempotencyKey()
+		}
+	}()
+	return c.keys()
+}

@@ -21,18 +21,16 @@ import (
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
-// calls after the observed latency percentile of their method, with a [Hedger] of
-// its own made from opts. Use [New] and [Hedger.UnaryClientInterceptor] to read the
-// statistics or share the state with other adapters.
+// UnaryClientInterceptor returns [Hedger.UnaryClientInterceptor] of a [Hedger] of its
+// own, made from opts: it hedges idempotent unary calls after the observed latency
+// percentile of their method.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return New(opts...).UnaryClientInterceptor()
 }
 
 // UnaryClientInterceptor returns a client interceptor that hedges idempotent unary
-// calls with h's state. Put it before propagate's interceptor in the chain, so that
-// each attempt carries the time left when it is sent; the rest of the chain must
-// honour each attempt's context: losers are stopped by cancelling it.
+// calls with h's state. The rest of the chain must honour each attempt's context:
+// losers are stopped by cancelling it.
 //
 // A method is idempotent when [WithIdempotentMethods] names it, when its descriptor
 // in the protobuf registry (protoregistry.GlobalFiles, filled by the generated code)
@@ -51,10 +49,9 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // An answer is OK (a success) or a code that judges the request itself, which any
 // copy would get: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
 // UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, ABORTED; any
-// other code is a failure. A hedge refused for lack of budget (DEADLINE_EXCEEDED with
-// the trailer grpc-retry-pushback-ms -1, or an error matching
-// deadline.ErrInsufficientBudget from propagate beneath) leaves the call to the
-// primary and sends no further hedge.
+// other code is a failure. A refusal for lack of budget is a hedge's
+// DEADLINE_EXCEEDED with the trailer grpc-retry-pushback-ms -1, or an error matching
+// deadline.ErrInsufficientBudget (propagate's refusal before sending).
 func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The call's span: a layer above (retry) started it, or grpc-go's

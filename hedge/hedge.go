@@ -22,9 +22,11 @@ import (
 //
 // The first answer wins, whichever copy gives it; a failure ends the call only when no
 // other copy is left, and when every copy has failed the call returns the failure
-// that came last. What is an answer and what is a failure is the adapters' to say
-// ([Hedger.Transport], [Hedger.UnaryClientInterceptor]). The copies still running
-// when the call is decided are cancelled.
+// that came last. A hedge refused for lack of budget leaves the call to the primary
+// and sends no further hedge: one sent later would have even less time. What is an
+// answer, a failure or a refusal is the adapters' to say ([Hedger.Transport],
+// [Hedger.UnaryClientInterceptor]). The copies still running when the call is
+// decided are cancelled.
 //
 // No goroutine runs between calls. Within a call, the primary runs on the caller's
 // goroutine, so a call that answers before the delay starts none; each hedge runs on
@@ -64,9 +66,7 @@ const (
 	grpcMethod            // idempotent by option or descriptor, looked up once
 )
 
-// New returns a Hedger configured by opts. The adapters it makes
-// ([Hedger.Transport], [Hedger.UnaryClientInterceptor]) share its delay estimates,
-// its token account and its statistics.
+// New returns a Hedger configured by opts.
 func New(opts ...Option) *Hedger {
 	c := newConfig(opts)
 	return &Hedger{
@@ -85,9 +85,8 @@ type Stats struct {
 	// was not sent, and is not counted; one refused by a layer beneath (propagate's
 	// floor) or by the server is.
 	Hedges uint64
-	// HedgeWins is the number of calls whose result is a hedge's success (an HTTP
-	// status below 400, gRPC OK) rather than the primary's. A call whose copies all
-	// failed is no win, whichever failure it returned.
+	// HedgeWins is the number of calls whose result is a hedge's success. A call
+	// whose copies all failed is no win, whichever failure it returned.
 	HedgeWins uint64
 	// RefusedByCap is the number of hedges not sent because the token account was
 	// empty ([WithMaxExtraLoad]).
@@ -96,8 +95,7 @@ type Stats struct {
 	// was left before the call's deadline ([WithFloor]).
 	RefusedByDeadline uint64
 	// NotIdempotent is the number of calls sent once because they are not
-	// idempotent (HTTP POST or PATCH without Idempotency-Key, gRPC methods not
-	// declared idempotent).
+	// idempotent.
 	NotIdempotent uint64
 	// NotReplayable is the number of idempotent HTTP calls sent once because their
 	// body cannot be replayed (no GetBody), and of gRPC calls whose reply is not a

@@ -17,10 +17,9 @@ import (
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// NewTransport returns an http.RoundTripper that hedges idempotent requests after the
-// observed latency percentile of their host, with a [Hedger] of its own made from
-// opts. A nil base means http.DefaultTransport. Use [New] and [Hedger.Transport] to
-// read the statistics or share the state with other adapters.
+// NewTransport returns [Hedger.Transport](base) of a [Hedger] of its own, made from
+// opts: it hedges idempotent requests after the observed latency percentile of their
+// host. A nil base means http.DefaultTransport.
 func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	return New(opts...).Transport(base)
 }
@@ -38,12 +37,12 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // caller's request is never modified.
 //
 // An answer is a status below 400 (a success) or another 4xx but 408 and 429; a
-// failure is a transport error, a 5xx, 408 or 429. A hedge refused for lack of budget
-// (a failure carrying grpc-retry-pushback-ms with a negative value, as the toolkit's
-// servers answer when their floor refuses a request, or propagate's refusal before
-// sending, an error matching deadline.ErrInsufficientBudget) leaves the call to the
-// primary and sends no further hedge; so does a hedge whose body cannot be replayed,
-// which is not sent and gives its token back. The winner's context lives until its
+// failure is a transport error, a 5xx, 408 or 429. A refusal for lack of budget is a
+// failure carrying grpc-retry-pushback-ms with a negative value (as the toolkit's
+// servers answer when their floor refuses a request), or propagate's refusal before
+// sending (an error matching deadline.ErrInsufficientBudget). A hedge whose body
+// cannot be replayed counts as refused: it is not sent, and gives its token back.
+// The winner's context lives until its
 // response body is closed or read to the end (a 101's body keeps its Write); losers
 // are cancelled and their bodies drained (at most 64 KiB, at most 100 ms) and closed,
 // so that their connections are reused or released.

@@ -141,12 +141,12 @@ func (e *WireError) derive() (int, codes.Code) {
 // that matches decides:
 //
 //   - the caller cancelled ([context.Canceled]): 499;
-//   - a circuit open ([breaker.ErrOpen], also under retry's DeadlineError): 503, with
+//   - a circuit open ([breaker.ErrOpen], also under retry's StopError): 503, with
 //     the time until the next probe as the pushback;
-//   - retry's DeadlineError for a pushback that did not fit in the time left: the
+//   - retry's deadline-rule StopError for a pushback that did not fit in the time left: the
 //     last attempt's answer, with its pushback, by these rules;
 //   - budget below the floor or spent ([deadline.ErrInsufficientBudget], also
-//     retry's DeadlineError), or [context.DeadlineExceeded]: 504;
+//     retry's deadline-rule StopError), or [context.DeadlineExceeded]: 504;
 //   - a [*WireError]: its status;
 //   - a malformed inbound deadline header ([propagate.ErrMalformedTimeout]): 400;
 //   - a gRPC status: the status of its code (ResourceExhausted with a pushback: 503,
@@ -155,8 +155,8 @@ func (e *WireError) derive() (int, codes.Code) {
 //   - a transport error reaching the downstream ([net.Error], [*url.Error]): 502;
 //   - anything else: 500.
 //
-// retry's stop errors other than DeadlineError wrap the last attempt's failure, so
-// exhausted retries answer with the last attempt's status.
+// retry's stop errors other than the deadline rule's wrap the last attempt's failure,
+// so exhausted retries answer with the last attempt's status.
 func HTTPStatus(err error) int {
 	if err == nil {
 		return http.StatusOK
@@ -346,7 +346,7 @@ type wire struct {
 
 // toWire applies the rules of HTTPStatus to a non-nil err.
 func toWire(err error) wire {
-	var de *retry.DeadlineError
+	var de *retry.StopError
 	var we *WireError
 	var se *retry.StatusError
 	var ue *url.Error

@@ -127,7 +127,7 @@ func (b *faultBackend) serve(ctx context.Context, id, key string) string {
 
 func (b *faultBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body) // the request is read in full
-	switch b.serve(r.Context(), r.Header.Get(idHeader), r.Header.Get(retry.HeaderIdempotencyKey)) {
+	switch b.serve(r.Context(), r.Header.Get(idHeader), r.Header.Get("Idempotency-Key")) {
 	case "reset":
 		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
 			resetConn(c)
@@ -151,7 +151,7 @@ func mdValue(md metadata.MD, k string) string {
 
 func (b *faultBackend) grpcServe(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	switch b.serve(ctx, mdValue(md, idMetadata), mdValue(md, retry.MetadataIdempotencyKey)) {
+	switch b.serve(ctx, mdValue(md, idMetadata), mdValue(md, "idempotency-key")) {
 	case "reset":
 		if p, ok := peer.FromContext(ctx); ok {
 			if l := b.lis.Load(); l != nil {

@@ -56,7 +56,7 @@ type hostileSeen struct {
 
 const (
 	hostileAtt = "grpc-previous-rpc-attempts"
-	hostileKey = retry.HeaderIdempotencyKey
+	hostileKey = "Idempotency-Key"
 	hostileGt  = propagate.HeaderGRPCTimeout
 	hostileCt  = propagate.HeaderConnectTimeout
 )
@@ -217,7 +217,7 @@ func (s *hostileService) record(ctx context.Context) {
 	in, _ := propagate.InboundFromContext(ctx)
 	g.budget = in.Budget
 	g.serving = retry.ServingRetry(ctx)
-	g.keys = metadata.ValueFromIncomingContext(ctx, retry.MetadataIdempotencyKey)
+	g.keys = metadata.ValueFromIncomingContext(ctx, "idempotency-key")
 	g.attempts = metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")
 	select {
 	case s.seen <- g:

@@ -89,11 +89,11 @@ func TestLoad(t *testing.T) {
 	callers := max(*callersFlag, 1)
 	const (
 		hedgeShare  = hedge.DefaultMaxExtraLoad
-		retryRatio  = retry.DefaultBudgetRatio
-		retryPerSec = retry.DefaultBudgetMinPerSecond
+		retryRatio  = 0.1 // retry's default budget: 10% of the successes,
+		retryPerSec = 10  // plus 10 retries per second, over 10 s
 	)
 	// The whole run, and the calls that end up to 1 s after it, fit in one TTL.
-	ttl := max(retry.DefaultBudgetTTL, ((d+2*time.Second)*10/9).Truncate(time.Second)+time.Second)
+	ttl := max(10*time.Second, ((d+2*time.Second)*10/9).Truncate(time.Second)+time.Second)
 	floor := retryPerSec * ttl.Seconds()
 
 	backend := &shiftingBackend{start: time.Now(), phase: 500 * time.Millisecond, fail: 0.3}
@@ -110,7 +110,7 @@ func TestLoad(t *testing.T) {
 		retry.WithBackoff(retry.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond, Jitter: 0.2}),
 		retry.WithObserver(func(_ context.Context, e retry.Event) {
 			switch {
-			case e.Decision.Verdict == retry.Answered:
+			case e.Verdict == retry.Answered:
 				successes.Add(1)
 			case e.Action == retry.Retry:
 				retries.Add(1)

@@ -455,9 +455,8 @@ func TestPanicGRPCServer(t *testing.T) {
 // floor function and observers) are not recovered: the panic leaves the middleware
 // or interceptor unchanged, before the handler runs, like a panic of the handler
 // itself, and net/http (or the user's recovery interceptor) deals with it.
-// Retry's classifier, key generator and random source are recovered as its package
-// documents; the observers of retry and hedge, called on the caller's goroutine, are
-// not.
+// Retry's classifier and key generator are recovered as their options document;
+// the observers of retry and hedge, called on the caller's goroutine, are not.
 func TestPanicUserCallbacks(t *testing.T) {
 	pv := &panicValue{"callback-panic"}
 	boom := func() { panic(pv) }
@@ -537,16 +536,15 @@ func TestPanicUserCallbacks(t *testing.T) {
 		t.Errorf("shortcircuit.WithObserver on admission: recovered %#v, handler ran %v; want the panic after the handler", got, handlerRan)
 	}
 
-	// retry: classifier, key generator and random source are recovered.
+	// retry: classifier and key generator are recovered.
 	var sent []string
 	base := panicRoundTrip(func(r *http.Request) (*http.Response, error) {
-		sent = append(sent, r.Header.Get(retry.HeaderIdempotencyKey))
+		sent = append(sent, r.Header.Get("Idempotency-Key"))
 		return &http.Response{StatusCode: http.StatusServiceUnavailable, Body: http.NoBody, Request: r}, nil
 	})
 	tr := retry.NewTransport(base, retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{}),
-		retry.WithHTTPClassifier(func(retry.HTTPAttempt) retry.Decision { boom(); return retry.Decision{} }),
-		retry.WithIdempotencyKeys(func() string { boom(); return "" }),
-		retry.WithRandom(func() float64 { boom(); return 0 }))
+		retry.WithClassifier(func(retry.Event) retry.Verdict { boom(); return retry.Answered }),
+		retry.WithIdempotencyKeys(func() string { boom(); return "" }))
 	req := httptest.NewRequest(http.MethodPost, "http://down.test/", nil)
 	req.RequestURI = ""
 	resp, err := tr.RoundTrip(req)

@@ -6,15 +6,13 @@ import (
 	"time"
 )
 
-// Defaults of [NewBudget], also the budget of a retry layer without [WithBudget].
+// The budget of a retry layer without [WithBudget]: retries may be 10% of the
+// successes of the last 10 s, plus 10 retries per second (Finagle's floor) whatever
+// the traffic.
 const (
-	// DefaultBudgetRatio: retries may be 10% of the recent successes.
-	DefaultBudgetRatio = 0.1
-	// DefaultBudgetMinPerSecond: whatever the traffic, 10 retries per second are
-	// allowed (Finagle's floor), averaged over the TTL.
-	DefaultBudgetMinPerSecond = 10
-	// DefaultBudgetTTL: deposits (and withdrawals) count for 10 s.
-	DefaultBudgetTTL = 10 * time.Second
+	defaultBudgetRatio        = 0.1
+	defaultBudgetMinPerSecond = 10
+	defaultBudgetTTL          = 10 * time.Second
 )
 
 // budgetSlots is the number of slices the TTL is cut into: an entry expires between
@@ -40,9 +38,9 @@ const milli = 1000
 // nil *Budget allow every retry (no budget), which is what [WithBudget](nil) means.
 // Time is read from the monotonic clock.
 type Budget struct {
-	deposit int64 // milli-tokens per success
-	reserve int64 // milli-tokens
-	slot    time.Duration
+	perSuccess int64 // milli-tokens per success
+	reserve    int64 // milli-tokens
+	slot       time.Duration
 
 	mu    sync.Mutex
 	slots [budgetSlots]int64 // milli-tokens deposited (positive) and withdrawn (negative) per slice
@@ -54,10 +52,10 @@ type Budget struct {
 // NewBudget returns a budget that allows retries up to ratio × the successes of the
 // last ttl, plus minPerSecond retries per second (a reserve of minPerSecond × ttl
 // tokens, full from the start). ratio is clamped to [0, 1000], minPerSecond to
-// [0, 1e6]; a ttl of zero or less means [DefaultBudgetTTL]. NaN counts as zero.
+// [0, 1e6]; a ttl of zero or less means 10 s. NaN counts as zero.
 //
-// NewBudget([DefaultBudgetRatio], [DefaultBudgetMinPerSecond], [DefaultBudgetTTL]) is
-// the budget of a retry layer without [WithBudget].
+// NewBudget(0.1, 10, 10*time.Second) is the budget of a retry layer without
+// [WithBudget].
 func NewBudget(ratio, minPerSecond float64, ttl time.Duration) *Budget {
 	if !(ratio > 0) {
 		ratio = 0
@@ -68,15 +66,15 @@ func NewBudget(ratio, minPerSecond float64, ttl time.Duration) *Budget {
 	}
 	minPerSecond = min(minPerSecond, 1e6)
 	if ttl <= 0 {
-		ttl = DefaultBudgetTTL
+		ttl = defaultBudgetTTL
 	}
 	ttl = min(ttl, 100*365*24*time.Hour)
 	slot := max(ttl/budgetSlots, 1)
 	return &Budget{
-		deposit: int64(math.Round(ratio * milli)),
-		reserve: int64(math.Round(minPerSecond * ttl.Seconds() * milli)),
-		slot:    slot,
-		start:   time.Now(),
+		perSuccess: int64(math.Round(ratio * milli)),
+		reserve:    int64(math.Round(minPerSecond * ttl.Seconds() * milli)),
+		slot:       slot,
+		start:      time.Now(),
 	}
 }
 
@@ -101,24 +99,24 @@ func (b *Budget) advance(now time.Time) {
 	b.start = b.start.Add(k * b.slot)
 }
 
-// Deposit records one success: it adds ratio of a token, for the TTL. The retry
-// layers call it for every attempt that the downstream answered (see [Answered]).
-func (b *Budget) Deposit() {
-	if b == nil || b.deposit == 0 {
+// deposit records one success: it adds ratio of a token, for the TTL. The retry
+// layers call it for every attempt that the downstream answered ([Answered]).
+func (b *Budget) deposit() {
+	if b == nil || b.perSuccess == 0 {
 		return
 	}
 	b.mu.Lock()
 	b.advance(time.Now())
-	b.slots[b.cur] += b.deposit
-	b.sum += b.deposit
+	b.slots[b.cur] += b.perSuccess
+	b.sum += b.perSuccess
 	b.mu.Unlock()
 }
 
-// TryWithdraw takes one token for a retry and reports whether there was one. A false
+// tryWithdraw takes one token for a retry and reports whether there was one. A false
 // result means the retry must not be made. A nil *Budget always allows. The retry
-// layers call it when a retry is about to be sent, after its wait: a call whose
-// context ends during the wait spends no token.
-func (b *Budget) TryWithdraw() bool {
+// layers call it before waiting for a retry, and give the token back (refund) when
+// the retry is not sent after all.
+func (b *Budget) tryWithdraw() bool {
 	if b == nil {
 		return true
 	}

@@ -4,20 +4,15 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
 )
 
 // Defaults of the options.
 const (
-	// DefaultMaxAttempts is the number of attempts (first one included) of a call.
-	DefaultMaxAttempts = 3
-	// MaxAttempts is the most attempts [WithMaxAttempts] accepts.
-	MaxAttempts = 5
-	// DefaultFloor is the least time an attempt is worth starting with: the
-	// layer does not wait for a retry unless more than wait + this is left.
-	DefaultFloor = 20 * time.Millisecond
-	// DefaultMaxPushback is the longest server pushback (Retry-After,
-	// grpc-retry-pushback-ms, RetryInfo) the layer is willing to wait.
-	DefaultMaxPushback = 30 * time.Second
+	defaultMaxAttempts = 3
+	maxAttempts        = 5 // the most WithMaxAttempts accepts
+	defaultMaxPushback = 30 * time.Second
 )
 
 // Option sets a parameter of the retry layer. Options are applied in order; the
@@ -33,12 +28,12 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	maxAttempts    int
 	budget         *Budget
+	budgetSet      bool // WithBudget was given (nil included)
 	backoff        Backoff
 	attemptTimeout time.Duration
 	floor          time.Duration
 	maxPushback    time.Duration
-	httpClassifier HTTPClassifier
-	grpcClassifier GRPCClassifier
+	classifier     func(Event) Verdict
 	keys           func() string
 	idempotent     map[string]bool // gRPC methods declared idempotent by option
 	random         func() float64
@@ -47,38 +42,28 @@ type config struct {
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		maxAttempts: DefaultMaxAttempts,
+		maxAttempts: defaultMaxAttempts,
 		backoff:     DefaultBackoff,
-		floor:       DefaultFloor,
-		maxPushback: DefaultMaxPushback,
+		floor:       deadline.DefaultFloor,
+		maxPushback: defaultMaxPushback,
 		random:      rand.Float64,
 	}
-	budgetSet := false
 	for _, o := range opts {
-		if o == nil {
-			continue
+		if o != nil {
+			o.apply(c)
 		}
-		if _, ok := o.(budgetOption); ok {
-			budgetSet = true
-		}
-		o.apply(c)
 	}
-	if !budgetSet {
-		c.budget = NewBudget(DefaultBudgetRatio, DefaultBudgetMinPerSecond, DefaultBudgetTTL)
+	if !c.budgetSet {
+		c.budget = NewBudget(defaultBudgetRatio, defaultBudgetMinPerSecond, defaultBudgetTTL)
 	}
 	return c
 }
 
 // WithMaxAttempts sets the number of attempts of a call, the first one included.
-// Values are clamped to 1..[MaxAttempts]; 1 disables retrying. Default
-// [DefaultMaxAttempts] (3).
+// Values are clamped to 1..5; 1 disables retrying. Default 3.
 func WithMaxAttempts(n int) Option {
-	return optionFunc(func(c *config) { c.maxAttempts = min(max(n, 1), MaxAttempts) })
+	return optionFunc(func(c *config) { c.maxAttempts = min(max(n, 1), maxAttempts) })
 }
-
-type budgetOption struct{ b *Budget }
-
-func (o budgetOption) apply(c *config) { c.budget = o.b }
 
 // WithBudget sets the retry budget the layer draws from. Share one [*Budget] between
 // the transports or interceptors of one client (or of one downstream) so that they
@@ -86,8 +71,10 @@ func (o budgetOption) apply(c *config) { c.budget = o.b }
 // deadline and pushback bound the retries.
 //
 // Default: each [NewTransport] or [UnaryClientInterceptor] gets a budget of its own,
-// NewBudget([DefaultBudgetRatio], [DefaultBudgetMinPerSecond], [DefaultBudgetTTL]).
-func WithBudget(b *Budget) Option { return budgetOption{b} }
+// NewBudget(0.1, 10, 10*time.Second).
+func WithBudget(b *Budget) Option {
+	return optionFunc(func(c *config) { c.budget, c.budgetSet = b, true })
+}
 
 // WithBackoff sets the backoff curve. Default [DefaultBackoff].
 func WithBackoff(b Backoff) Option {
@@ -103,32 +90,32 @@ func WithAttemptTimeout(d time.Duration) Option {
 }
 
 // WithFloor sets the least time worth starting an attempt with (the floor, as in
-// propagate, shortcircuit and hedge): before
-// waiting for a retry, the layer stops with a [*DeadlineError] when the time left is
-// not more than the wait plus d. Default [DefaultFloor] (20 ms).
+// propagate, shortcircuit and hedge): before waiting for a retry, the layer stops
+// with a [*StopError] (the deadline rule) when the time left is not more than the
+// wait plus d. Default [deadline.DefaultFloor] (20 ms).
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.floor = max(d, 0) })
 }
 
 // WithMaxPushback sets the longest server pushback the layer will wait; a longer one
-// stops retrying. Default [DefaultMaxPushback] (30 s). A pushback is never waited past
-// the deadline whatever the cap.
+// stops retrying. Default 30 s. A pushback is never waited past the deadline whatever
+// the cap.
 func WithMaxPushback(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxPushback = max(d, 0) })
 }
 
-// WithHTTPClassifier replaces [DefaultHTTPClassifier] for [NewTransport]. The function
-// may call DefaultHTTPClassifier and adjust its verdict. A nil function restores the
-// default.
-func WithHTTPClassifier(f HTTPClassifier) Option {
-	return optionFunc(func(c *config) { c.httpClassifier = f })
-}
-
-// WithGRPCClassifier replaces [DefaultGRPCClassifier] for [UnaryClientInterceptor].
-// The function may call DefaultGRPCClassifier and adjust its verdict. A nil function
-// restores the default.
-func WithGRPCClassifier(f GRPCClassifier) Option {
-	return optionFunc(func(c *config) { c.grpcClassifier = f })
+// WithClassifier lets f judge every attempt that reached the downstream (or failed on
+// its way: one that a layer beneath refused before sending is the layer's to judge).
+// f gets the attempt as an [Event] whose Verdict and Reason are the layer's own
+// judgement; returning e.Verdict keeps it. Err tells the protocol's outcome apart:
+// a [*StatusError] for an HTTP failure status, a gRPC status error
+// ([google.golang.org/grpc/status.FromError]), a transport error. A verdict of
+// Retryable is still weighed by the rest of the layer (attempts, deadline, budget, a
+// server's "do not retry"). f runs on the caller's goroutine; if it panics, the
+// attempt counts as Failed. Default: the layer's own judgement, as documented on
+// [NewTransport] and [UnaryClientInterceptor].
+func WithClassifier(f func(e Event) Verdict) Option {
+	return optionFunc(func(c *config) { c.classifier = f })
 }
 
 // WithIdempotentMethods declares gRPC methods ("/pkg.Service/Method") idempotent for
@@ -150,24 +137,26 @@ func WithIdempotentMethods(methods ...string) Option {
 // WithIdempotencyKeys makes the layer give every call that carries no idempotency key
 // one, generated once before the first attempt and sent unchanged on every attempt
 // (HTTP header Idempotency-Key, gRPC metadata idempotency-key). gen generates the key;
-// nil means [NewIdempotencyKey]. A key the caller set is always kept and sent, with or
-// without this option; a blank one (empty or white space) is no key, and is replaced.
+// nil means a random UUID (version 4, from crypto/rand); a generator that panics is
+// replaced by that one. A key the caller set is always kept and sent, with or without
+// this option; a blank one (empty or white space) is no key, and is replaced.
 //
 // On HTTP, keys are generated for methods that are not idempotent (POST, PATCH, …);
 // safe and idempotent methods need none. On gRPC, for every call.
 func WithIdempotencyKeys(gen func() string) Option {
 	return optionFunc(func(c *config) {
 		if gen == nil {
-			gen = NewIdempotencyKey
+			gen = newIdempotencyKey
 		}
 		c.keys = gen
 	})
 }
 
-// WithRandom sets the source of the jitter: a function returning a number in [0, 1),
-// safe for concurrent use. Tests pass a seeded source to get a reproducible backoff
-// sequence. Default: math/rand/v2's Float64. A nil function restores the default.
-func WithRandom(f func() float64) Option {
+// withRandom sets the source of the jitter: a function returning a number in [0, 1),
+// safe for concurrent use (tests pass a seeded source, to get a reproducible backoff
+// sequence). Default: math/rand/v2's Float64. A nil function restores the default; a
+// panicking one gives no jitter (0.5).
+func withRandom(f func() float64) Option {
 	return optionFunc(func(c *config) {
 		if f == nil {
 			c.random = rand.Float64

@@ -22,10 +22,8 @@ type protocol[T any] interface {
 	// replied reports whether v holds the downstream's own word (an HTTP response, a
 	// gRPC pushback trailer), which a pushback of a layer beneath does not override.
 	replied(v T) bool
-	// judge classifies an attempt that a layer beneath did not refuse. It returns the
-	// decision and the attempt's failure as events and stop errors show it (nil for
-	// an answer that is not one).
-	judge(ctx context.Context, v T, err error, timedOut bool) (Decision, error)
+	// judge classifies an attempt that a layer beneath did not refuse.
+	judge(ctx context.Context, v T, err error, timedOut bool) outcome
 	// discard disposes of a result that is not returned, then calls cancel (the
 	// attempt context's, nil when it has none).
 	discard(v T, cancel context.CancelFunc)
@@ -36,12 +34,20 @@ type protocol[T any] interface {
 	stopped(ctx context.Context, err error) error
 }
 
+// outcome is an adapter's reading of one attempt.
+type outcome struct {
+	d          decision
+	err        error // the attempt's failure as events and stop errors show it
+	idempotent bool  // the call may safely run twice
+}
+
 // loop is one call through the layer: the attempt loop, written once for every
 // protocol. It lives on the caller's stack.
 type loop[T any, P protocol[T]] struct {
 	c      *config
 	p      P
 	proto  otelattr.Protocol
+	method string
 	max    int                 // attempts allowed
 	single otelattr.StopReason // why max was cut to one, when it was
 	in     *inbound            // the server-side state of the request being served, if any
@@ -93,8 +99,10 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 			return zero, l.unsent(ctx, a, n, last)
 		}
 		held = true
-		d, fail := l.judge(ctx, n, a)
-		action, wait, stopErr := l.after(ctx, a, Event{Attempt: n, Took: a.took}, d, fail)
+		e := Event{Attempt: n, Method: l.method, Took: a.took, TimedOut: a.timedOut}
+		d := l.judge(ctx, a, &e)
+		fail := e.Err
+		action, wait, stopErr := l.after(ctx, a, e, d)
 		held = false
 		if action == Return {
 			return l.p.deliver(a.v, a.err, a.cancel)
@@ -132,49 +140,72 @@ func (l *loop[T, P]) attempt(ctx context.Context, n int) (a try[T]) {
 	return a
 }
 
-// judge classifies attempt n. A refusal of a layer beneath is read here, the same for
-// every protocol; the rest is the adapter's.
-func (l *loop[T, P]) judge(ctx context.Context, n int, a try[T]) (Decision, error) {
-	if a.err == nil {
-		return l.p.judge(ctx, a.v, nil, false)
-	}
-	if localRefusal(a.err) {
-		// Refused beneath before anything was sent: not a transport failure, and
-		// another attempt would have less time still. A retry's token comes back.
-		if n > 1 {
-			l.c.budget.refund()
+// judge classifies the attempt of e. A refusal of a layer beneath is read here, the
+// same for every protocol, and is not the classifier's to judge; the rest is the
+// adapter's, then the user's classifier's.
+func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
+	if a.err != nil {
+		e.Err = a.err
+		if localRefusal(a.err) {
+			// Refused beneath before anything was sent: not a transport failure, and
+			// another attempt would have less time still. A retry's token comes back.
+			if e.Attempt > 1 {
+				l.c.budget.refund()
+			}
+			return decision{verdict: Failed, reason: "refused before sending, for lack of budget"}
 		}
-		return Decision{Verdict: Failed, Reason: "refused before sending, for lack of budget"}, a.err
+		if d, ok := l.c.localPushback(a.err, e.Attempt); ok && !l.p.replied(a.v) {
+			return d
+		}
 	}
-	if d, ok := l.c.localPushback(a.err, n); ok && !l.p.replied(a.v) {
-		return d, a.err
+	o := l.p.judge(ctx, a.v, a.err, a.timedOut)
+	e.Err, e.Idempotent = o.err, o.idempotent
+	d := o.d
+	if l.c.classifier != nil {
+		d = l.c.classify(*e, d)
 	}
-	return l.p.judge(ctx, a.v, a.err, a.timedOut)
+	return d
+}
+
+// classify asks the user's classifier about the attempt of e, which the layer judged
+// d. A panicking classifier counts as Failed.
+func (c *config) classify(e Event, d decision) (out decision) {
+	defer func() {
+		if recover() != nil {
+			out = decision{verdict: Failed, reason: "classifier panicked"}
+		}
+	}()
+	e.Verdict, e.Reason = d.verdict, d.reason
+	if v := c.classifier(e); v != d.verdict {
+		d.verdict = v
+		d.reason += " (classifier: " + v.String() + ")"
+	}
+	return d
 }
 
 // after acts on the decision on the attempt of e: it deposits a success, plans a
 // retry, and reports the attempt. It returns what the loop does next.
-func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d Decision, fail error) (Action, time.Duration, error) {
+func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d decision) (Action, time.Duration, error) {
 	c := l.c
-	e.Decision, e.Err = d, fail
-	if d.Verdict != Retryable {
-		if d.Verdict == Answered {
-			c.budget.Deposit()
+	e.Verdict, e.Reason = d.verdict, d.reason
+	if d.verdict != Retryable {
+		if d.verdict == Answered {
+			c.budget.deposit()
 		}
-		c.report(ctx, a.span, e, l.max, l.single)
+		c.report(ctx, a.span, e, d, l.max, l.single)
 		if d.doNotRetry {
 			l.gaveUp()
 		}
 		return Return, 0, nil
 	}
-	action, wait, stopErr := c.plan(ctx, e.Attempt, l.max, d, fail)
+	action, wait, stopErr := c.plan(ctx, e.Attempt, l.max, d, e.Err)
 	e.Action, e.Wait = action, wait
 	if action == Stop {
 		stopErr = l.p.stopped(ctx, stopErr)
 		e.Err = stopErr
 	}
-	c.report(ctx, a.span, e, l.max, l.single)
-	if action != Retry && (l.max > 1 || (d.HasPushback && d.Pushback < 0)) {
+	c.report(ctx, a.span, e, d, l.max, l.single)
+	if action != Retry && (l.max > 1 || (d.hasPushback && d.pushback < 0)) {
 		l.gaveUp()
 	}
 	return action, wait, stopErr
@@ -205,7 +236,7 @@ func (l *loop[T, P]) gaveUp() {
 // A Retry takes the retry's token; it is given back when the retry is not sent after
 // all (the context ends during the wait, or a layer beneath refuses it before
 // sending), so that such a call spends none.
-func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last error) (Action, time.Duration, error) {
+func (c *config) plan(ctx context.Context, n, maxAttempts int, d decision, last error) (Action, time.Duration, error) {
 	if n >= maxAttempts {
 		return Return, 0, nil
 	}
@@ -213,14 +244,14 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last 
 		return Stop, 0, &StopError{Attempts: n, Reason: "context ended", Cause: context.Cause(ctx), Last: last, stop: ctxStop(ctx)}
 	}
 	var wait time.Duration
-	pushback := d.HasPushback && d.Pushback > 0
+	pushback := d.hasPushback && d.pushback > 0
 	switch {
-	case d.HasPushback && d.Pushback < 0:
+	case d.hasPushback && d.pushback < 0:
 		return Return, 0, nil
-	case d.HasPushback && d.Pushback > c.maxPushback:
-		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + deadline.Format(d.Pushback) + " exceeds the cap of " + deadline.Format(c.maxPushback), Last: last, stop: otelattr.StopPushbackOverCap}
+	case d.hasPushback && d.pushback > c.maxPushback:
+		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + deadline.Format(d.pushback) + " exceeds the cap of " + deadline.Format(c.maxPushback), Last: last, stop: otelattr.StopPushbackOverCap}
 	case pushback:
-		wait = d.Pushback
+		wait = d.pushback
 	default:
 		// No pushback, or one of zero (a Retry-After date in the past): a wait of
 		// nothing would send every client back at once, so the backoff, with its
@@ -228,10 +259,11 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d Decision, last 
 		wait = c.backoff.Delay(n, c.random())
 	}
 	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.floor {
-		return Stop, 0, &DeadlineError{Attempts: n, Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, Last: last}
+		return Stop, 0, &StopError{Attempts: n, Reason: "no time for another attempt", Cause: errNoTime, Last: last,
+			Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, stop: otelattr.StopDeadline}
 	}
-	if !c.budget.TryWithdraw() {
-		return Stop, 0, &BudgetExhaustedError{Attempts: n, Last: last}
+	if !c.budget.tryWithdraw() {
+		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: otelattr.StopBudgetEmpty}
 	}
 	return Retry, wait, nil
 }
@@ -274,16 +306,16 @@ func localRefusal(err error) bool {
 // calls refused together from coming back at the probe's instant, where all but the
 // probes would be refused again: spread out, the first become the probes and the
 // others find the circuit closed.
-func (c *config) localPushback(err error, n int) (Decision, bool) {
+func (c *config) localPushback(err error, n int) (decision, bool) {
 	v, ok := pushback.Of(err)
 	if !ok {
-		return Decision{}, false
+		return decision{}, false
 	}
 	p, perr := pushback.ParseMs(v)
 	if perr == nil && p > 0 {
 		p += time.Duration(c.random() * float64(c.backoff.Delay(n, 0.5)))
 	}
-	return withPushback(Decision{Verdict: Retryable, Reason: "refused before sending, come back later"}, p, perr), true
+	return withPushback(decision{verdict: Retryable, reason: "refused before sending, come back later"}, p, perr), true
 }
 
 // sleep waits d or until ctx ends; it reports the context's error in that case.
@@ -333,7 +365,7 @@ func (c *config) observe(ctx context.Context, e Event) {
 func (c *config) newKey() (key string) {
 	defer func() {
 		if recover() != nil {
-			key = NewIdempotencyKey()
+			key = newIdempotencyKey()
 		}
 	}()
 	return c.keys()

@@ -2,7 +2,8 @@ package retry
 
 import "time"
 
-// Verdict is a classifier's judgement of one attempt.
+// Verdict is the judgement of one attempt: by the layer, then by the user's
+// classifier ([WithClassifier]) when there is one.
 type Verdict uint8
 
 const (
@@ -30,25 +31,6 @@ func (v Verdict) String() string {
 	return "verdict(?)"
 }
 
-// Decision is a classifier's verdict on one attempt, with the server's pushback.
-type Decision struct {
-	Verdict Verdict
-	// Pushback is the wait the server asked for (Retry-After,
-	// grpc-retry-pushback-ms, RetryInfo); it replaces the backoff when HasPushback
-	// and it is positive. A pushback of zero (a Retry-After date in the past) waits
-	// the backoff, so that clients do not all come back at once; a negative one
-	// means "do not retry".
-	Pushback    time.Duration
-	HasPushback bool
-	// Reason says why, in a few words; it appears in errors and events.
-	Reason string
-
-	// doNotRetry: the server said explicitly not to retry (a negative
-	// grpc-retry-pushback-ms), as opposed to a pushback that was malformed. The stop
-	// reason then says what the server meant: refused, or downstream_retried.
-	doNotRetry bool
-}
-
 // Action is what the layer does after an attempt.
 type Action uint8
 
@@ -58,9 +40,8 @@ const (
 	Return Action = iota
 	// Retry: the layer waits Event.Wait, then makes another attempt.
 	Retry
-	// Stop: a retryable failure, but the layer gives up before its attempts ran out
-	// (deadline rule, budget empty, pushback too long, context ended, inbound retry);
-	// the call ends with the error in Event.Err.
+	// Stop: a retryable failure, but the layer gives up before its attempts ran out;
+	// the call ends with the [*StopError] in Event.Err.
 	Stop
 )
 
@@ -76,20 +57,52 @@ func (a Action) String() string {
 	return "action(?)"
 }
 
-// Event describes one attempt of a call, for [WithObserver].
+// Event describes one attempt of a call, whatever the protocol: what happened, the
+// verdict on it, and what the layer does next. A classifier ([WithClassifier]) sees
+// it before the layer acts (Verdict and Reason are then the layer's own judgement,
+// Action and Wait not yet set); observers ([WithObserver]) see it after.
 type Event struct {
 	// Attempt is the number of the attempt, 1 for the first.
 	Attempt int
-	// Took is how long the attempt ran.
+	// Method is the HTTP method, or the full gRPC method name ("/pkg.Service/Method").
+	Method string
+	// Took is how long the attempt ran, measured only when an observer is set.
 	Took time.Duration
-	// Decision is the classifier's verdict on the attempt.
-	Decision Decision
+	// Err is the attempt's failure: the transport's error, the gRPC status error, or
+	// for an HTTP answer with status ≥ 400 a [*StatusError]; nil for other answers.
+	// When Action is Stop, it is the [*StopError] the call returns.
+	Err error
+	// Idempotent reports whether the call may safely run twice: an idempotent HTTP
+	// method (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or a gRPC method
+	// declared idempotent ([WithIdempotentMethods], or idempotency_level
+	// NO_SIDE_EFFECTS or IDEMPOTENT in its descriptor), or a call carrying an
+	// idempotency key. For gRPC it is filled in for failed attempts only.
+	Idempotent bool
+	// TimedOut reports whether this layer's per-attempt timeout
+	// ([WithAttemptTimeout]) ended the attempt while the call's context was still live.
+	TimedOut bool
+	// Verdict is the judgement of the attempt, and Reason says why, in a few words.
+	Verdict Verdict
+	Reason  string
 	// Action is what the layer does next; Wait is the wait before the next attempt
 	// when Action is Retry.
 	Action Action
 	Wait   time.Duration
-	// Err is the attempt's error (for an HTTP answer with status ≥ 400, a
-	// [*StatusError]; nil for other answers), or, when Action is Stop, the error the
-	// call returns.
-	Err error
+}
+
+// decision is the layer's judgement of one attempt, with the server's pushback.
+type decision struct {
+	verdict Verdict
+	reason  string
+	// pushback is the wait the server asked for (Retry-After,
+	// grpc-retry-pushback-ms, RetryInfo); it replaces the backoff when hasPushback
+	// and it is positive. A pushback of zero (a Retry-After date in the past) waits
+	// the backoff, so that clients do not all come back at once; a negative one
+	// means "do not retry".
+	pushback    time.Duration
+	hasPushback bool
+	// doNotRetry: the server said explicitly not to retry (a negative
+	// grpc-retry-pushback-ms), as opposed to a pushback that was malformed. The stop
+	// reason then says what the server meant: refused, or downstream_retried.
+	doNotRetry bool
 }

@@ -63,17 +63,17 @@ func TestFiveDecisions(t *testing.T) {
 						defer cancel()
 					}
 					req, _ := http.NewRequestWithContext(ctx, tc.method, "http://example.invalid/", nil)
-					d := DefaultHTTPClassifier(HTTPAttempt{Request: req, Response: tc.resp, Err: tc.err, Sent: tc.sent, HasKey: tc.key})
+					d := classifyHTTP(httpAttempt{req: req, resp: tc.resp, err: tc.err, sent: tc.sent, hasKey: tc.key})
 					var action Action
 					var wait time.Duration
 					var err error
-					if d.Verdict == Retryable {
+					if d.verdict == Retryable {
 						action, wait, err = c.plan(ctx, tc.attempt, 4, d, tc.err)
 					} else {
 						action = Return
 					}
 					if action != tc.want {
-						t.Fatalf("u=%v: verdict %v (%s), action %v; want %v", u, d.Verdict, d.Reason, action, tc.want)
+						t.Fatalf("u=%v: verdict %v (%s), action %v; want %v", u, d.verdict, d.reason, action, tc.want)
 					}
 					if action == Retry && (wait < tc.minWait || wait > tc.maxWait) {
 						t.Fatalf("u=%v: wait %v; want %v–%v", u, wait, tc.minWait, tc.maxWait)
@@ -81,7 +81,7 @@ func TestFiveDecisions(t *testing.T) {
 					if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 						t.Fatalf("u=%v: err %v; want %v", u, err, tc.wantErr)
 					}
-					t.Logf("u=%v: verdict %v (%s) → %v wait=%v err=%v", u, d.Verdict, d.Reason, action, wait, err)
+					t.Logf("u=%v: verdict %v (%s) → %v wait=%v err=%v", u, d.verdict, d.reason, action, wait, err)
 				})
 			}
 		})
@@ -95,22 +95,22 @@ func TestPlanPushback(t *testing.T) {
 		defer cancel()
 		last := errors.New("boom")
 		// A pushback replaces the backoff.
-		if a, w, err := c.plan(ctx, 1, 3, Decision{Verdict: Retryable, HasPushback: true, Pushback: 2 * time.Second}, last); a != Retry || w != 2*time.Second || err != nil {
+		if a, w, err := c.plan(ctx, 1, 3, decision{verdict: Retryable, hasPushback: true, pushback: 2 * time.Second}, last); a != Retry || w != 2*time.Second || err != nil {
 			t.Fatalf("pushback 2s: %v %v %v", a, w, err)
 		}
 		// Negative: do not retry.
-		if a, _, _ := c.plan(ctx, 1, 3, Decision{Verdict: Retryable, HasPushback: true, Pushback: -1}, last); a != Return {
+		if a, _, _ := c.plan(ctx, 1, 3, decision{verdict: Retryable, hasPushback: true, pushback: -1}, last); a != Return {
 			t.Fatalf("negative pushback: %v; want Return", a)
 		}
 		// Above the cap: stop.
-		a, _, err := c.plan(ctx, 1, 3, Decision{Verdict: Retryable, HasPushback: true, Pushback: 6 * time.Second}, last)
-		if a != Stop || !errors.Is(err, ErrStopped) || !errors.Is(err, last) {
+		a, _, err := c.plan(ctx, 1, 3, decision{verdict: Retryable, hasPushback: true, pushback: 6 * time.Second}, last)
+		if a != Stop || !errors.As(err, new(*StopError)) || !errors.Is(err, last) {
 			t.Fatalf("pushback over the cap: %v %v", a, err)
 		}
 		// Within the cap but past the deadline: deadline rule.
 		time.Sleep(7 * time.Second)
-		a, _, err = c.plan(ctx, 1, 3, Decision{Verdict: Retryable, HasPushback: true, Pushback: 3 * time.Second}, last)
-		var de *DeadlineError
+		a, _, err = c.plan(ctx, 1, 3, decision{verdict: Retryable, hasPushback: true, pushback: 3 * time.Second}, last)
+		var de *StopError
 		if a != Stop || !errors.As(err, &de) || de.Remaining != 3*time.Second || !de.Pushback {
 			t.Fatalf("pushback past the deadline: %v %v", a, err)
 		}

@@ -33,11 +33,11 @@ func Example() {
 	client := &http.Client{Transport: retry.NewTransport(base,
 		retry.WithMaxAttempts(3),
 		retry.WithObserver(func(_ context.Context, e retry.Event) {
-			why := e.Decision.Reason
+			why := e.Reason
 			if why != "" {
 				why = " (" + why + ")"
 			}
-			fmt.Printf("attempt %d: %v%s → %v\n", e.Attempt, e.Decision.Verdict, why, e.Action)
+			fmt.Printf("attempt %d: %v%s → %v\n", e.Attempt, e.Verdict, why, e.Action)
 		}),
 	)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -2,7 +2,6 @@ package retry
 
 import (
 	"context"
-	"errors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,40 +14,24 @@ import (
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// GRPCAttempt is what a [GRPCClassifier] sees of one failed attempt.
-type GRPCAttempt struct {
-	// Method is the full method name ("/pkg.Service/Method").
-	Method string
-	// Err is the attempt's error and Status its gRPC status (never nil for an error).
-	Err    error
-	Status *status.Status
-	// Trailer is the attempt's trailer metadata (grpc-retry-pushback-ms).
-	Trailer metadata.MD
-	// AttemptTimedOut reports whether this layer's per-attempt timeout
-	// ([WithAttemptTimeout]) ended the attempt while the call's context was still live.
-	AttemptTimedOut bool
-	// Idempotent reports whether the call may safely run twice: its method is declared
-	// idempotent ([WithIdempotentMethods], or idempotency_level NO_SIDE_EFFECTS or
-	// IDEMPOTENT in its descriptor), or it carries an idempotency-key that is not
-	// blank. It is filled in for a DEADLINE_EXCEEDED attempt, the one case the
-	// default classifier asks.
-	Idempotent bool
-	// CallEnded reports whether the call's own context had ended.
-	CallEnded bool
+// grpcAttempt is what the gRPC classification sees of one failed attempt.
+type grpcAttempt struct {
+	err       error
+	status    *status.Status // err's, never nil
+	trailer   metadata.MD    // the attempt's (grpc-retry-pushback-ms)
+	timedOut  bool           // this layer's per-attempt timeout ended the attempt
+	idem      bool           // the call may safely run twice
+	callEnded bool           // the call's own context had ended
 }
 
-// GRPCClassifier judges one failed attempt of a gRPC call. See
-// [DefaultGRPCClassifier]. A successful attempt is always Answered.
-type GRPCClassifier func(a GRPCAttempt) Decision
-
-// DefaultGRPCClassifier is the classification of [UnaryClientInterceptor]:
+// classifyGRPC is the classification of [UnaryClientInterceptor] for a failed
+// attempt (a success is Answered):
 //
 //   - the call's context ended: Failed;
 //   - UNAVAILABLE: Retryable;
 //   - DEADLINE_EXCEEDED: Retryable only when the per-attempt timeout fired and the
-//     call is idempotent or keyed ([GRPCAttempt].Idempotent: a timed-out attempt may
-//     have run); whether the deadline has room is then the deadline rule's business;
-//     else Failed;
+//     call is idempotent or keyed (a timed-out attempt may have run); whether the
+//     deadline has room is then the deadline rule's business; else Failed;
 //   - RESOURCE_EXHAUSTED: Retryable only with google.rpc.RetryInfo; else Answered (a
 //     quota refusal);
 //   - NOT_FOUND, ALREADY_EXISTS, INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
@@ -58,50 +41,42 @@ type GRPCClassifier func(a GRPCAttempt) Decision
 //   - UNIMPLEMENTED, INTERNAL, UNKNOWN, DATA_LOSS, CANCELED and anything else: Failed.
 //
 // A Retryable failure carries the server's pushback: the grpc-retry-pushback-ms
-// trailer if present, else RetryInfo's retry_delay. A negative or malformed one gives
-// HasPushback with a negative Pushback: the layer does not retry. A DEADLINE_EXCEEDED
-// that is Failed carries a negative grpc-retry-pushback-ms too: it is a guard's
-// refusal (packages shortcircuit and propagate), and the call's stop reason says so.
-//
-// An attempt that a layer beneath refused before sending it, for lack of budget (a
-// [*deadline.BudgetError], from package propagate's floor), never reaches the
-// classifier: it is not a transport failure, and it is not retried.
-func DefaultGRPCClassifier(a GRPCAttempt) Decision {
-	if a.CallEnded {
-		return Decision{Verdict: Failed, Reason: "the call's context ended"}
+// trailer if present, else RetryInfo's retry_delay. A DEADLINE_EXCEEDED that is
+// Failed carries a negative grpc-retry-pushback-ms too: it is a guard's refusal
+// (packages shortcircuit and propagate), and the call's stop reason says so.
+func classifyGRPC(a grpcAttempt) decision {
+	if a.callEnded {
+		return decision{verdict: Failed, reason: "the call's context ended"}
 	}
-	code := status.Code(a.Err)
-	if a.Status != nil {
-		code = a.Status.Code()
-	}
-	var d Decision
+	code := a.status.Code()
+	var d decision
 	switch code {
 	case codes.OK:
-		return Decision{Verdict: Answered}
+		return decision{verdict: Answered}
 	case codes.Unavailable:
-		d = Decision{Verdict: Retryable, Reason: "UNAVAILABLE"}
+		d = decision{verdict: Retryable, reason: "UNAVAILABLE"}
 	case codes.DeadlineExceeded:
-		if !a.AttemptTimedOut {
-			return refusedByServer(Decision{Verdict: Failed, Reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}, a.Trailer.Get(pushback.Key))
+		if !a.timedOut {
+			return refusedByServer(decision{verdict: Failed, reason: "DEADLINE_EXCEEDED without a per-attempt timeout"}, a.trailer.Get(pushback.Key))
 		}
-		if !a.Idempotent {
-			return refusedByServer(Decision{Verdict: Failed, Reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}, a.Trailer.Get(pushback.Key))
+		if !a.idem {
+			return refusedByServer(decision{verdict: Failed, reason: "per-attempt timeout on a call neither idempotent nor keyed: it may have run"}, a.trailer.Get(pushback.Key))
 		}
-		d = Decision{Verdict: Retryable, Reason: "per-attempt timeout"}
+		d = decision{verdict: Retryable, reason: "per-attempt timeout"}
 	case codes.ResourceExhausted:
-		if _, found, _ := pushback.RetryInfoDelay(a.Status); !found {
-			return Decision{Verdict: Answered, Reason: "RESOURCE_EXHAUSTED without RetryInfo"}
+		if _, found, _ := pushback.RetryInfoDelay(a.status); !found {
+			return decision{verdict: Answered, reason: "RESOURCE_EXHAUSTED without RetryInfo"}
 		}
-		d = Decision{Verdict: Retryable, Reason: "RESOURCE_EXHAUSTED with RetryInfo"}
+		d = decision{verdict: Retryable, reason: "RESOURCE_EXHAUSTED with RetryInfo"}
 	case codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.FailedPrecondition,
 		codes.OutOfRange, codes.Aborted, codes.PermissionDenied, codes.Unauthenticated:
-		return Decision{Verdict: Answered, Reason: code.String()}
+		return decision{verdict: Answered, reason: code.String()}
 	default:
-		return Decision{Verdict: Failed, Reason: code.String()}
+		return decision{verdict: Failed, reason: code.String()}
 	}
-	if p, found, err := pushback.FromGRPC(a.Status, a.Trailer); found {
+	if p, found, err := pushback.FromGRPC(a.status, a.trailer); found {
 		d = withPushback(d, p, err)
-		d.doNotRetry = len(a.Trailer.Get(pushback.Key)) > 0 && pushback.Refuses(a.Trailer.Get(pushback.Key)[0])
+		d.doNotRetry = len(a.trailer.Get(pushback.Key)) > 0 && pushback.Refuses(a.trailer.Get(pushback.Key)[0])
 	}
 	return d
 }
@@ -131,9 +106,6 @@ type grpcCallState struct {
 // over the cap) keep the last attempt's code.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
-	if c.grpcClassifier == nil {
-		c.grpcClassifier = DefaultGRPCClassifier
-	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
 		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
 		// The trailer (for pushback) and the attempt's options in one allocation.
@@ -146,10 +118,10 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			}
 			call.End(err)
 		}()
-		l := loop[struct{}, grpcCall]{c: c, proto: otelattr.GRPC}
+		l := loop[struct{}, grpcCall]{c: c, proto: otelattr.GRPC, method: method}
 		l.begin(ctx)
 		if c.keys != nil {
-			if vs := metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey); !idempotency.Keyed(vs) {
+			if vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); !idempotency.Keyed(vs) {
 				if key := c.newKey(); key != "" {
 					ctx = withKey(ctx, key, len(vs) > 0)
 				}
@@ -187,16 +159,14 @@ func (g grpcCall) send(actx context.Context, n int, _ bool) (struct{}, error, bo
 
 func (g grpcCall) replied(struct{}) bool { return len(g.cs.trailer.Get(pushback.Key)) > 0 }
 
-func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut bool) (Decision, error) {
+func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut bool) outcome {
 	if err == nil {
-		return Decision{Verdict: Answered}, nil
+		return outcome{d: decision{verdict: Answered}}
 	}
 	st, _ := status.FromError(err)
-	a := GRPCAttempt{Method: g.method, Err: err, Status: st, Trailer: g.cs.trailer, AttemptTimedOut: timedOut, CallEnded: ctx.Err() != nil}
-	if st.Code() == codes.DeadlineExceeded {
-		a.Idempotent = g.c.grpcIdempotent(ctx, g.method)
-	}
-	return g.c.classifyGRPC(a), err
+	idem := g.c.grpcIdempotent(ctx, g.method)
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil})
+	return outcome{d: d, err: err, idempotent: idem}
 }
 
 func (grpcCall) discard(_ struct{}, cancel context.CancelFunc) {
@@ -214,21 +184,11 @@ func (grpcCall) deliver(_ struct{}, err error, cancel context.CancelFunc) (struc
 
 func (grpcCall) stopped(ctx context.Context, err error) error { return grpcStop(ctx, err) }
 
-func (c *config) classifyGRPC(a GRPCAttempt) (d Decision) {
-	defer func() {
-		if r := recover(); r != nil {
-			d = Decision{Verdict: Failed, Reason: "classifier panicked"}
-		}
-	}()
-	return c.grpcClassifier(a)
-}
-
 // grpcStop gives the layer's own stop errors their gRPC code: DEADLINE_EXCEEDED for
 // the deadline rule, the context's code when the context ended. Others keep the last
 // attempt's code through Unwrap.
 func grpcStop(ctx context.Context, err error) error {
-	var de *DeadlineError
-	if errors.As(err, &de) {
+	if se, ok := err.(*StopError); ok && se.deadlineRule() {
 		return &statusError{err: err, code: codes.DeadlineExceeded}
 	}
 	if cerr := ctx.Err(); cerr != nil {
@@ -253,10 +213,10 @@ func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.
 // the caller's blank one when blank.
 func withKey(ctx context.Context, key string, blank bool) context.Context {
 	if !blank {
-		return metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, key)
+		return metadata.AppendToOutgoingContext(ctx, idempotency.Key, key)
 	}
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy of its own
-	md.Set(MetadataIdempotencyKey, key)
+	md.Set(idempotency.Key, key)
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
@@ -264,5 +224,5 @@ func withKey(ctx context.Context, key string, blank bool) context.Context {
 // option, by the method's descriptor in the protobuf registry (package hedge reads
 // it the same way), or made safe by an idempotency-key in the call's metadata.
 func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
-	return c.idempotent[method] || idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, MetadataIdempotencyKey)) || idempotency.Declared(method)
+	return c.idempotent[method] || idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key)) || idempotency.Declared(method)
 }

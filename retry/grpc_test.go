@@ -335,7 +335,7 @@ func TestGRPCCancelDuringWait(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
 	_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
-	if status.Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) || !errors.Is(err, retry.ErrStopped) {
+	if status.Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) || !errors.As(err, new(*retry.StopError)) {
 		t.Fatalf("err %v; want CANCELED", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {

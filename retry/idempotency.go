@@ -3,24 +3,12 @@ package retry
 import (
 	"crypto/rand"
 	"encoding/hex"
-
-	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 )
 
-// Idempotency key header and metadata key.
-const (
-	// HeaderIdempotencyKey, "Idempotency-Key", is the HTTP header that carries a
-	// call's idempotency key. A blank value is no key.
-	HeaderIdempotencyKey = idempotency.Header
-	// MetadataIdempotencyKey, "idempotency-key", is the gRPC metadata key that
-	// carries a call's idempotency key. A blank value is no key.
-	MetadataIdempotencyKey = idempotency.Key
-)
-
-// NewIdempotencyKey returns a new random UUID (version 4) in its text form, e.g.
+// newIdempotencyKey returns a new random UUID (version 4) in its text form, e.g.
 // "0b6c3f5e-8a1d-4c2e-9f3a-7d5b1e0c4a26": 122 random bits from crypto/rand. It is the
 // default generator of [WithIdempotencyKeys].
-func NewIdempotencyKey() string {
+func newIdempotencyKey() string {
 	var u [16]byte
 	_, _ = rand.Read(u[:])  // never fails (crypto/rand crashes the program instead)
 	u[6] = u[6]&0x0f | 0x40 // version 4

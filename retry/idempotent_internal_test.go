@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency/idempotencytest"
 )
 
@@ -22,8 +23,8 @@ func init() {
 
 func TestGRPCIdempotent(t *testing.T) {
 	c := newConfig([]Option{WithIdempotentMethods("/deadlinekit.retrytest.Store/Post2")})
-	keyed := metadata.AppendToOutgoingContext(context.Background(), MetadataIdempotencyKey, "k-1")
-	blank := metadata.AppendToOutgoingContext(context.Background(), MetadataIdempotencyKey, " ")
+	keyed := metadata.AppendToOutgoingContext(context.Background(), idempotency.Key, "k-1")
+	blank := metadata.AppendToOutgoingContext(context.Background(), idempotency.Key, " ")
 	for _, tc := range []struct {
 		ctx    context.Context
 		method string
@@ -51,9 +52,9 @@ func TestPerAttemptTimeoutNeedsIdempotence(t *testing.T) {
 	err := status.Error(codes.DeadlineExceeded, "attempt timed out")
 	st, _ := status.FromError(err)
 	for _, idem := range []bool{false, true} {
-		d := DefaultGRPCClassifier(GRPCAttempt{Method: "/x.S/M", Err: err, Status: st, AttemptTimedOut: true, Idempotent: idem})
-		if want := map[bool]Verdict{false: Failed, true: Retryable}[idem]; d.Verdict != want {
-			t.Errorf("idempotent=%v: %v (%s); want %v", idem, d.Verdict, d.Reason, want)
+		d := classifyGRPC(grpcAttempt{err: err, status: st, timedOut: true, idem: idem})
+		if want := map[bool]Verdict{false: Failed, true: Retryable}[idem]; d.verdict != want {
+			t.Errorf("idempotent=%v: %v (%s); want %v", idem, d.verdict, d.reason, want)
 		}
 	}
 }

@@ -55,7 +55,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 					t.Fatalf("%d attempts; want %d", got, tc.attempts)
 				}
 				if tc.attempts == 1 {
-					if !errors.Is(err, retry.ErrStopped) || !errors.Is(err, errRefusedLocally) || b.Balance() != before {
+					if !errors.As(err, new(*retry.StopError)) || !errors.Is(err, errRefusedLocally) || b.Balance() != before {
 						t.Errorf("err %v, tokens %v → %v; want a stop wrapping the refusal and no token spent", err, before, b.Balance())
 					}
 					return

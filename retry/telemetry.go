@@ -14,15 +14,15 @@ import (
 // report hands the outcome of attempt e.Attempt to the attempt's span and, when the
 // call ends with it, the call's totals and stop reason to the call's span (package
 // otelattr); then to the user's observer, if any. single is why the call may make
-// only one attempt when the layer cut its attempts to one (see stopReason).
-func (c *config) report(ctx context.Context, att otelattr.Attempt, e Event, maxAttempts int, single otelattr.StopReason) {
+// only one attempt when the layer cut its attempts to one (see stopReason). d is the decision on the attempt.
+func (c *config) report(ctx context.Context, att otelattr.Attempt, e Event, d decision, maxAttempts int, single otelattr.StopReason) {
 	outcome := otelattr.OutcomeFailure
-	if e.Action == Return && e.Decision.Verdict == Answered {
+	if e.Action == Return && d.verdict == Answered {
 		outcome = otelattr.OutcomeSuccess
 	}
 	att.End(outcome, e.Err)
 	if e.Action != Retry {
-		otelattr.RecordRetryCall(ctx, e.Attempt, stopReason(ctx, e, maxAttempts, single))
+		otelattr.RecordRetryCall(ctx, e.Attempt, stopReason(ctx, e, d, maxAttempts, single))
 	}
 	c.observe(ctx, e)
 }
@@ -30,10 +30,9 @@ func (c *config) report(ctx context.Context, att otelattr.Attempt, e Event, maxA
 // stopReason says why the call made no further attempt after e. single is why the
 // layer allowed the call one attempt only (caller_retries: the caller is retrying;
 // not_retryable: the body cannot be replayed), empty when it did not cut them.
-func stopReason(ctx context.Context, e Event, maxAttempts int, single otelattr.StopReason) otelattr.StopReason {
-	d := e.Decision
+func stopReason(ctx context.Context, e Event, d decision, maxAttempts int, single otelattr.StopReason) otelattr.StopReason {
 	switch {
-	case d.Verdict == Answered:
+	case d.verdict == Answered:
 		return otelattr.StopAnswered
 	case ctx.Err() != nil:
 		// The attempt failed because the caller gave up (or its deadline passed),
@@ -43,11 +42,11 @@ func stopReason(ctx context.Context, e Event, maxAttempts int, single otelattr.S
 		return otelattr.StopRefused // a guard refused for lack of budget
 	case d.doNotRetry:
 		return otelattr.StopDownstreamRetried // the one-layer rule
-	case d.Verdict == Failed && localRefusal(e.Err):
+	case d.verdict == Failed && localRefusal(e.Err):
 		return otelattr.StopDeadline // refused beneath, before sending
-	case d.Verdict == Failed:
+	case d.verdict == Failed:
 		return otelattr.StopNotRetryable
-	case e.Action == Return && d.HasPushback && d.Pushback < 0:
+	case e.Action == Return && d.hasPushback && d.pushback < 0:
 		return otelattr.StopPushback // a malformed pushback: do not retry
 	case e.Action == Return:
 		if maxAttempts == 1 && single != "" {
@@ -56,15 +55,8 @@ func stopReason(ctx context.Context, e Event, maxAttempts int, single otelattr.S
 		return otelattr.StopAttemptsExhausted
 	}
 	var se *StopError
-	var de *DeadlineError
-	var be *BudgetExhaustedError
-	switch {
-	case errors.As(e.Err, &se) && se.stop != "":
+	if errors.As(e.Err, &se) && se.stop != "" {
 		return se.stop
-	case errors.As(e.Err, &de):
-		return otelattr.StopDeadline
-	case errors.As(e.Err, &be):
-		return otelattr.StopBudgetEmpty
 	}
 	return otelattr.StopNotRetryable
 }

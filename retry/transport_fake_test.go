@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
 
@@ -155,12 +156,12 @@ func TestDeadlineRule(t *testing.T) {
 		if resp != nil {
 			t.Fatalf("got a response %d; want the deadline error", resp.StatusCode)
 		}
-		var de *retry.DeadlineError
-		if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, retry.ErrStopped) {
-			t.Fatalf("err = %v; want a *DeadlineError matching context.DeadlineExceeded", err)
+		var de *retry.StopError
+		if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, new(*retry.StopError)) {
+			t.Fatalf("err = %v; want a *StopError (the deadline rule) matching context.DeadlineExceeded", err)
 		}
-		if de.Attempts != 2 || de.Remaining != 20*time.Millisecond || de.Wait != 40*time.Millisecond || de.Floor != retry.DefaultFloor {
-			t.Fatalf("DeadlineError = %+v", de)
+		if de.Attempts != 2 || de.Remaining != 20*time.Millisecond || de.Wait != 40*time.Millisecond || de.Floor != deadline.DefaultFloor {
+			t.Fatalf("StopError = %+v", de)
 		}
 		var se *retry.StatusError
 		if !errors.As(err, &se) || se.StatusCode != 503 {
@@ -186,7 +187,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
 		start := time.Now()
 		_, err := rt.RoundTrip(req)
-		if !errors.Is(err, context.Canceled) || !errors.Is(err, retry.ErrStopped) {
+		if !errors.Is(err, context.Canceled) || !errors.As(err, new(*retry.StopError)) {
 			t.Fatalf("err = %v; want context.Canceled", err)
 		}
 		if took := time.Since(start); took != 100*time.Millisecond {
@@ -211,7 +212,7 @@ func TestPushbackHTTP(t *testing.T) {
 		}, "GET", 5 * time.Second, 2, 2 * time.Second, nil},
 		{"grpc-retry-pushback-ms on HTTP", func() *http.Response { return httpStatus(503, "grpc-retry-pushback-ms", "250") }, "GET", 5 * time.Second, 2, 250 * time.Millisecond, nil},
 		{"Retry-After past the deadline", func() *http.Response { return httpStatus(429, "Retry-After", "3") }, "GET", 2 * time.Second, 1, 0, context.DeadlineExceeded},
-		{"Retry-After over the cap", func() *http.Response { return httpStatus(429, "Retry-After", "3600") }, "GET", 0, 1, 0, retry.ErrStopped},
+		{"Retry-After over the cap", func() *http.Response { return httpStatus(429, "Retry-After", "3600") }, "GET", 0, 1, 0, errStopped},
 		{"negative pushback", func() *http.Response { return httpStatus(503, "grpc-retry-pushback-ms", "-1") }, "GET", 5 * time.Second, 1, 0, nil},
 		{"malformed Retry-After", func() *http.Response { return httpStatus(429, "Retry-After", "soon") }, "GET", 5 * time.Second, 1, 0, nil},
 	}
@@ -245,7 +246,7 @@ func TestPushbackHTTP(t *testing.T) {
 						t.Fatalf("waited %v; want %v", gap, c.gap)
 					}
 				}
-				if c.wantErr != nil && !errors.Is(err, c.wantErr) {
+				if c.wantErr != nil && !matches(err, c.wantErr) {
 					t.Fatalf("err = %v; want %v", err, c.wantErr)
 				}
 				if c.wantErr != nil && time.Since(start) != 0 {
@@ -306,7 +307,7 @@ func TestRequestNotModifiedBodyReplayedKeyStable(t *testing.T) {
 				t.Fatalf("attempt %d body %q headers %v", i+1, f.bodies[i], r.Header)
 			}
 		}
-		if len(events) != 3 || events[0].Action != retry.Retry || events[2].Action != retry.Return || events[2].Decision.Verdict != retry.Answered {
+		if len(events) != 3 || events[0].Action != retry.Retry || events[2].Action != retry.Return || events[2].Verdict != retry.Answered {
 			t.Fatalf("events %+v", events)
 		}
 		// A second call gets a new key.
@@ -467,7 +468,7 @@ func TestPanickingCallbacksRecovered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{fn: always(503)}
 		rt := retry.NewTransport(f, retry.WithBudget(nil),
-			retry.WithHTTPClassifier(func(retry.HTTPAttempt) retry.Decision { panic("classifier") }),
+			retry.WithClassifier(func(retry.Event) retry.Verdict { panic("classifier") }),
 			retry.WithIdempotencyKeys(func() string { panic("keys") }),
 			retry.WithRandom(func() float64 { panic("random") }))
 		req, _ := http.NewRequest("POST", "http://svc/", nil)
@@ -480,4 +481,15 @@ func TestPanickingCallbacksRecovered(t *testing.T) {
 			t.Fatal("a panicking generator left the call without a key")
 		}
 	})
+}
+
+// errStopped in a table of wanted errors stands for any *retry.StopError.
+var errStopped = errors.New("a *retry.StopError")
+
+// matches reports whether err is want, or a stop when want is errStopped.
+func matches(err, want error) bool {
+	if want == errStopped {
+		return errors.As(err, new(*retry.StopError))
+	}
+	return errors.Is(err, want)
 }

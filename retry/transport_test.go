@@ -216,8 +216,8 @@ func TestLoopbackConnectionReused(t *testing.T) {
 	}
 }
 
-// A DeadlineError surfaces through http.Client as a *url.Error that still matches.
-func TestLoopbackDeadlineErrorThroughClient(t *testing.T) {
+// A deadline-rule StopError surfaces through http.Client as a *url.Error that still matches.
+func TestLoopbackDeadlineStopThroughClient(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "5")
 		w.WriteHeader(http.StatusTooManyRequests)
@@ -229,9 +229,9 @@ func TestLoopbackDeadlineErrorThroughClient(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	start := time.Now()
 	_, err := client.Do(req)
-	var de *retry.DeadlineError
+	var de *retry.StopError
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &de) || !de.Pushback {
-		t.Fatalf("err = %v; want a pushback DeadlineError", err)
+		t.Fatalf("err = %v; want a pushback StopError (the deadline rule)", err)
 	}
 	if time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("took %v; want an answer at once", time.Since(start))

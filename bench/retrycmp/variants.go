@@ -2,6 +2,7 @@ package retrycmp
 
 import (
 	"context"
+	"time"
 
 	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
@@ -52,14 +53,14 @@ func Variants() []Variant {
 				return retry.UnaryClientInterceptor(retry.WithMaxAttempts(Attempts))
 			},
 			Server: func() grpc.UnaryServerInterceptor { return retry.UnaryServerInterceptor() },
-			Bound:  deadlinekitBound(retry.DefaultBudgetMinPerSecond),
+			Bound:  deadlinekitBound(budgetMinPerSecond),
 		},
 		{
 			Name: "deadlinekit/retry (budget floor 1/s)",
 			Note: "as deadlinekit/retry, with retry.WithBudget(retry.NewBudget(0.1, 1, 10*time.Second)) per client: the same 10% ratio with a floor of 1 retry/s instead of 10, to show the ratio rather than the floor",
 			Client: func() grpc.UnaryClientInterceptor {
 				return retry.UnaryClientInterceptor(retry.WithMaxAttempts(Attempts),
-					retry.WithBudget(retry.NewBudget(retry.DefaultBudgetRatio, 1, retry.DefaultBudgetTTL)))
+					retry.WithBudget(retry.NewBudget(budgetRatio, 1, budgetTTL)))
 			},
 			Server:        func() grpc.UnaryServerInterceptor { return retry.UnaryServerInterceptor() },
 			Bound:         deadlinekitBound(1),
@@ -104,10 +105,18 @@ func naive(ctx context.Context, method string, req, reply any, cc *grpc.ClientCo
 	return err
 }
 
+// The retry budget deadlinekit/retry gives a client without retry.WithBudget:
+// retries up to 10% of the successes of the last 10 s, plus 10 per second.
+const (
+	budgetRatio        = 0.1
+	budgetMinPerSecond = 10
+	budgetTTL          = 10 * time.Second
+)
+
 // deadlinekitBound is the most retries one deadlinekit client may make within one TTL
 // after successes successes, with the given floor: ratio × successes + floor × TTL.
 func deadlinekitBound(floor float64) func(int) int {
 	return func(successes int) int {
-		return int(retry.DefaultBudgetRatio*float64(successes) + floor*retry.DefaultBudgetTTL.Seconds())
+		return int(budgetRatio*float64(successes) + floor*budgetTTL.Seconds())
 	}
 }

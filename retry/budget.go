@@ -34,8 +34,8 @@ const milli = 1000
 // average. In a sustained outage there are no successes, and retries fall to the
 // floor. This is Finagle's RetryBudget.
 //
-// A Budget is safe for concurrent use. Build one with [NewBudget]; the methods of a
-// nil *Budget allow every retry (no budget), which is what [WithBudget](nil) means.
+// A Budget is safe for concurrent use. Build one with [NewBudget]; a nil *Budget
+// allows every retry (no budget), which is what [WithBudget](nil) means.
 // Time is read from the monotonic clock.
 type Budget struct {
 	perSuccess int64 // milli-tokens per success

@@ -98,14 +98,27 @@ func WithFloor(d time.Duration) Option {
 }
 
 // WithMaxPushback sets the longest server pushback the layer will wait; a longer one
-// stops retrying. Default 30 s. A pushback is never waited past the deadline whatever
-// the cap.
+// stops retrying rather than coming back early to a server that asked for more time.
+// Default 30 s.
+//
+// A server's pushback (HTTP Retry-After, delta-seconds or a date; gRPC's
+// grpc-retry-pushback-ms trailer, or google.rpc.RetryInfo) replaces the backoff for
+// that wait, and is never waited past the deadline: one that does not fit stops under
+// the deadline rule ([WithFloor]). One of zero (a Retry-After date in the past) waits
+// the backoff, jitter included, so that the clients a server pushed back do not all
+// return at once. A negative or malformed one means "do not retry".
 func WithMaxPushback(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxPushback = max(d, 0) })
 }
 
-// WithClassifier lets f judge every attempt that reached the downstream (or failed on
-// its way: one that a layer beneath refused before sending is the layer's to judge).
+// WithClassifier lets f judge every attempt that reached the downstream or failed on
+// its way. An attempt that a layer beneath refused before sending is the layer's to
+// judge: for lack of budget (package propagate's floor, a [*deadline.BudgetError]) it
+// is not retried, spends no token, and is returned as is; with a time to come back
+// (package breaker's open circuit) it is retried after that time plus a random share
+// of the backoff, when that fits before the deadline, so that the calls refused
+// together do not all come back at the probe's instant.
+//
 // f gets the attempt as an [Event] whose Verdict and Reason are the layer's own
 // judgement; returning e.Verdict keeps it. Err tells the protocol's outcome apart:
 // a [*StatusError] for an HTTP failure status, a gRPC status error
@@ -142,7 +155,9 @@ func WithIdempotentMethods(methods ...string) Option {
 // this option; a blank one (empty or white space) is no key, and is replaced.
 //
 // On HTTP, keys are generated for methods that are not idempotent (POST, PATCH, …);
-// safe and idempotent methods need none. On gRPC, for every call.
+// safe and idempotent methods need none. On gRPC, for every call. A key makes a
+// request that is not idempotent retryable after it was sent: the server is expected
+// to store the first result under the key and answer repeats with it.
 func WithIdempotencyKeys(gen func() string) Option {
 	return optionFunc(func(c *config) {
 		if gen == nil {

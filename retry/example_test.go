@@ -76,7 +76,7 @@ func ExampleBackoff_Delay() {
 // One budget shared by the transports of one client: retries stay within 10% of the
 // successes of the last 10 s, plus a floor of 10 retries per second.
 func ExampleNewBudget() {
-	budget := retry.NewBudget(retry.DefaultBudgetRatio, retry.DefaultBudgetMinPerSecond, retry.DefaultBudgetTTL)
+	budget := retry.NewBudget(0.1, 10, 10*time.Second)
 	fmt.Println("a new client may retry at once:", budget.Balance(), "retries")
 
 	orders := retry.NewTransport(nil, retry.WithBudget(budget))

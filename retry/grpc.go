@@ -24,26 +24,11 @@ type grpcAttempt struct {
 	callEnded bool           // the call's own context had ended
 }
 
-// classifyGRPC is the classification of [UnaryClientInterceptor] for a failed
-// attempt (a success is Answered):
-//
-//   - the call's context ended: Failed;
-//   - UNAVAILABLE: Retryable;
-//   - DEADLINE_EXCEEDED: Retryable only when the per-attempt timeout fired and the
-//     call is idempotent or keyed (a timed-out attempt may have run); whether the
-//     deadline has room is then the deadline rule's business; else Failed;
-//   - RESOURCE_EXHAUSTED: Retryable only with google.rpc.RetryInfo; else Answered (a
-//     quota refusal);
-//   - NOT_FOUND, ALREADY_EXISTS, INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
-//     ABORTED, PERMISSION_DENIED, UNAUTHENTICATED: Answered (the downstream is up; the
-//     request or the credentials are wrong, or, for ABORTED, a conflict to re-read and
-//     decide);
-//   - UNIMPLEMENTED, INTERNAL, UNKNOWN, DATA_LOSS, CANCELED and anything else: Failed.
-//
-// A Retryable failure carries the server's pushback: the grpc-retry-pushback-ms
-// trailer if present, else RetryInfo's retry_delay. A DEADLINE_EXCEEDED that is
-// Failed carries a negative grpc-retry-pushback-ms too: it is a guard's refusal
-// (packages shortcircuit and propagate), and the call's stop reason says so.
+// classifyGRPC is the judgement of [UnaryClientInterceptor] on a failed attempt, as
+// documented there. A Retryable failure carries the server's pushback: the
+// grpc-retry-pushback-ms trailer if present, else RetryInfo's retry_delay. A
+// DEADLINE_EXCEEDED that is Failed carries a negative grpc-retry-pushback-ms too, so
+// that the call's stop reason says a guard refused.
 func classifyGRPC(a grpcAttempt) decision {
 	if a.callEnded {
 		return decision{verdict: Failed, reason: "the call's context ended"}
@@ -89,9 +74,27 @@ type grpcCallState struct {
 }
 
 // UnaryClientInterceptor returns a gRPC client interceptor that retries failed
-// attempts of unary calls, following the options and the package's rules (see the
-// package documentation). One interceptor is one client: its calls share one
+// attempts of unary calls. One interceptor is one client: its calls share one
 // [Budget] unless [WithBudget] says otherwise.
+//
+// An attempt is retried when another one may succeed and resending does no harm:
+//
+//   - UNAVAILABLE;
+//   - DEADLINE_EXCEEDED only when this layer's per-attempt timeout fired
+//     ([WithAttemptTimeout]) and the call may safely run twice, since a timed-out
+//     attempt may have run: its method is declared idempotent
+//     ([WithIdempotentMethods], or idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT in
+//     its proto descriptor), or it carries an idempotency-key;
+//   - RESOURCE_EXHAUSTED only with google.rpc.RetryInfo (without it, it is a quota
+//     refusal).
+//
+// Nothing else is: not a call whose context ended, nor NOT_FOUND, ALREADY_EXISTS,
+// INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE, ABORTED, PERMISSION_DENIED,
+// UNAUTHENTICATED (the downstream is up: they are Answered and deposit into the
+// budget), nor UNIMPLEMENTED, INTERNAL, UNKNOWN, DATA_LOSS, CANCELED. [WithClassifier]
+// changes this judgement. A DEADLINE_EXCEEDED with grpc-retry-pushback-ms: -1 is a
+// guard's refusal for lack of budget (packages shortcircuit and propagate): it is
+// never retried, since a retry could only arrive with less time.
 //
 // Attempts after the first carry grpc-previous-rpc-attempts; a call with
 // [WithIdempotencyKeys] carries the same idempotency-key on every attempt. Each
@@ -100,10 +103,9 @@ type grpcCallState struct {
 // this one. Do not combine it with grpc-go's own retry policy (service config): only
 // one layer should retry.
 //
-// When the layer stops before its attempts ran out, the error wraps the last failure:
-// a [*DeadlineError] has code DEADLINE_EXCEEDED, a context that ended gives
-// CANCELED or DEADLINE_EXCEEDED, and the others ([*BudgetExhaustedError], a pushback
-// over the cap) keep the last attempt's code.
+// When the layer stops before its attempts ran out, it returns a [*StopError]: under
+// the deadline rule with code DEADLINE_EXCEEDED, when the context ended CANCELED or
+// DEADLINE_EXCEEDED; the others keep the last attempt's code.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {

@@ -38,23 +38,10 @@ type httpAttempt struct {
 	now      time.Time // when the attempt ended, for Retry-After dates
 }
 
-// classifyHTTP is the classification of [NewTransport]:
-//
-//   - the call's context ended: Failed;
-//   - a transport error before the request was fully sent (refused, reset while
-//     sending, handshake or dial timeout): Retryable, whatever the method;
-//   - a transport error after it was sent (read timeout, reset, per-attempt timeout):
-//     Retryable for idempotent methods and keyed requests, else Failed;
-//   - errors that are not transport failures (TLS certificate, bad URL): Failed;
-//   - 429, 408, 425: Retryable, whatever the method;
-//   - 500, 502, 503, 504: Retryable for idempotent methods and keyed requests, else
-//     Failed;
-//   - other 5xx: Failed; 1xx–4xx: Answered.
-//
-// A Retryable answer carries the server's pushback: grpc-retry-pushback-ms if present,
-// else Retry-After. A 5xx answer to a request that is not retried anyway carries a
-// negative grpc-retry-pushback-ms too, so that the call's stop reason says the server
-// refused (refused, downstream_retried) rather than not_retryable.
+// classifyHTTP is the judgement of [NewTransport], as documented there; 1xx–4xx
+// answers but the retried ones are Answered, other failures Failed. A Retryable
+// answer carries the server's pushback: grpc-retry-pushback-ms if present, else
+// Retry-After.
 func classifyHTTP(a httpAttempt) decision {
 	idem := a.hasKey || idempotency.Method(a.req.Method)
 	if a.err != nil {
@@ -167,19 +154,36 @@ func dialFailure(err error) bool {
 }
 
 // NewTransport returns an [http.RoundTripper] that retries failed attempts of a
-// request through base (nil means [http.DefaultTransport]), following the options and
-// the package's rules (see the package documentation). One transport is one client:
-// its calls share one [Budget] unless [WithBudget] says otherwise.
+// request through base (nil means [http.DefaultTransport]). One transport is one
+// client: its calls share one [Budget] unless [WithBudget] says otherwise.
+//
+// An attempt is retried when another one may succeed and resending does no harm:
+//
+//   - a transport error before the request was fully sent (refused, reset while
+//     sending, a dial or handshake timeout), whatever the method: the server cannot
+//     have acted on it;
+//   - a transport error after it was sent (read timeout, reset, the per-attempt
+//     timeout), or a 500, 502, 503 or 504, only for an idempotent method (RFC 9110:
+//     GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or a request carrying an
+//     Idempotency-Key ([WithIdempotencyKeys]): a timeout proves only that no answer
+//     arrived, not that nothing was done;
+//   - 429, 408 and 425, whatever the method.
+//
+// Nothing else is: not a call whose context ended, an error that is not a transport
+// failure (a TLS certificate that does not verify, a bad URL), another status, nor a
+// request with a Body but no GetBody, which is sent once. [WithClassifier] changes
+// this judgement. A 5xx that is not retried carries the server's "do not retry"
+// (grpc-retry-pushback-ms: -1) into the call's stop reason, when it said so.
 //
 // The caller's request is never modified: each attempt after the first is a shallow
 // copy with its own header map (grpc-previous-rpc-attempts, the idempotency key) and
-// a fresh body from GetBody. A request with a body but no GetBody is sent once. The
-// body of every response that is retried is drained and closed, within bounds (64
-// KiB, 100 ms): a body that stalls delays the retry by 100 ms at most.
+// a fresh body from GetBody. The body of every response that is retried is drained
+// and closed, within bounds (64 KiB, 100 ms), so that a body that stalls cannot hold
+// the retry up.
 //
 // The response returned is that of the last attempt. When the layer stops before its
-// attempts ran out, it returns an error instead ([*DeadlineError],
-// [*BudgetExhaustedError], [*StopError]), wrapping the last failure.
+// attempts ran out, it returns a [*StopError] instead, wrapping the last failure (a
+// [*StatusError] for an answer).
 func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

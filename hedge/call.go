@@ -52,12 +52,7 @@ type result[T any] struct {
 // call under mu: the other copies are cancelled and their spans ended, and the
 // caller, blocked in the primary or waiting on decidedCh, returns the winner.
 type call[T any] struct {
-	// Set by the adapter before run.
-	hedger   *Hedger
-	protocol otelattr.Protocol
-	plan     plan
-	adapter  adapter[T]
-	event    *Event
+	callSetup[T]
 
 	ctx   context.Context // the caller's: every copy's context is derived from it
 	timer *time.Timer
@@ -85,6 +80,15 @@ type call[T any] struct {
 	// timer fired. Nothing but the caller refers to it any more, so its memory may be
 	// reused.
 	reusable bool
+}
+
+// callSetup is what the adapter sets in a call before run.
+type callSetup[T any] struct {
+	hedger   *Hedger
+	protocol otelattr.Protocol
+	plan     plan
+	adapter  adapter[T]
+	event    *Event // where the call's event is written, for the observers
 }
 
 // run sends the primary under ctx and hedges it after each delay. It returns the
@@ -133,7 +137,7 @@ func (c *call[T]) startPrimary(ctx context.Context) (context.Context, otelattr.A
 }
 
 // await returns once the call is decided, or decides it without a winner when ctx
-// ends first. The primary has returned.
+// ends first. It is called once the primary has returned.
 func (c *call[T]) await(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -93,22 +93,20 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 		h.observe(ctx, &ev)
 		return err
 	}
+	gc := grpcCalls.Get().(*grpcCall)
 	// The reply's type is read now: once the primary runs, it writes to the reply.
-	a := grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
-	return h.hedgedUnary(ctx, a, p)
+	gc.attempts = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
+	return h.hedgedUnary(ctx, gc, p)
 }
 
-// hedgedUnary sends the call of a, hedged as p says.
-func (h *Hedger) hedgedUnary(ctx context.Context, a grpcAttempts, p plan) error {
+// hedgedUnary sends the call gc.attempts describes, hedged as p says.
+func (h *Hedger) hedgedUnary(ctx context.Context, gc *grpcCall, p plan) error {
 	// The caller's completion callbacks run once, with the call's result, not once
 	// per copy: no copy carries them.
 	var onFinish []func(error)
-	a.opts, onFinish = splitOnFinish(a.opts)
-	gc := grpcCalls.Get().(*grpcCall)
-	gc.event = Event{Target: a.method, Attempts: 1, Delay: p.delay}
-	gc.attempts = a
-	gc.call = call[struct{}]{hedger: h, protocol: otelattr.GRPC, plan: p, adapter: &gc.attempts, event: &gc.event,
-		fireFunc: gc.call.fireFunc}
+	gc.attempts.opts, onFinish = splitOnFinish(gc.attempts.opts)
+	gc.event = Event{Target: gc.attempts.method, Attempts: 1, Delay: p.delay}
+	gc.call.callSetup = callSetup[struct{}]{hedger: h, protocol: otelattr.GRPC, plan: p, adapter: &gc.attempts, event: &gc.event}
 	r, cancel, ok := gc.call.run(ctx)
 	var err error
 	if !ok {

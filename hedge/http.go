@@ -144,7 +144,7 @@ type httpCall struct {
 func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan) (*http.Response, error) {
 	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
 	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req)}
-	hc.call = call[*http.Response]{hedger: t.h, protocol: otelattr.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
+	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: otelattr.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
 	r, cancel, ok := hc.call.run(ctx)
 	if !ok {
 		t.observe(ctx, &hc.event, nil)

@@ -175,7 +175,8 @@ func WithMaxAttempts(n int) Option {
 }
 
 // WithDelay sets how the delay before a hedge is found (see [Delay]; its zero fields
-// take their defaults). Default [DefaultDelay].
+// take their defaults), replacing what an earlier WithDelay set. Default
+// [DefaultDelay].
 func WithDelay(d Delay) Option {
 	return optionFunc(func(c *config) { c.delay = d.orDefault() })
 }

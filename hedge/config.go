@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
 )
 
 // Defaults of the options, and the bounds the options are clamped to.
@@ -19,9 +21,6 @@ const (
 	DefaultMaxAttempts = 2
 	// MaxAttempts is the most [WithMaxAttempts] accepts.
 	MaxAttempts = 5
-	// DefaultFloor is the least time left before the deadline for which a hedge is
-	// still sent.
-	DefaultFloor = 20 * time.Millisecond
 	// Burst is the number of hedges a new [Hedger] may send before its primaries
 	// have paid for any, and the most its token account holds.
 	Burst = 10
@@ -117,7 +116,7 @@ func newConfig(opts []Option) *config {
 		maxExtraLoad: DefaultMaxExtraLoad,
 		maxAttempts:  DefaultMaxAttempts,
 		delay:        DefaultDelay,
-		floor:        DefaultFloor,
+		floor:        deadline.DefaultFloor,
 		nonFatalHTTP: []int{503},
 		nonFatalGRPC: []codes.Code{codes.Unavailable},
 	}
@@ -182,8 +181,9 @@ func WithDelay(d Delay) Option {
 }
 
 // WithFloor sets the least time left before the call's deadline for which a hedge is
-// still sent: a copy with no time to run only adds load. Default [DefaultFloor]
-// (20 ms). A call without deadline is never refused a hedge for lack of time.
+// still sent: a copy with no time to run only adds load. Default
+// [deadline.DefaultFloor] (20 ms). A call without deadline is never refused a hedge
+// for lack of time.
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.floor = max(d, 0) })
 }

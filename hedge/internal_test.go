@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
 )
 
 // TestTokensConcurrent: however primaries and hedges interleave, hedges never exceed
@@ -65,7 +67,7 @@ func TestOptionsClamped(t *testing.T) {
 	}
 	d := newConfig(nil)
 	if d.percentile != DefaultPercentile || d.maxExtraLoad != DefaultMaxExtraLoad || d.maxAttempts != 2 ||
-		d.delay != DefaultDelay || d.floor != DefaultFloor || len(d.nonFatalHTTP) != 1 || d.nonFatalGRPC[0] != codes.Unavailable {
+		d.delay != DefaultDelay || d.floor != deadline.DefaultFloor || len(d.nonFatalHTTP) != 1 || d.nonFatalGRPC[0] != codes.Unavailable {
 		t.Errorf("defaults = %+v", *d)
 	}
 }

@@ -134,8 +134,8 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	if c.rec != recordSpan {
 		span.SetAttributes(otelattr.BudgetSentKey.Float64(float64(left) / 1e6))
 	}
-	span.SetAttributes(otelattr.AttemptsKey.Int(1), otelattr.RetriesKey.Int(0), otelattr.RetryStopReasonKey.String("success"),
-		otelattr.HedgesKey.Int(0), otelattr.HedgeWonKey.Bool(false))
+	span.SetAttributes(otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("success"),
+		otelattr.HedgeCountKey.Int(0), otelattr.HedgeWonKey.Bool(false))
 	return err
 }
 

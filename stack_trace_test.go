@@ -25,13 +25,14 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // clientKeys are the attributes of a call; no server span may carry one.
 var clientKeys = []attribute.Key{
-	otelattr.AttemptsKey, otelattr.RetriesKey, otelattr.RetryStopReasonKey,
-	otelattr.HedgesKey, otelattr.HedgeWonKey, otelattr.HedgeSkipKey, otelattr.BudgetSentKey,
+	otelattr.AttemptsKey, otelattr.RetryCountKey, otelattr.RetryStopReasonKey,
+	otelattr.HedgeCountKey, otelattr.HedgeWonKey, otelattr.HedgeSkipKey, otelattr.BudgetSentKey,
 }
 
 // traced installs a recording SDK and the W3C propagator for one test.
@@ -161,8 +162,8 @@ func (st *spanTree) check() {
 		if v, _ := has(c, otelattr.AttemptsKey); v.AsInt64() != 1 {
 			t.Errorf("call span %q: attempts %v; want 1", c.Name(), v.AsInt64())
 		}
-		if v, ok := has(c, otelattr.HedgeSkipKey); !ok || v.AsString() != string(otelattr.HedgeSkipWarmingUp) {
-			t.Errorf("call span %q: hedge.skip %q; want %q", c.Name(), v.AsString(), otelattr.HedgeSkipWarmingUp)
+		if v, ok := has(c, otelattr.HedgeSkipKey); !ok || v.AsString() != string(record.HedgeSkipWarmingUp) {
+			t.Errorf("call span %q: hedge.skip %q; want %q", c.Name(), v.AsString(), record.HedgeSkipWarmingUp)
 		}
 	}
 	if len(attempts) != 2 {

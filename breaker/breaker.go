@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // State is a circuit's state.
@@ -32,14 +32,14 @@ func (s State) String() string {
 	return "unknown"
 }
 
-func (s State) otel() otelattr.BreakerState {
+func (s State) otel() record.BreakerState {
 	switch s {
 	case Open:
-		return otelattr.BreakerOpen
+		return record.BreakerOpen
 	case HalfOpen:
-		return otelattr.BreakerHalfOpen
+		return record.BreakerHalfOpen
 	}
-	return otelattr.BreakerClosed
+	return record.BreakerClosed
 }
 
 // typicalMinSamples is how many latencies a circuit's window must hold before their
@@ -107,7 +107,7 @@ type circuit struct {
 	name  string
 	hit   hit // the key the circuit was made for, and itself
 	epoch time.Time
-	tel   *otelattr.BreakerTarget
+	tel   *record.BreakerTarget
 	lat   *quantile.Window // latencies of successes: the target's typical latency
 	seen  atomic.Uint32    // successes seen, for sampling them into lat
 
@@ -136,7 +136,7 @@ func (b *Breaker) newCircuit(name string) *circuit {
 	return &circuit{
 		name:  name,
 		epoch: lat.Epoch(), // one time zero for both: the latencies take the circuit's times
-		tel:   otelattr.NewBreakerTarget(name),
+		tel:   record.NewBreakerTarget(name),
 		lat:   lat,
 		win:   newWindow(int64(b.cfg.window), b.cfg.buckets),
 	}
@@ -413,13 +413,13 @@ func (b *Breaker) count(ctx context.Context, c *circuit, o Outcome, slow bool) {
 	switch o {
 	case Success:
 		b.successes.Add(1)
-		c.tel.RecordOutcome(ctx, otelattr.BreakerSuccess, slow)
+		c.tel.RecordOutcome(ctx, record.BreakerSuccess, slow)
 	case Failure:
 		b.failures.Add(1)
-		c.tel.RecordOutcome(ctx, otelattr.BreakerFailure, slow)
+		c.tel.RecordOutcome(ctx, record.BreakerFailure, slow)
 	default:
 		b.neutral.Add(1)
-		c.tel.RecordOutcome(ctx, otelattr.BreakerNeutral, false)
+		c.tel.RecordOutcome(ctx, record.BreakerNeutral, false)
 	}
 	if slow {
 		b.slow.Add(1)

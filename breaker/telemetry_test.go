@@ -22,6 +22,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -201,7 +202,7 @@ func TestCallSpanSaysTheLastAttempt(t *testing.T) {
 	for _, kv := range call.Attributes() {
 		got[kv.Key] = kv.Value
 	}
-	if !got[otelattr.BreakerProbeKey].AsBool() || got[otelattr.BreakerRefusedKey].AsBool() || got[otelattr.BreakerStateKey].AsString() != string(otelattr.BreakerHalfOpen) {
+	if !got[otelattr.BreakerProbeKey].AsBool() || got[otelattr.BreakerRefusedKey].AsBool() || got[otelattr.BreakerStateKey].AsString() != string(record.BreakerHalfOpen) {
 		t.Errorf("call span: probe %v, refused %v, state %q; want a probe, not refused, half_open",
 			got[otelattr.BreakerProbeKey], got[otelattr.BreakerRefusedKey], got[otelattr.BreakerStateKey].AsString())
 	}

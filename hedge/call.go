@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // verdict classifies the outcome of one attempt. The call ends at the first answer
@@ -31,7 +31,7 @@ type adapter[T any] interface {
 	abandon(n int)
 	// send sends attempt n (0: the primary) under ctx, which carries the attempt's
 	// span: when that span records, the request carries its trace context.
-	send(ctx context.Context, n int, span otelattr.Attempt) (T, error)
+	send(ctx context.Context, n int, span record.Attempt) (T, error)
 	verdict(n int, v T, err error) verdict
 	// discard disposes of a result nobody will use, then calls cancel. It must not
 	// block: it runs under the call's lock or on the caller's goroutine.
@@ -73,8 +73,8 @@ type call[T any] struct {
 	lastFailure  result[T] // the latest failure, when hasFailure
 	hasFailure   bool
 	cancels      [MaxAttempts]context.CancelFunc
-	spans        [MaxAttempts]otelattr.Attempt // of the copies in flight
-	started      [MaxAttempts]bool             // the copy was sent (or is being)
+	spans        [MaxAttempts]record.Attempt // of the copies in flight
+	started      [MaxAttempts]bool           // the copy was sent (or is being)
 	returned     [MaxAttempts]bool
 	// reusable: the call was decided with no hedge given an index and before its
 	// timer fired. Nothing but the caller refers to it any more, so its memory may be
@@ -85,7 +85,7 @@ type call[T any] struct {
 // callSetup is what the adapter sets in a call before run.
 type callSetup[T any] struct {
 	hedger   *Hedger
-	protocol otelattr.Protocol
+	protocol record.Protocol
 	plan     plan
 	adapter  adapter[T]
 	event    *Event // where the call's event is written, for the observers
@@ -113,18 +113,18 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 	}
 	c.mu.Unlock()
 	if sent == 1 && skip == "" {
-		skip = otelattr.HedgeSkipNotDue
+		skip = record.HedgeSkipNotDue
 	}
-	otelattr.RecordHedgeCall(ctx, sent-1, won, skip)
+	record.HedgeCall(ctx, sent-1, won, skip)
 	return winner, cancel, ok
 }
 
 // startPrimary readies the primary's context and span, and arms the timer of the
 // first hedge.
-func (c *call[T]) startPrimary(ctx context.Context) (context.Context, otelattr.Attempt) {
+func (c *call[T]) startPrimary(ctx context.Context) (context.Context, record.Attempt) {
 	primaryCtx, cancel := context.WithCancel(ctx)
 	c.ctx, c.cancels[0], c.copies, c.outstanding = ctx, cancel, 1, 1
-	primaryCtx, span := otelattr.StartAttempt(primaryCtx, c.protocol, otelattr.KindPrimary, 1)
+	primaryCtx, span := record.StartAttempt(primaryCtx, c.protocol, record.KindPrimary, 1)
 	c.spans[0], c.started[0] = span, true
 	if c.fireFunc == nil {
 		c.fireFunc = c.fire
@@ -208,7 +208,7 @@ func (c *call[T]) sendHedge(ctx context.Context, n int) {
 	}
 	c.started[n] = true
 	c.hedger.hedges.Add(1)
-	ctx, span := otelattr.StartAttempt(ctx, c.protocol, otelattr.KindHedge, n+1)
+	ctx, span := record.StartAttempt(ctx, c.protocol, record.KindHedge, n+1)
 	c.spans[n] = span
 	c.mu.Unlock()
 	start := time.Now()
@@ -224,7 +224,7 @@ func (c *call[T]) unsendable(n int) {
 	c.unsent++
 	c.hedger.tokens.refund()
 	c.noMoreHedges = true
-	c.event.Skipped = otelattr.HedgeSkipNotIdempotent
+	c.event.Skipped = record.HedgeSkipNotIdempotent
 	c.cancels[n]()
 	if c.outstanding == 0 {
 		c.endWithLastFailure()
@@ -239,16 +239,16 @@ func (c *call[T]) take(r result[T]) {
 	c.returned[r.n] = true
 	c.outstanding--
 	span := c.spans[r.n]
-	c.spans[r.n] = otelattr.Attempt{}
+	c.spans[r.n] = record.Attempt{}
 	if c.decided {
 		c.adapter.discard(r.value, r.err, c.cancels[r.n])
 		return
 	}
 	v := c.adapter.verdict(r.n, r.value, r.err)
 	if v == success || v == answer && r.err == nil {
-		span.End(otelattr.OutcomeSuccess, nil)
+		span.End(record.OutcomeSuccess, nil)
 	} else {
-		span.End(otelattr.OutcomeFailure, r.err)
+		span.End(record.OutcomeFailure, r.err)
 	}
 	switch {
 	case v == success:
@@ -368,8 +368,8 @@ func (c *call[T]) cancelInFlight() {
 			c.hedger.tokens.refund()
 			continue
 		}
-		c.spans[n].End(otelattr.OutcomeCanceled, nil)
-		c.spans[n] = otelattr.Attempt{}
+		c.spans[n].End(record.OutcomeCanceled, nil)
+		c.spans[n] = record.Attempt{}
 		if n == 0 && c.succeeded {
 			now := time.Now()
 			c.learn(now, now.Sub(c.plan.start))
@@ -379,7 +379,7 @@ func (c *call[T]) cancelInFlight() {
 
 // sendRecovered turns a panic in an attempt (the base transport's) into an error:
 // hedges run on goroutines of their own, where a panic would end the program.
-func sendRecovered[T any](ctx context.Context, a adapter[T], n int, span otelattr.Attempt) (v T, err error) {
+func sendRecovered[T any](ctx context.Context, a adapter[T], n int, span record.Attempt) (v T, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("hedge: attempt %d panicked: %v", n, r)

@@ -221,8 +221,8 @@ func WithIdempotentMethods(methods ...string) Option {
 // what the hedging layer did (see [Event]). Each use adds one; they are called in
 // the order given, on the caller's goroutine, and must not block. A panic in f is
 // the caller's: it goes through unchanged (the answer it would have received is
-// closed first). Tracing does not depend on observers: package otelattr records the
-// call on its span either way.
+// closed first). Tracing does not depend on observers: the layer records the call on
+// its span (the attributes package otelattr names) either way.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

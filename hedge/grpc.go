@@ -18,7 +18,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // UnaryClientInterceptor returns [Hedger.UnaryClientInterceptor] of a [Hedger] of its
@@ -56,7 +56,7 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The call's span: a layer above (retry) started it, or grpc-go's
 		// OpenTelemetry plugin did, or it is started here.
-		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		ctx, call := record.StartCall(ctx, record.GRPC, method)
 		err := h.unary(ctx, method, req, reply, cc, invoker, opts)
 		call.End(err)
 		return err
@@ -70,10 +70,10 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	switch {
 	case !h.grpcIdempotent(ctx, t, method):
 		h.notIdempotent.Add(1)
-		ev.Skipped = otelattr.HedgeSkipNotIdempotent
+		ev.Skipped = record.HedgeSkipNotIdempotent
 	case !isMsg:
 		h.notReplayable.Add(1)
-		ev.Skipped = otelattr.HedgeSkipNotIdempotent
+		ev.Skipped = record.HedgeSkipNotIdempotent
 	}
 	if ev.Skipped != "" {
 		err := invoker(ctx, method, req, reply, cc, opts...)
@@ -106,7 +106,7 @@ func (h *Hedger) hedgedUnary(ctx context.Context, gc *grpcCall, p plan) error {
 	var onFinish []func(error)
 	gc.attempts.opts, onFinish = splitOnFinish(gc.attempts.opts)
 	gc.event = Event{Target: gc.attempts.method, Attempts: 1, Delay: p.delay}
-	gc.call.callSetup = callSetup[struct{}]{hedger: h, protocol: otelattr.GRPC, plan: p, adapter: &gc.attempts, event: &gc.event}
+	gc.call.callSetup = callSetup[struct{}]{hedger: h, protocol: record.GRPC, plan: p, adapter: &gc.attempts, event: &gc.event}
 	r, cancel, ok := gc.call.run(ctx)
 	var err error
 	if !ok {
@@ -210,7 +210,7 @@ type hedgeCall struct {
 func (p *grpcAttempts) prepare(int) error { return nil }
 func (p *grpcAttempts) abandon(int)       {}
 
-func (p *grpcAttempts) send(ctx context.Context, n int, _ otelattr.Attempt) (struct{}, error) {
+func (p *grpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (struct{}, error) {
 	if n == 0 {
 		return struct{}{}, p.invoker(ctx, p.method, p.req, p.reply, p.cc, p.opts...)
 	}

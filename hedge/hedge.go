@@ -8,7 +8,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // Hedger holds the state of a hedging layer: the latency window of each target (a
@@ -35,10 +35,10 @@ import (
 // panic in an attempt of a hedged call is returned as the attempt's error.
 //
 // Package otelattr records each call: the layer joins the call's span
-// ([otelattr.StartCall]) or starts one; each attempt of a hedgeable call gets a child
+// ([record.StartCall]) or starts one; each attempt of a hedgeable call gets a child
 // span, ended before the call's (a copy still in flight when the call is decided ends
 // "canceled"); the call's span gets the hedges sent and whether one won, or why none
-// was sent (deadlinekit.hedge.skip, an [otelattr.HedgeSkip]).
+// was sent (deadlinekit.hedge.skip, an [record.HedgeSkip]).
 type Hedger struct {
 	cfg          *config
 	windowConfig quantile.Config
@@ -225,7 +225,7 @@ type plan struct {
 	start  time.Time
 	delay  time.Duration
 	// skip is why the call is sent once, without a hedge; "" when it may be hedged.
-	skip otelattr.HedgeSkip
+	skip record.HedgeSkip
 }
 
 // plan counts a hedgeable call to t as a primary, pays its share into the token
@@ -238,9 +238,9 @@ func (h *Hedger) plan(t *target) plan {
 	p.delay, known = h.delay(p.window, p.start)
 	switch {
 	case h.cfg.disabled():
-		p.skip = otelattr.HedgeSkipDisabled
+		p.skip = record.HedgeSkipDisabled
 	case !known:
-		p.skip = otelattr.HedgeSkipWarmingUp
+		p.skip = record.HedgeSkipWarmingUp
 	}
 	return p
 }
@@ -259,12 +259,12 @@ func (p *plan) learnLatency() {
 func (h *Hedger) allow(ctx context.Context, e *Event) bool {
 	if left, has := deadline.Remaining(ctx); has && left < h.cfg.floor {
 		h.refusedDeadline.Add(1)
-		e.Skipped = otelattr.HedgeSkipDeadline
+		e.Skipped = record.HedgeSkipDeadline
 		return false
 	}
 	if !h.tokens.take() {
 		h.refusedCap.Add(1)
-		e.Skipped = otelattr.HedgeSkipCap
+		e.Skipped = record.HedgeSkipCap
 		return false
 	}
 	return true
@@ -286,7 +286,7 @@ type Event struct {
 	// be hedged at all (a body that cannot be replayed counts as not idempotent);
 	// empty when nothing was held back, even when the call ended before its hedge
 	// was due (which its span records as not_due).
-	Skipped otelattr.HedgeSkip
+	Skipped record.HedgeSkip
 }
 
 // observe calls the observers with e, in order, on the caller's goroutine.
@@ -299,5 +299,5 @@ func (h *Hedger) observe(ctx context.Context, e *Event) {
 // recordSentOnce records on the call's span a call sent without a hedge, for the
 // reason e.Skipped.
 func recordSentOnce(ctx context.Context, e *Event) {
-	otelattr.RecordHedgeCall(ctx, 0, false, e.Skipped)
+	record.HedgeCall(ctx, 0, false, e.Skipped)
 }

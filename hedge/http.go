@@ -14,7 +14,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/drain"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // NewTransport returns [Hedger.Transport](base) of a [Hedger] of its own, made from
@@ -72,7 +72,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The call's span: a layer above (retry) started it, or the user's client span
 	// (otelhttp) is it, or it is started here. Untraced, ctx is the request's own.
-	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
+	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
 	if ctx != req.Context() {
 		req = req.WithContext(ctx)
 	}
@@ -85,7 +85,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.Header == nil {
 			r.Header = make(http.Header, 1)
 		}
-		otelattr.InjectHTTP(ctx, r.Header)
+		record.InjectHTTP(ctx, r.Header)
 		req = &r
 	}
 	resp, err := t.roundTrip(ctx, req)
@@ -103,10 +103,10 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	switch {
 	case !idempotency.Method(req.Method) && !idempotency.Keyed(req.Header[idempotency.Header]):
 		h.notIdempotent.Add(1)
-		ev.Skipped = otelattr.HedgeSkipNotIdempotent
+		ev.Skipped = record.HedgeSkipNotIdempotent
 	case !replayable:
 		h.notReplayable.Add(1)
-		ev.Skipped = otelattr.HedgeSkipNotIdempotent
+		ev.Skipped = record.HedgeSkipNotIdempotent
 	}
 	if ev.Skipped != "" {
 		resp, err := t.base.RoundTrip(req)
@@ -144,7 +144,7 @@ type httpCall struct {
 func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan) (*http.Response, error) {
 	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
 	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req)}
-	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: otelattr.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
+	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: record.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
 	r, cancel, ok := hc.call.run(ctx)
 	if !ok {
 		t.observe(ctx, &hc.event, nil)
@@ -217,7 +217,7 @@ func (p *httpAttempts) abandon(n int) {
 	}
 }
 
-func (p *httpAttempts) send(ctx context.Context, n int, span otelattr.Attempt) (*http.Response, error) {
+func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*http.Response, error) {
 	r := p.req.WithContext(ctx)
 	if n == 0 && !span.Recording() {
 		return p.t.base.RoundTrip(r)
@@ -227,7 +227,7 @@ func (p *httpAttempts) send(ctx context.Context, n int, span otelattr.Attempt) (
 		r.Header = make(http.Header, 2)
 	}
 	// The downstream's span is a child of this attempt's span.
-	otelattr.InjectHTTP(ctx, r.Header)
+	record.InjectHTTP(ctx, r.Header)
 	if n == 0 {
 		return p.t.base.RoundTrip(r)
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
-	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 const target = "backend.test"
@@ -114,7 +114,7 @@ func TestWarmUp(t *testing.T) {
 					t.Fatalf("%d events, want 10", len(events))
 				}
 				e := events[0]
-				if tc.wantHedges == 0 && (e.Attempts != 1 || e.Skipped != otelattr.HedgeSkipWarmingUp) {
+				if tc.wantHedges == 0 && (e.Attempts != 1 || e.Skipped != record.HedgeSkipWarmingUp) {
 					t.Errorf("event = %+v, want 1 attempt, warming up", e)
 				}
 				if tc.wantHedges > 0 && (e.Attempts != 2 || e.Winner != 1 || e.Delay != 10*time.Millisecond || e.Target != target) {

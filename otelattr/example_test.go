@@ -3,56 +3,43 @@ package otelattr_test
 import (
 	"context"
 	"fmt"
-	"time"
+	"net/http"
+	"net/http/httptest"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// A hedged call made by a handler: the primary is slow, the hedge answers, the
-// primary is cancelled. The call has a span of its own, under the handler's server
-// span, and the server span carries nothing of the call's. The SDK here stands in for
-// the one a service installs at start-up.
-func ExampleStartCall() {
+// A test of a service's own reads what the toolkit recorded by key: here, the server
+// spans of two requests, one that arrived with 250 ms (grpc-timeout: 250m) and one
+// with 5 ms, below the stack's 20 ms floor. The SDK stands in for the one a service
+// installs at start-up, and the spans for those otelhttp's handler would start.
+func Example() {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	ctx, server := tp.Tracer("example").Start(context.Background(), "GET /price", trace.WithSpanKind(trace.SpanKindServer))
+	h := deadlinekit.NewHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 
-	cctx, call := otelattr.StartCall(ctx, otelattr.HTTP, "GET")
-	_, primary := otelattr.StartAttempt(cctx, otelattr.HTTP, otelattr.KindPrimary, 1)
-	hctx, hedge := otelattr.StartAttempt(cctx, otelattr.HTTP, otelattr.KindHedge, 2)
-	otelattr.RecordBudgetSent(hctx, 180*time.Millisecond)
-	hedge.End(otelattr.OutcomeSuccess, nil)
-	primary.End(otelattr.OutcomeCanceled, context.Canceled)
-	otelattr.RecordHedgeCall(cctx, 1, true, "")
-	call.End(nil)
-	server.End()
+	for _, timeout := range []string{"250m", "5m"} {
+		ctx, span := tp.Tracer("example").Start(context.Background(), "GET /price", trace.WithSpanKind(trace.SpanKindServer))
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/price", nil)
+		req.Header.Set("Grpc-Timeout", timeout)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		span.End()
+	}
 
 	for _, s := range rec.Ended() {
-		fmt.Println(s.Name())
-		for _, kv := range s.Attributes() {
-			fmt.Printf("  %s=%s\n", kv.Key, kv.Value.String())
-		}
+		attrs := attribute.NewSet(s.Attributes()...)
+		received, _ := attrs.Value(otelattr.BudgetReceivedKey)
+		rejected, _ := attrs.Value(otelattr.ShortCircuitRejectedKey)
+		floor, _ := attrs.Value(otelattr.ShortCircuitFloorKey)
+		fmt.Printf("received %s ms, rejected %t, floor %q\n", received.Emit(), rejected.AsBool(), floor.Emit())
 	}
 	// Output:
-	// attempt hedge
-	//   deadlinekit.attempt.number=2
-	//   deadlinekit.attempt.kind=hedge
-	//   http.request.resend_count=1
-	//   deadlinekit.budget.sent_ms=180
-	//   deadlinekit.attempt.outcome=success
-	// attempt primary
-	//   deadlinekit.attempt.number=1
-	//   deadlinekit.attempt.kind=primary
-	//   http.request.resend_count=0
-	//   deadlinekit.attempt.outcome=canceled
-	// GET
-	//   deadlinekit.attempts=2
-	//   deadlinekit.hedge.count=1
-	//   deadlinekit.hedge.won=true
-	//   deadlinekit.budget.sent_ms=180
-	// GET /price
+	// received 250 ms, rejected false, floor ""
+	// received 5 ms, rejected true, floor "20"
 }

@@ -2,15 +2,16 @@ package otelattr
 
 import "go.opentelemetry.io/otel/attribute"
 
-// ScopeName is the instrumentation scope of the spans and metrics this package makes.
+// ScopeName is the instrumentation scope of the spans and metrics the toolkit makes.
 const ScopeName = "github.com/deadlinekit/deadlinekit"
 
-// Server-side span attributes.
+// Attributes of a server span (packages propagate and shortcircuit).
 const (
 	// BudgetReceivedKey is the budget (ms) the server applied to the request.
 	BudgetReceivedKey = attribute.Key("deadlinekit.budget.received_ms")
-	// BudgetSourceKey is where the budget came from: a lower-case header name, or
-	// "default" when none came.
+	// BudgetSourceKey is where the budget came from: "grpc-timeout",
+	// "connect-timeout-ms", "x-envoy-expected-rq-timeout-ms", or "default" when none
+	// came.
 	BudgetSourceKey = attribute.Key("deadlinekit.budget.source")
 	// BudgetClampedKey is true when the inbound budget was above the server's
 	// maximum and was cut to it.
@@ -22,33 +23,64 @@ const (
 	ShortCircuitFloorKey = attribute.Key("deadlinekit.shortcircuit.floor_ms")
 	// ShortCircuitRemainingKey is the budget (ms) left when the guard decided.
 	ShortCircuitRemainingKey = attribute.Key("deadlinekit.shortcircuit.remaining_ms")
+	// ShortCircuitAdmissionKey is what a concurrency limit did with the request:
+	// "admitted", "cannot_finish", "dropped", "overloaded" or "canceled".
+	ShortCircuitAdmissionKey = attribute.Key("deadlinekit.shortcircuit.admission")
+	// ShortCircuitQueuedKey is true when the request waited for a slot of a
+	// concurrency limit.
+	ShortCircuitQueuedKey = attribute.Key("deadlinekit.shortcircuit.queued")
+	// ShortCircuitQueueWaitKey is how long (ms) the request waited for a slot; for a
+	// refusal on arrival, the wait that was predicted.
+	ShortCircuitQueueWaitKey = attribute.Key("deadlinekit.shortcircuit.queue_wait_ms")
+	// ShortCircuitReasonKey is a refusal's reason on the
+	// deadlinekit.shortcircuit.rejections metric: "below_floor", "expired", or one of
+	// the limit's refusals of [ShortCircuitAdmissionKey].
+	ShortCircuitReasonKey = attribute.Key("deadlinekit.shortcircuit.reason")
 	// ServerOverrunKey is how long (ms) the handler kept running after its deadline.
 	ServerOverrunKey = attribute.Key("deadlinekit.server.overrun_ms")
 )
 
-// Client-side span attributes.
+// Attributes of a call span: the totals of one outbound call (packages propagate,
+// retry and hedge).
 const (
-	// BudgetSentKey is the budget (ms) written into an outbound request.
+	// BudgetSentKey is the budget (ms) written into an outbound request: on the
+	// call span the first attempt's, on each attempt span its own.
 	BudgetSentKey = attribute.Key("deadlinekit.budget.sent_ms")
-	// AttemptsKey is the number of attempts a call made (the first included).
+	// AttemptsKey is the number of copies of the call that were sent, retries and
+	// hedges included.
 	AttemptsKey = attribute.Key("deadlinekit.attempts")
-	// RetriesKey is the number of retries a call made (attempts after the first,
+	// RetryCountKey is the number of retries a call made (attempts after the first,
 	// by package retry).
-	RetriesKey = attribute.Key("deadlinekit.retry.count")
-	// RetryStopReasonKey says why the call did not retry again: a StopReason.
+	RetryCountKey = attribute.Key("deadlinekit.retry.count")
+	// RetryStopReasonKey says why the call did not retry again: "answered",
+	// "not_retryable", "pushback" (the server's pushback said not to, or was
+	// malformed), "pushback_over_cap" (it asked for a longer wait than the cap),
+	// "refused" (the downstream refused for lack of budget), "downstream_retried"
+	// (the one-layer rule), "attempts_exhausted", "deadline" (no time for a backoff
+	// and an attempt), "budget_empty" (the retry budget had no token),
+	// "caller_retries" (a layer upstream retries) or "canceled".
 	RetryStopReasonKey = attribute.Key("deadlinekit.retry.stop_reason")
-	// HedgesKey is the number of hedged (backup) attempts a call sent.
-	HedgesKey = attribute.Key("deadlinekit.hedge.count")
+	// HedgeCountKey is the number of hedged (backup) attempts a call sent.
+	HedgeCountKey = attribute.Key("deadlinekit.hedge.count")
 	// HedgeWonKey is true when a hedge, not the primary, gave the answer.
 	HedgeWonKey = attribute.Key("deadlinekit.hedge.won")
 	// HedgeSkipKey says why a call that went through the hedging layer sent no
-	// hedge: a HedgeSkip. Absent when a hedge was sent.
+	// hedge: "warming_up" (too few latencies known), "not_idempotent", "cap" (the
+	// extra-load cap had no token), "deadline" (less than the floor left when the
+	// hedge was due), "not_due" (the call ended first) or "disabled". Absent when a
+	// hedge was sent.
 	HedgeSkipKey = attribute.Key("deadlinekit.hedge.skip")
+)
+
+// Attributes of an attempt span, a child of the call span (packages retry and
+// hedge).
+const (
 	// AttemptNumberKey is the 1-based number of an attempt within its call.
 	AttemptNumberKey = attribute.Key("deadlinekit.attempt.number")
-	// AttemptKindKey is an AttemptKind.
+	// AttemptKindKey is why the attempt was made: "primary", "retry" or "hedge".
 	AttemptKindKey = attribute.Key("deadlinekit.attempt.kind")
-	// AttemptOutcomeKey is an Outcome.
+	// AttemptOutcomeKey is how the attempt ended: "success", "failure", or
+	// "canceled" (another attempt won).
 	AttemptOutcomeKey = attribute.Key("deadlinekit.attempt.outcome")
 	// HTTPResendCountKey is the OTel semantic convention for the number of times an
 	// HTTP request was sent before this attempt.
@@ -58,62 +90,33 @@ const (
 	PreviousRPCAttemptsKey = attribute.Key("previous-rpc-attempts")
 )
 
-// StopReason says why a call stopped retrying.
-type StopReason string
-
-// Stop reasons recorded under [RetryStopReasonKey].
+// Circuit breaker attributes (package breaker): on the call's span (and the
+// attempt's, under a retry layer) when a call was refused or was a probe, on the
+// state-change event, and on the breaker's metrics. A call's span says what the
+// breaker did with its last attempt: a refusal followed by a probe reads refused
+// false, probe true (each attempt's span keeps its own).
 const (
-	StopAnswered          StopReason = "answered"           // the last attempt got an answer that is not a failure
-	StopNotRetryable      StopReason = "not_retryable"      // the failure cannot succeed on retry
-	StopPushback          StopReason = "pushback"           // the server's pushback was malformed or negative: do not retry
-	StopPushbackOverCap   StopReason = "pushback_over_cap"  // the server asked for a longer wait than the cap
-	StopRefused           StopReason = "refused"            // the downstream refused for lack of budget (504 / DEADLINE_EXCEEDED with pushback -1)
-	StopDownstreamRetried StopReason = "downstream_retried" // the downstream already retried and gave up (pushback -1): the one-layer rule
-	StopAttemptsExhausted StopReason = "attempts_exhausted" // the maximum number of attempts was reached
-	StopDeadline          StopReason = "deadline"           // not enough time left for backoff plus an attempt
-	StopBudgetEmpty       StopReason = "budget_empty"       // the retry budget had no token
-	StopCallerRetries     StopReason = "caller_retries"     // an upstream layer retries; this one does not
-	StopCanceled          StopReason = "canceled"           // the caller cancelled
+	// BreakerTargetKey is the circuit's name: "https://host:443", a gRPC target, or
+	// the key the user chose.
+	BreakerTargetKey = attribute.Key("deadlinekit.breaker.target")
+	// BreakerStateKey is the circuit's state, "closed", "half_open" or "open", when
+	// the call was refused or let through as a probe; on a state-change event, the
+	// new state.
+	BreakerStateKey = attribute.Key("deadlinekit.breaker.state")
+	// BreakerRefusedKey is true when the breaker refused the call: nothing was sent.
+	BreakerRefusedKey = attribute.Key("deadlinekit.breaker.refused")
+	// BreakerProbeKey is true when the call was let through as a half-open probe.
+	BreakerProbeKey = attribute.Key("deadlinekit.breaker.probe")
+	// BreakerRetryAfterKey is the time (ms) until the refusing circuit's next probe.
+	BreakerRetryAfterKey = attribute.Key("deadlinekit.breaker.retry_after_ms")
+	// BreakerFromKey is the state a circuit left, on a state-change event.
+	BreakerFromKey = attribute.Key("deadlinekit.breaker.from")
+	// BreakerOutcomeKey is what a call said of its target, on the outcomes metric:
+	// "success", "failure", "neutral" (counted neither way: the caller cancelled or
+	// gave too little time, or the call was refused before sending) or "slow".
+	BreakerOutcomeKey = attribute.Key("deadlinekit.breaker.outcome")
 )
 
-// HedgeSkip says why a call sent no hedge.
-type HedgeSkip string
-
-// Reasons recorded under [HedgeSkipKey].
-const (
-	HedgeSkipWarmingUp     HedgeSkip = "warming_up"     // too few latencies known for the target to trust its percentile
-	HedgeSkipNotIdempotent HedgeSkip = "not_idempotent" // the call may not run twice (method, no key, body not replayable)
-	HedgeSkipCap           HedgeSkip = "cap"            // the extra-load cap had no token when the hedge was due
-	HedgeSkipDeadline      HedgeSkip = "deadline"       // less than the hedge floor was left when the hedge was due
-	HedgeSkipNotDue        HedgeSkip = "not_due"        // the call ended before its hedge delay
-	HedgeSkipDisabled      HedgeSkip = "disabled"       // hedging is configured off (one attempt, or no extra load)
-)
-
-// AttemptKind says why an attempt was made.
-type AttemptKind string
-
-// Attempt kinds recorded under [AttemptKindKey].
-const (
-	KindPrimary AttemptKind = "primary" // the first attempt of a call
-	KindRetry   AttemptKind = "retry"   // a retry after a failed attempt
-	KindHedge   AttemptKind = "hedge"   // a backup sent while an earlier attempt was still running
-)
-
-// Outcome says how an attempt ended.
-type Outcome string
-
-// Attempt outcomes recorded under [AttemptOutcomeKey].
-const (
-	OutcomeSuccess  Outcome = "success"  // answered, and its answer was used
-	OutcomeFailure  Outcome = "failure"  // failed (a retry may follow)
-	OutcomeCanceled Outcome = "canceled" // canceled because another attempt won
-)
-
-// Protocol says which semantic-convention attribute an attempt span carries.
-type Protocol uint8
-
-// Protocols of an attempt.
-const (
-	HTTP Protocol = iota + 1 // http.request.resend_count
-	GRPC                     // previous-rpc-attempts
-)
+// BreakerStateChangeEvent is the name of the span event a call's span gets when
+// that call changed its circuit's state.
+const BreakerStateChangeEvent = "breaker state change"

@@ -14,7 +14,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // UnaryClientInterceptor returns a client interceptor that derives each call's context
@@ -31,7 +31,7 @@ import (
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
-		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		ctx, call := record.StartCall(ctx, record.GRPC, method)
 		defer func() { call.End(err) }()
 		child, cancel, err := c.clientContext(ctx)
 		if err != nil {
@@ -46,12 +46,12 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // options shorten the deadline, the derived context lives until the stream ends, as
 // grpc-go ends it: an error (io.EOF included) from RecvMsg, or, for a stream whose
 // server sends one message (client streaming), the RecvMsg that returns it; or until
-// its own deadline passes. The stream's call span ([otelattr.StartCall]), when this
+// its own deadline passes. The stream's call span ([record.StartCall]), when this
 // layer starts it, ends with the stream in the same way.
 func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		ctx, call := record.StartCall(ctx, record.GRPC, method)
 		child, cancel, err := c.clientContext(ctx)
 		if err != nil {
 			call.End(err)
@@ -85,7 +85,7 @@ func (c *config) clientContext(ctx context.Context) (context.Context, context.Ca
 		return ctx, cancel, budgetStatus(&deadline.BudgetError{Remaining: left, Needed: c.policy.Floor})
 	}
 	if has {
-		otelattr.RecordBudgetSent(child, left)
+		record.BudgetSent(child, left)
 	}
 	return child, cancel, nil
 }
@@ -95,7 +95,7 @@ func (c *config) clientContext(ctx context.Context) (context.Context, context.Ca
 type cancelStream struct {
 	grpc.ClientStream
 	cancel context.CancelFunc
-	call   otelattr.Call
+	call   record.Call
 	single bool // the server sends one message: the RecvMsg that returns it ends the stream
 }
 
@@ -209,7 +209,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	}
 	c.clamp(&in)
 	if in.Budget <= 0 {
-		otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
+		record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 		return ctx, nil, status.Error(codes.DeadlineExceeded, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")")
 	}
 	cancel := noop
@@ -217,7 +217,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 		// grpc-go's own deadline stands unless the clamp cut it or none came.
 		ctx, cancel = context.WithTimeout(ctx, in.Budget)
 	}
-	otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
+	record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 	return withInbound(ctx, in), cancel, nil
 }
 

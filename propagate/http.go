@@ -11,7 +11,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // NewTransport returns an http.RoundTripper that writes the request's budget into
@@ -41,10 +41,10 @@ type transport struct {
 }
 
 // RoundTrip writes the budget into a copy of req and sends it. The call's span
-// ([otelattr.StartCall]) is started here when no layer above has one, and ends with
+// ([record.StartCall]) is started here when no layer above has one, and ends with
 // the answer's body.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
+	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
 	resp, err := t.roundTrip(ctx, req, call.Started())
 	call.EndHTTP(resp, err)
 	return resp, err
@@ -95,11 +95,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject boo
 	// call's span. (Otherwise the user's instrumentation, or the retry and hedge
 	// layers for each attempt, wrote the trace context already.)
 	if inject {
-		otelattr.InjectHTTP(child, h)
+		record.InjectHTTP(child, h)
 	}
 	out := req.WithContext(httptrace.WithClientTrace(child, &st.trace))
 	out.Header = h
-	otelattr.RecordBudgetSent(child, left)
+	record.BudgetSent(child, left)
 	resp, err := t.base.RoundTrip(out)
 	if child == ctx {
 		return resp, err
@@ -181,14 +181,14 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			}
 			c.clamp(&in)
 			if in.Budget <= 0 {
-				otelattr.RecordInbound(r.Context(), in.Budget, in.Source, in.Clamped)
+				record.Inbound(r.Context(), in.Budget, in.Source, in.Clamped)
 				w.Header().Set(pushback.Key, pushback.DoNotRetry)
 				http.Error(w, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")", http.StatusGatewayTimeout)
 				return
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)
 			defer cancel()
-			otelattr.RecordInbound(ctx, in.Budget, in.Source, in.Clamped)
+			record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 			ctx = withInbound(ctx, in)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})

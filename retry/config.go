@@ -193,8 +193,8 @@ func withRandom(f func() float64) Option {
 // f is called, in the order given. An observer is called synchronously, on the
 // caller's goroutine, and must not block; a panic in it goes through the layer to the
 // caller. Unset (the default), observation costs nothing. The layer's own tracing
-// (package otelattr) does not go through observers: it records every attempt whether
-// or not one is set.
+// (the attributes package otelattr names) does not go through observers: it records
+// every attempt whether or not one is set.
 func WithObserver(f func(ctx context.Context, e Event)) Option {
 	return optionFunc(func(c *config) {
 		if f != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // protocol is what the core needs from an adapter (HTTP, gRPC): how to send one
@@ -46,11 +46,11 @@ type outcome struct {
 type loop[T any, P protocol[T]] struct {
 	c      *config
 	p      P
-	proto  otelattr.Protocol
+	proto  record.Protocol
 	method string
-	max    int                 // attempts allowed
-	single otelattr.StopReason // why max was cut to one, when it was
-	in     *inbound            // the server-side state of the request being served, if any
+	max    int               // attempts allowed
+	single record.StopReason // why max was cut to one, when it was
+	in     *inbound          // the server-side state of the request being served, if any
 }
 
 // begin sets the attempts of a call under ctx: one only when the request being
@@ -59,12 +59,12 @@ func (l *loop[T, P]) begin(ctx context.Context) {
 	l.max = l.c.maxAttempts
 	l.in = inboundFrom(ctx)
 	if l.in != nil && l.in.retry && l.max > 1 {
-		l.max, l.single = 1, otelattr.StopCallerRetries
+		l.max, l.single = 1, record.StopCallerRetries
 	}
 }
 
 // cut makes the call a single attempt, for reason.
-func (l *loop[T, P]) cut(reason otelattr.StopReason) {
+func (l *loop[T, P]) cut(reason record.StopReason) {
 	if l.max > 1 {
 		l.max, l.single = 1, reason
 	}
@@ -77,7 +77,7 @@ type try[T any] struct {
 	sent     bool               // false: the attempt could not be sent (err says why)
 	timedOut bool               // this layer's per-attempt timeout ended it
 	took     time.Duration      // measured only for observers
-	span     otelattr.Attempt   // the attempt's span
+	span     record.Attempt     // the attempt's span
 	cancel   context.CancelFunc // the attempt context's, nil when it has none
 }
 
@@ -126,7 +126,7 @@ func (l *loop[T, P]) attempt(ctx context.Context, n int) (a try[T]) {
 	if c.attemptTimeout > 0 {
 		actx, a.cancel = deadline.WithAttemptTimeout(ctx, c.attemptTimeout)
 	}
-	actx, a.span = otelattr.StartAttempt(actx, l.proto, attemptKind(n), n)
+	actx, a.span = record.StartAttempt(actx, l.proto, attemptKind(n), n)
 	// The clock is read only when needed: it is not free on every platform.
 	var start time.Time
 	if len(c.observers) > 0 {
@@ -216,9 +216,9 @@ func (l *loop[T, P]) unsent(ctx context.Context, a try[T], n int, last error) er
 	if a.cancel != nil {
 		a.cancel()
 	}
-	a.span.End(otelattr.OutcomeFailure, a.err)
-	otelattr.RecordRetryCall(ctx, n-1, otelattr.StopNotRetryable)
-	return &StopError{Attempts: n - 1, Reason: a.err.Error(), Cause: a.err, Last: last, stop: otelattr.StopNotRetryable}
+	a.span.End(record.OutcomeFailure, a.err)
+	record.RetryCall(ctx, n-1, record.StopNotRetryable)
+	return &StopError{Attempts: n - 1, Reason: a.err.Error(), Cause: a.err, Last: last, stop: record.StopNotRetryable}
 }
 
 // gaveUp tells the server side of the request being served, if any, that this layer
@@ -249,7 +249,7 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d decision, last 
 	case d.hasPushback && d.pushback < 0:
 		return Return, 0, nil
 	case d.hasPushback && d.pushback > c.maxPushback:
-		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + deadline.Format(d.pushback) + " exceeds the cap of " + deadline.Format(c.maxPushback), Last: last, stop: otelattr.StopPushbackOverCap}
+		return Stop, 0, &StopError{Attempts: n, Reason: "server pushback " + deadline.Format(d.pushback) + " exceeds the cap of " + deadline.Format(c.maxPushback), Last: last, stop: record.StopPushbackOverCap}
 	case pushback:
 		wait = d.pushback
 	default:
@@ -260,10 +260,10 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d decision, last 
 	}
 	if left, ok := deadline.Remaining(ctx); ok && left <= wait+c.floor {
 		return Stop, 0, &StopError{Attempts: n, Reason: "no time for another attempt", Cause: errNoTime, Last: last,
-			Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, stop: otelattr.StopDeadline}
+			Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, stop: record.StopDeadline}
 	}
 	if !c.budget.tryWithdraw() {
-		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: otelattr.StopBudgetEmpty}
+		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: record.StopBudgetEmpty}
 	}
 	return Retry, wait, nil
 }
@@ -275,18 +275,18 @@ func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last e
 	if err := sleep(ctx, d); err != nil {
 		c.budget.refund()
 		stop := ctxStop(ctx)
-		otelattr.RecordRetryCall(ctx, n, stop)
+		record.RetryCall(ctx, n, stop)
 		return &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last, stop: stop}
 	}
 	return nil
 }
 
 // ctxStop is the stop reason of a call whose context has ended.
-func ctxStop(ctx context.Context) otelattr.StopReason {
+func ctxStop(ctx context.Context) record.StopReason {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return otelattr.StopDeadline
+		return record.StopDeadline
 	}
-	return otelattr.StopCanceled
+	return record.StopCanceled
 }
 
 // localRefusal reports whether err is a layer beneath refusing the attempt before

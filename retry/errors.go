@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // ErrBudgetExhausted is the Cause of a [*StopError] when the retry [Budget] had no
@@ -46,7 +46,7 @@ type StopError struct {
 	Floor     time.Duration // the least an attempt needs
 	Pushback  bool          // Wait was the server's pushback rather than the backoff
 
-	stop otelattr.StopReason // the stop reason recorded for it
+	stop record.StopReason // the stop reason recorded for it
 }
 
 func (e *StopError) Error() string {

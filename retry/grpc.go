@@ -11,7 +11,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // grpcAttempt is what the gRPC classification sees of one failed attempt.
@@ -109,7 +109,7 @@ type grpcCallState struct {
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
-		ctx, call := otelattr.StartCall(ctx, otelattr.GRPC, method)
+		ctx, call := record.StartCall(ctx, record.GRPC, method)
 		// The trailer (for pushback) and the attempt's options in one allocation.
 		cs := &grpcCallState{}
 		defer func() {
@@ -120,7 +120,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 			}
 			call.End(err)
 		}()
-		l := loop[struct{}, grpcCall]{c: c, proto: otelattr.GRPC, method: method}
+		l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}
 		l.begin(ctx)
 		if c.keys != nil {
 			if vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); !idempotency.Keyed(vs) {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -33,13 +34,13 @@ import (
 // traced runs fn as one traced outbound call (the test stands in for the layer that
 // starts the call's span) and returns the stop reason and attempts recorded on the
 // call's span.
-func traced(t *testing.T, p otelattr.Protocol, name string, fn func(ctx context.Context)) (stop string, attempts int64) {
+func traced(t *testing.T, p record.Protocol, name string, fn func(ctx context.Context)) (stop string, attempts int64) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
 	ctx, handler := tp.Tracer("test").Start(context.Background(), "handler")
-	cctx, call := otelattr.StartCall(ctx, p, name)
+	cctx, call := record.StartCall(ctx, p, name)
 	fn(cctx)
 	call.End(nil)
 	handler.End()
@@ -108,7 +109,7 @@ func TestHTTPStopReasons(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := &fakeRT{fn: c.fn}
 				rt := retry.NewTransport(f, retry.WithBudget(nil))
-				stop, attempts := traced(t, otelattr.HTTP, c.method, func(ctx context.Context) {
+				stop, attempts := traced(t, record.HTTP, c.method, func(ctx context.Context) {
 					if c.ctx != nil {
 						var cancel func()
 						ctx, cancel = c.ctx(ctx)
@@ -191,7 +192,7 @@ func TestGRPCStopReasons(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				inv := &countingInvoker{fn: c.invoker}
 				interceptor := retry.UnaryClientInterceptor(retry.WithBudget(nil))
-				stop, attempts := traced(t, otelattr.GRPC, "/svc/Get", func(ctx context.Context) {
+				stop, attempts := traced(t, record.GRPC, "/svc/Get", func(ctx context.Context) {
 					if c.cancel > 0 {
 						var cancel context.CancelFunc
 						ctx, cancel = context.WithCancel(ctx)
@@ -237,7 +238,7 @@ func TestShortCircuitRefusalNotRetriedHTTP(t *testing.T) {
 
 	var code int
 	var body string
-	stop, _ := traced(t, otelattr.HTTP, "GET", func(ctx context.Context) {
+	stop, _ := traced(t, record.HTTP, "GET", func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond) // far below the 1s floor
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
@@ -271,7 +272,7 @@ func TestLocalRefusalNotRetried(t *testing.T) {
 			var events atomic.Int32
 			rt := retry.NewTransport(propagate.NewTransport(f, propagate.WithFloor(time.Second)),
 				retry.WithBudget(budget), retry.WithObserver(func(context.Context, retry.Event) { events.Add(1) }))
-			stop, _ := traced(t, otelattr.HTTP, "GET", func(ctx context.Context) {
+			stop, _ := traced(t, record.HTTP, "GET", func(ctx context.Context) {
 				ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 				defer cancel()
 				req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
@@ -297,7 +298,7 @@ func TestLocalRefusalNotRetried(t *testing.T) {
 			var events atomic.Int32
 			interceptor := retry.UnaryClientInterceptor(retry.WithBudget(budget), retry.WithAttemptTimeout(200*time.Millisecond),
 				retry.WithIdempotentMethods("/svc/Get"), retry.WithObserver(func(context.Context, retry.Event) { events.Add(1) }))
-			stop, _ := traced(t, otelattr.GRPC, "/svc/Get", func(ctx context.Context) {
+			stop, _ := traced(t, record.GRPC, "/svc/Get", func(ctx context.Context) {
 				ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 				defer cancel()
 				err := interceptor(ctx, "/svc/Get", nil, nil, nil, below)

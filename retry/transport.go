@@ -20,7 +20,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/drain"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // httpAttempt is what the HTTP classification sees of one attempt.
@@ -213,10 +213,10 @@ func (s *sentTrace) wroteRequest(i httptrace.WroteRequestInfo) {
 	}
 }
 
-// RoundTrip sends req through the retry layer. The call's span ([otelattr.StartCall])
+// RoundTrip sends req through the retry layer. The call's span ([record.StartCall])
 // is started here when no layer above has one, and ends with the answer's body.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, call := otelattr.StartCall(req.Context(), otelattr.HTTP, req.Method)
+	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
 	resp, err := t.roundTrip(ctx, req)
 	call.EndHTTP(resp, err)
 	return resp, err
@@ -225,12 +225,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // roundTrip is RoundTrip under ctx, the call's context.
 func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	c := t.c
-	l := loop[httpResult, httpCall]{c: c, proto: otelattr.HTTP, method: req.Method}
+	l := loop[httpResult, httpCall]{c: c, proto: record.HTTP, method: req.Method}
 	l.begin(ctx)
 	h := httpCall{c: c, base: t.base, req: req, idem: idempotency.Method(req.Method)}
 	h.hasBody = req.Body != nil && req.Body != http.NoBody
 	if h.hasBody && req.GetBody == nil {
-		l.cut(otelattr.StopNotRetryable)
+		l.cut(record.StopNotRetryable)
 	}
 	h.hasKey = idempotency.Keyed(req.Header.Values(idempotency.Header))
 	if !h.hasKey && c.keys != nil && !h.idem {
@@ -293,7 +293,7 @@ func (h httpCall) request(actx context.Context, n int, traced bool) (*http.Reque
 		if r.Header == nil {
 			r.Header = make(http.Header)
 		}
-		otelattr.InjectHTTP(actx, r.Header)
+		record.InjectHTTP(actx, r.Header)
 		if h.key != "" {
 			r.Header.Set(idempotency.Header, h.key)
 		}

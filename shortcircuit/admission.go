@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // QueueOrder is the order in which queued requests get a free slot.
@@ -95,7 +95,7 @@ func newLimiter(c *config) *limiter {
 		l.limit = c.maxConcurrency
 	}
 	l.maxQueue = c.maxQueue // negative: DefaultQueueFactor × the current limit
-	otelattr.RecordLimit(context.Background(), l.limit)
+	record.Limit(context.Background(), l.limit)
 	return l
 }
 
@@ -127,7 +127,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	if l.inflight < l.limit && l.q.Len() == 0 {
 		l.inflight++
 		l.mu.Unlock()
-		otelattr.RecordInFlight(ctx, 1)
+		record.InFlight(ctx, 1)
 		return entry{decision: Admitted, service: need}
 	}
 	w := l.newWaiter(deadline, has)
@@ -143,7 +143,7 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	w.ready = make(chan struct{})
 	heap.Push(&l.q, w)
 	l.mu.Unlock()
-	otelattr.RecordQueueLength(ctx, 1)
+	record.QueueLength(ctx, 1)
 	return l.await(ctx, w, now, need, svc)
 }
 
@@ -201,7 +201,7 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 	}
 	l.mu.Unlock()
 	e.wait = time.Since(now)
-	otelattr.RecordQueueLength(ctx, -1)
+	record.QueueLength(ctx, -1)
 	switch {
 	case w.granted && ctx.Err() == nil:
 		e.decision = Admitted
@@ -288,7 +288,7 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 			}
 			if n := l.adapt.update(now, took, l.inflight+1); n != l.limit {
 				l.limit = n
-				otelattr.RecordLimit(context.Background(), n)
+				record.Limit(context.Background(), n)
 			}
 		}
 	}
@@ -311,7 +311,7 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 		close(w.ready)
 	}
 	l.mu.Unlock()
-	otelattr.RecordInFlight(context.Background(), started-1)
+	record.InFlight(context.Background(), started-1)
 }
 
 // waitQueue is a heap of waiters by key.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
-	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
 // ErrInsufficientBudget is the sentinel for a budget that cannot pay for the work. It
@@ -263,7 +263,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 			t.decision = BelowFloor
 		}
 		if t.decision != Admitted {
-			otelattr.RecordGuard(ctx, t.left, floor)
+			record.Guard(ctx, t.left, floor)
 			g.observe(ctx, t)
 			return false
 		}
@@ -273,7 +273,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	}
 	t.entry = g.lim.acquire(ctx, t.start, t.deadline, t.has)
 	t.decision = t.entry.decision
-	otelattr.RecordAdmission(ctx, t.decision.String(), t.entry.queued, t.entry.wait)
+	record.Admission(ctx, t.decision.String(), t.entry.queued, t.entry.wait)
 	if t.decision != Admitted {
 		g.observe(ctx, t)
 		return false
@@ -313,7 +313,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 				over = end.Sub(t.deadline)
 			}
 		}
-		otelattr.RecordOverrun(ctx, over)
+		record.Overrun(ctx, over)
 	}
 	if !g.measure {
 		return

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -168,7 +169,7 @@ func TestBreaker(t *testing.T) {
 	if with.whileDown*3 > without.whileDown*2 {
 		t.Errorf("%d calls reached C with the breaker, %d without; want far fewer with it", with.whileDown, without.whileDown)
 	}
-	if _, ok := with.firstChange(string(otelattr.BreakerOpen), with.downAt); !ok {
+	if _, ok := with.firstChange(string(record.BreakerOpen), with.downAt); !ok {
 		t.Fatalf("the circuit never opened (it went %s)", with.describeChanges())
 	}
 	// Microseconds on an idle machine, half a millisecond traced under -race on two
@@ -180,7 +181,7 @@ func TestBreaker(t *testing.T) {
 	if !ok {
 		t.Fatal("with the breaker B never succeeded after C came back")
 	}
-	if closed, ok := with.firstChange(string(otelattr.BreakerClosed), with.upAt); !ok {
+	if closed, ok := with.firstChange(string(record.BreakerClosed), with.upAt); !ok {
 		t.Errorf("the circuit did not close after C came back (it went %s)", with.describeChanges())
 	} else if closed.Before(with.upAt) || success.Before(with.upAt) {
 		t.Errorf("C back at %v, first success at %v, closed at %v", with.upAt, success, closed)
@@ -215,7 +216,7 @@ func TestBreaker(t *testing.T) {
 	if !ok {
 		t.Fatalf("no refused call noted: %v", e.traces)
 	}
-	if a := attrs(refused, svcB); !a[otelattr.BreakerRefusedKey].AsBool() || a[otelattr.BreakerStateKey].AsString() != string(otelattr.BreakerOpen) {
+	if a := attrs(refused, svcB); !a[otelattr.BreakerRefusedKey].AsBool() || a[otelattr.BreakerStateKey].AsString() != string(record.BreakerOpen) {
 		t.Errorf("the refused call's spans in B say refused %v, state %q; want true, open", a[otelattr.BreakerRefusedKey].AsBool(), a[otelattr.BreakerStateKey].AsString())
 	}
 	if len(attrs(refused, svcC)) != 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -93,7 +94,7 @@ func (c brCall) took() time.Duration { return c.end.Sub(c.start) }
 // stateChange is a change of the circuit's state, when the metric showed it.
 type stateChange struct {
 	at time.Time
-	to string // otelattr.BreakerState
+	to string // record.BreakerState
 }
 
 // brRun is one run: what C and B recorded, and the circuit's changes.
@@ -127,7 +128,7 @@ func runBreaker(e *env) ([]reading, error) {
 		if !r.withBreaker {
 			return "no circuit"
 		}
-		at, ok := r.firstChange(string(otelattr.BreakerOpen), r.downAt)
+		at, ok := r.firstChange(string(record.BreakerOpen), r.downAt)
 		if !ok {
 			return "did not open"
 		}
@@ -143,7 +144,7 @@ func runBreaker(e *env) ([]reading, error) {
 		if !r.withBreaker {
 			return "no circuit"
 		}
-		at, ok := r.firstChange(string(otelattr.BreakerClosed), r.upAt)
+		at, ok := r.firstChange(string(record.BreakerClosed), r.upAt)
 		return since(r, at, ok)
 	}
 	success := func(r brRun) string { at, ok := r.firstSuccess(); return since(r, at, ok) }
@@ -333,7 +334,7 @@ func (r brRun) failTime() (time.Duration, int) {
 func (r brRun) failTimeOpen() (time.Duration, int) {
 	var took []time.Duration
 	for _, c := range r.calls {
-		if c.err != nil && r.stateAt(c.start) == string(otelattr.BreakerOpen) {
+		if c.err != nil && r.stateAt(c.start) == string(record.BreakerOpen) {
 			took = append(took, c.took())
 		}
 	}
@@ -407,7 +408,7 @@ func (r brRun) describeChanges() string {
 
 // stateAt returns the circuit's state at t, as the metric showed it.
 func (r brRun) stateAt(t time.Time) string {
-	s := string(otelattr.BreakerClosed)
+	s := string(record.BreakerClosed)
 	for _, ch := range r.changes {
 		if ch.at.After(t) {
 			break
@@ -460,15 +461,15 @@ func (r brRun) timeline(out io.Writer) {
 	// at any time in it (a failed probe may keep it so for a few ms only).
 	circuit := []byte(strings.Repeat(".", cols))
 	for i := range circuit {
-		switch otelattr.BreakerState(r.stateAt(r.start.Add(time.Duration(i+1) * step))) {
-		case otelattr.BreakerOpen:
+		switch record.BreakerState(r.stateAt(r.start.Add(time.Duration(i+1) * step))) {
+		case record.BreakerOpen:
 			circuit[i] = 'O'
-		case otelattr.BreakerHalfOpen:
+		case record.BreakerHalfOpen:
 			circuit[i] = 'h'
 		}
 	}
 	for _, ch := range r.changes {
-		if ch.to == string(otelattr.BreakerHalfOpen) {
+		if ch.to == string(record.BreakerHalfOpen) {
 			circuit[col(ch.at)] = 'h'
 		}
 	}
@@ -535,14 +536,14 @@ func watchCircuit(b *breaker.Breaker, target string) *circuitWatch {
 }
 
 // otelState names a state as the toolkit's telemetry does.
-func otelState(s breaker.State) otelattr.BreakerState {
+func otelState(s breaker.State) record.BreakerState {
 	switch s {
 	case breaker.Open:
-		return otelattr.BreakerOpen
+		return record.BreakerOpen
 	case breaker.HalfOpen:
-		return otelattr.BreakerHalfOpen
+		return record.BreakerHalfOpen
 	}
-	return otelattr.BreakerClosed
+	return record.BreakerClosed
 }
 
 // closedSince returns when the circuit was first seen closing after t.
@@ -550,7 +551,7 @@ func (w *circuitWatch) closedSince(t time.Time) (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, ch := range w.changes {
-		if ch.to == string(otelattr.BreakerClosed) && ch.at.After(t) {
+		if ch.to == string(record.BreakerClosed) && ch.at.After(t) {
 			return ch.at, true
 		}
 	}

@@ -1,46 +1,19 @@
-package otelattr
+package record
 
 import (
 	"context"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Circuit breaker attributes (package breaker): on the call's span (and the
-// attempt's, under a retry layer) when a call was refused or was a probe, on the
-// state-change event, and on the breaker's metrics. A call's span says what the
-// breaker did with its last attempt: a refusal followed by a probe reads refused
-// false, probe true (each attempt's span keeps its own).
-const (
-	// BreakerTargetKey is the circuit's name: "https://host:443", a gRPC target, or
-	// the key the user chose.
-	BreakerTargetKey = attribute.Key("deadlinekit.breaker.target")
-	// BreakerStateKey is the circuit's state (a BreakerState) when the call was
-	// refused or let through as a probe; on a state-change event, the new state.
-	BreakerStateKey = attribute.Key("deadlinekit.breaker.state")
-	// BreakerRefusedKey is true when the breaker refused the call: nothing was sent.
-	BreakerRefusedKey = attribute.Key("deadlinekit.breaker.refused")
-	// BreakerProbeKey is true when the call was let through as a half-open probe.
-	BreakerProbeKey = attribute.Key("deadlinekit.breaker.probe")
-	// BreakerRetryAfterKey is the time (ms) until the refusing circuit's next probe.
-	BreakerRetryAfterKey = attribute.Key("deadlinekit.breaker.retry_after_ms")
-	// BreakerFromKey is the state a circuit left, on a state-change event.
-	BreakerFromKey = attribute.Key("deadlinekit.breaker.from")
-	// BreakerOutcomeKey is a BreakerOutcome, on the outcomes metric.
-	BreakerOutcomeKey = attribute.Key("deadlinekit.breaker.outcome")
-)
-
-// BreakerStateChangeEvent is the name of the span event a call's span gets when
-// that call changed its circuit's state.
-const BreakerStateChangeEvent = "breaker state change"
-
 // BreakerState is a circuit's state.
 type BreakerState string
 
-// States recorded under [BreakerStateKey] and [BreakerFromKey].
+// States recorded under [otelattr.BreakerStateKey] and [otelattr.BreakerFromKey].
 const (
 	BreakerClosed   BreakerState = "closed"    // calls go through, outcomes are counted
 	BreakerOpen     BreakerState = "open"      // calls are refused until the next probe
@@ -61,7 +34,7 @@ func (s BreakerState) gaugeValue() int64 {
 // BreakerOutcome is what a call said of its target, on the outcomes metric.
 type BreakerOutcome string
 
-// Outcomes recorded under [BreakerOutcomeKey]. A slow call is counted twice: as its
+// Outcomes recorded under [otelattr.BreakerOutcomeKey]. A slow call is counted twice: as its
 // success or failure, and as slow.
 const (
 	BreakerSuccess BreakerOutcome = "success" // a working server answered
@@ -87,15 +60,15 @@ type BreakerTarget struct {
 // NewBreakerTarget returns the recorder of the circuit named target, and sets its
 // state gauge to closed.
 func NewBreakerTarget(target string) *BreakerTarget {
-	t := &BreakerTarget{target: BreakerTargetKey.String(target)}
+	t := &BreakerTarget{target: otelattr.BreakerTargetKey.String(target)}
 	for i, o := range breakerOutcomes {
-		t.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, BreakerOutcomeKey.String(string(o))))}
+		t.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, otelattr.BreakerOutcomeKey.String(string(o))))}
 	}
 	one := attribute.NewSet(t.target)
 	t.refused = []metric.AddOption{metric.WithAttributeSet(one)}
 	for _, s := range []BreakerState{BreakerClosed, BreakerHalfOpen, BreakerOpen} {
 		t.states[s.gaugeValue()] = []metric.RecordOption{metric.WithAttributeSet(one)}
-		t.moves[s.gaugeValue()] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, BreakerStateKey.String(string(s))))}
+		t.moves[s.gaugeValue()] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.target, otelattr.BreakerStateKey.String(string(s))))}
 	}
 	instruments().breakerState.Record(context.Background(), 0, t.states[0]...)
 	return t
@@ -132,10 +105,10 @@ func (t *BreakerTarget) RecordRefused(ctx context.Context, state BreakerState, r
 	}
 	instruments().breakerRefused.Add(ctx, 1, t.refused...)
 	forCallSpans(ctx, func(s trace.Span, attempt bool) {
-		s.SetAttributes(t.target, BreakerStateKey.String(string(state)), BreakerRefusedKey.Bool(true),
-			BreakerRetryAfterKey.Float64(millis(retryAfter)))
+		s.SetAttributes(t.target, otelattr.BreakerStateKey.String(string(state)), otelattr.BreakerRefusedKey.Bool(true),
+			otelattr.BreakerRetryAfterKey.Float64(millis(retryAfter)))
 		if !attempt {
-			s.SetAttributes(BreakerProbeKey.Bool(false)) // an earlier attempt's probe
+			s.SetAttributes(otelattr.BreakerProbeKey.Bool(false)) // an earlier attempt's probe
 		}
 	})
 }
@@ -147,9 +120,9 @@ func (t *BreakerTarget) RecordProbe(ctx context.Context) {
 		return
 	}
 	forCallSpans(ctx, func(s trace.Span, attempt bool) {
-		s.SetAttributes(t.target, BreakerStateKey.String(string(BreakerHalfOpen)), BreakerProbeKey.Bool(true))
+		s.SetAttributes(t.target, otelattr.BreakerStateKey.String(string(BreakerHalfOpen)), otelattr.BreakerProbeKey.Bool(true))
 		if !attempt {
-			s.SetAttributes(BreakerRefusedKey.Bool(false), BreakerRetryAfterKey.Float64(0)) // an earlier attempt's refusal
+			s.SetAttributes(otelattr.BreakerRefusedKey.Bool(false), otelattr.BreakerRetryAfterKey.Float64(0)) // an earlier attempt's refusal
 		}
 	})
 }
@@ -165,7 +138,7 @@ func (t *BreakerTarget) RecordTransition(ctx context.Context, from, to BreakerSt
 	in.breakerState.Record(ctx, to.gaugeValue(), t.states[to.gaugeValue()]...)
 	in.breakerTransitions.Add(ctx, 1, t.moves[to.gaugeValue()]...)
 	forCallSpans(ctx, func(s trace.Span, _ bool) {
-		s.AddEvent(BreakerStateChangeEvent, trace.WithAttributes(t.target, BreakerFromKey.String(string(from)), BreakerStateKey.String(string(to))))
+		s.AddEvent(otelattr.BreakerStateChangeEvent, trace.WithAttributes(t.target, otelattr.BreakerFromKey.String(string(from)), otelattr.BreakerStateKey.String(string(to))))
 	})
 }
 

@@ -1,4 +1,4 @@
-package otelattr
+package record
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // Call is the span of one outbound call, shared by the layers it goes through. The
@@ -69,7 +70,7 @@ func StartCall(ctx context.Context, p Protocol, name string) (context.Context, C
 	}
 	c := &callState{span: span}
 	if !isClientSpan(span) || isAttempt(ctx, span) {
-		ctx, c.span = span.TracerProvider().Tracer(ScopeName).Start(ctx, callSpanName(p, name), trace.WithSpanKind(trace.SpanKindClient))
+		ctx, c.span = span.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, callSpanName(p, name), trace.WithSpanKind(trace.SpanKindClient))
 		c.own = true
 	}
 	return context.WithValue(ctx, callKey{}, c), Call{c: c, owner: true}
@@ -161,19 +162,19 @@ func (c *callState) end(err error) {
 		attempts = max(c.attempts, 1)
 	}
 	kv := make([]attribute.KeyValue, 0, 8)
-	kv = append(kv, AttemptsKey.Int(attempts+c.hedges))
+	kv = append(kv, otelattr.AttemptsKey.Int(attempts+c.hedges))
 	if c.retried {
-		kv = append(kv, RetriesKey.Int(attempts-1), RetryStopReasonKey.String(string(c.stop)))
+		kv = append(kv, otelattr.RetryCountKey.Int(attempts-1), otelattr.RetryStopReasonKey.String(string(c.stop)))
 	}
 	if c.hedged {
 		if c.hedges > 0 {
-			kv = append(kv, HedgesKey.Int(c.hedges), HedgeWonKey.Bool(c.won))
+			kv = append(kv, otelattr.HedgeCountKey.Int(c.hedges), otelattr.HedgeWonKey.Bool(c.won))
 		} else if c.skip != "" {
-			kv = append(kv, HedgeSkipKey.String(string(c.skip)))
+			kv = append(kv, otelattr.HedgeSkipKey.String(string(c.skip)))
 		}
 	}
 	if c.budgetSent {
-		kv = append(kv, BudgetSentKey.Float64(c.budget))
+		kv = append(kv, otelattr.BudgetSentKey.Float64(c.budget))
 	}
 	c.mu.Unlock()
 	c.span.SetAttributes(kv...)

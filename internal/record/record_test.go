@@ -1,4 +1,4 @@
-package otelattr
+package record
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -79,16 +80,16 @@ func metricValues(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
 func TestServerSide(t *testing.T) {
 	tp, rec, reader := withSDK(t)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "server")
-	RecordInbound(ctx, 250*time.Millisecond, "grpc-timeout", true)
-	RecordGuard(ctx, 4*time.Millisecond, 20*time.Millisecond)
-	RecordOverrun(ctx, 53*time.Millisecond)
+	Inbound(ctx, 250*time.Millisecond, "grpc-timeout", true)
+	Guard(ctx, 4*time.Millisecond, 20*time.Millisecond)
+	Overrun(ctx, 53*time.Millisecond)
 	span.End()
 
 	s := rec.Ended()[0]
 	wantAttrs(t, s,
-		BudgetReceivedKey.Float64(250), BudgetSourceKey.String("grpc-timeout"), BudgetClampedKey.Bool(true),
-		ShortCircuitRejectedKey.Bool(true), ShortCircuitFloorKey.Float64(20), ShortCircuitRemainingKey.Float64(4),
-		ServerOverrunKey.Float64(53))
+		otelattr.BudgetReceivedKey.Float64(250), otelattr.BudgetSourceKey.String("grpc-timeout"), otelattr.BudgetClampedKey.Bool(true),
+		otelattr.ShortCircuitRejectedKey.Bool(true), otelattr.ShortCircuitFloorKey.Float64(20), otelattr.ShortCircuitRemainingKey.Float64(4),
+		otelattr.ServerOverrunKey.Float64(53))
 	if s.Status().Code.String() != "Error" {
 		t.Errorf("short-circuited span status %v; want Error", s.Status())
 	}
@@ -117,7 +118,7 @@ func TestRetriedCall(t *testing.T) {
 			kind = KindRetry
 		}
 		actx, a := StartAttempt(ctx, HTTP, kind, n)
-		RecordBudgetSent(actx, time.Duration(300-n*50)*time.Millisecond)
+		BudgetSent(actx, time.Duration(300-n*50)*time.Millisecond)
 		h := http.Header{}
 		InjectHTTP(actx, h)
 		if h.Get("Traceparent") != "" {
@@ -129,7 +130,7 @@ func TestRetriedCall(t *testing.T) {
 			a.End(OutcomeSuccess, nil)
 		}
 	}
-	RecordRetryCall(ctx, 3, StopAnswered)
+	RetryCall(ctx, 3, StopAnswered)
 	call.End(nil)
 	server.End()
 
@@ -155,13 +156,13 @@ func TestRetriedCall(t *testing.T) {
 		if s.Name() != "attempt "+kind {
 			t.Errorf("attempt %d named %q", n, s.Name())
 		}
-		wantAttrs(t, s, AttemptNumberKey.Int(n), AttemptKindKey.String(kind), AttemptOutcomeKey.String(outcome),
-			HTTPResendCountKey.Int(n-1), BudgetSentKey.Float64(float64(300-n*50)))
+		wantAttrs(t, s, otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(kind), otelattr.AttemptOutcomeKey.String(outcome),
+			otelattr.HTTPResendCountKey.Int(n-1), otelattr.BudgetSentKey.Float64(float64(300-n*50)))
 	}
 	if spans[3].Name() != "GET" || spans[3].SpanKind() != trace.SpanKindClient || spans[3].Parent().SpanID() != server.SpanContext().SpanID() {
 		t.Errorf("call span %q kind %v parent %v; want GET, client, under the server span", spans[3].Name(), spans[3].SpanKind(), spans[3].Parent().SpanID())
 	}
-	wantAttrs(t, spans[3], AttemptsKey.Int(3), RetriesKey.Int(2), RetryStopReasonKey.String("answered"), BudgetSentKey.Float64(250))
+	wantAttrs(t, spans[3], otelattr.AttemptsKey.Int(3), otelattr.RetryCountKey.Int(2), otelattr.RetryStopReasonKey.String("answered"), otelattr.BudgetSentKey.Float64(250))
 	if got := metricValues(t, reader)["deadlinekit.retry.retries"]; got != 2 {
 		t.Errorf("retries counter %v; want 2", got)
 	}
@@ -177,12 +178,12 @@ func TestHedgedCall(t *testing.T) {
 	_, hedge := StartAttempt(ctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
 	primary.End(OutcomeCanceled, context.Canceled)
-	RecordHedgeCall(ctx, 1, true, "")
+	HedgeCall(ctx, 1, true, "")
 	call.End(nil)
 
 	spans := rec.Ended()
-	wantAttrs(t, spans[0], AttemptKindKey.String("hedge"), PreviousRPCAttemptsKey.Int(1), AttemptOutcomeKey.String("success"))
-	wantAttrs(t, spans[1], AttemptKindKey.String("primary"), PreviousRPCAttemptsKey.Int(0), AttemptOutcomeKey.String("canceled"))
+	wantAttrs(t, spans[0], otelattr.AttemptKindKey.String("hedge"), otelattr.PreviousRPCAttemptsKey.Int(1), otelattr.AttemptOutcomeKey.String("success"))
+	wantAttrs(t, spans[1], otelattr.AttemptKindKey.String("primary"), otelattr.PreviousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("canceled"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("a cancelled loser is marked as an error")
 	}
@@ -192,7 +193,7 @@ func TestHedgedCall(t *testing.T) {
 	if spans[2].Name() != "Sent.svc.Get" {
 		t.Errorf("call span named %q; want gRFC A72's Sent.svc.Get", spans[2].Name())
 	}
-	wantAttrs(t, spans[2], AttemptsKey.Int(2), HedgesKey.Int(1), HedgeWonKey.Bool(true))
+	wantAttrs(t, spans[2], otelattr.AttemptsKey.Int(2), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
 	m := metricValues(t, reader)
 	if m["deadlinekit.hedge.sent"] != 1 || m["deadlinekit.hedge.wins"] != 1 {
 		t.Errorf("hedge counters sent %v wins %v; want 1 and 1", m["deadlinekit.hedge.sent"], m["deadlinekit.hedge.wins"])
@@ -219,7 +220,7 @@ func TestPrimaryInsideAttempt(t *testing.T) {
 	}
 	_, hedge := StartAttempt(hctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
-	RecordHedgeCall(hctx, 1, true, "")
+	HedgeCall(hctx, 1, true, "")
 	joined.End(nil) // a joining layer's End does nothing
 	inner, own := tp.Tracer("test").Start(actx, "the caller's")
 	ictx, innerCall := StartCall(inner, GRPC, "/svc/Other")
@@ -234,7 +235,7 @@ func TestPrimaryInsideAttempt(t *testing.T) {
 	innerCall.End(nil)
 	own.End()
 	retryAttempt.End(OutcomeSuccess, nil)
-	RecordRetryCall(ctx, 1, StopAnswered)
+	RetryCall(ctx, 1, StopAnswered)
 	call.End(nil)
 	server.End()
 
@@ -249,8 +250,8 @@ func TestPrimaryInsideAttempt(t *testing.T) {
 	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != callSpan.SpanContext().SpanID() {
 		t.Errorf("hedge span %q has parent %v; want the call %v", spans[0].Name(), spans[0].Parent().SpanID(), callSpan.SpanContext().SpanID())
 	}
-	wantAttrs(t, spans[0], AttemptNumberKey.Int(2), PreviousRPCAttemptsKey.Int(1))
-	wantAttrs(t, callSpan, AttemptsKey.Int(2), RetriesKey.Int(0), HedgesKey.Int(1), HedgeWonKey.Bool(true))
+	wantAttrs(t, spans[0], otelattr.AttemptNumberKey.Int(2), otelattr.PreviousRPCAttemptsKey.Int(1))
+	wantAttrs(t, callSpan, otelattr.AttemptsKey.Int(2), otelattr.RetryCountKey.Int(0), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
 }
 
 func TestBudgetRefusal(t *testing.T) {
@@ -258,9 +259,9 @@ func TestBudgetRefusal(t *testing.T) {
 	sctx, server := tp.Tracer("test").Start(context.Background(), "server")
 	defer server.End()
 	ctx, call := StartCall(sctx, HTTP, "GET")
-	RecordRetryCall(ctx, 1, StopBudgetEmpty)
+	RetryCall(ctx, 1, StopBudgetEmpty)
 	call.End(nil)
-	wantAttrs(t, rec.Ended()[0], AttemptsKey.Int(1), RetriesKey.Int(0), RetryStopReasonKey.String("budget_empty"))
+	wantAttrs(t, rec.Ended()[0], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("budget_empty"))
 	if got := metricValues(t, reader)["deadlinekit.retry.budget_refusals"]; got != 1 {
 		t.Errorf("budget refusals %v; want 1", got)
 	}
@@ -287,19 +288,19 @@ func TestNoSDKAllocs(t *testing.T) {
 	ctx := context.Background()
 	h := http.Header{}
 	allocs := testing.AllocsPerRun(100, func() {
-		RecordInbound(ctx, time.Second, "grpc-timeout", false)
-		RecordGuard(ctx, time.Millisecond, 2*time.Millisecond)
-		RecordOverrun(ctx, time.Millisecond)
-		RecordBudgetSent(ctx, time.Second)
+		Inbound(ctx, time.Second, "grpc-timeout", false)
+		Guard(ctx, time.Millisecond, 2*time.Millisecond)
+		Overrun(ctx, time.Millisecond)
+		BudgetSent(ctx, time.Second)
 		actx, a := StartAttempt(ctx, HTTP, KindHedge, 2)
 		InjectHTTP(actx, h)
 		a.End(OutcomeFailure, context.Canceled)
-		RecordRetryCall(ctx, 3, StopBudgetEmpty)
-		RecordHedgeCall(ctx, 1, true, "")
-		RecordAdmission(ctx, "cannot_finish", true, time.Millisecond)
-		RecordInFlight(ctx, 1)
-		RecordQueueLength(ctx, -1)
-		RecordLimit(ctx, 8)
+		RetryCall(ctx, 3, StopBudgetEmpty)
+		HedgeCall(ctx, 1, true, "")
+		Admission(ctx, "cannot_finish", true, time.Millisecond)
+		InFlight(ctx, 1)
+		QueueLength(ctx, -1)
+		Limit(ctx, 8)
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per run with no SDK; want 0", allocs)
@@ -312,7 +313,7 @@ func BenchmarkRecordAttempt(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			actx, a := StartAttempt(ctx, HTTP, KindRetry, 2)
-			RecordBudgetSent(actx, time.Second)
+			BudgetSent(actx, time.Second)
 			a.End(OutcomeSuccess, nil)
 		}
 	})
@@ -326,7 +327,7 @@ func BenchmarkRecordAttempt(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			actx, a := StartAttempt(ctx, HTTP, KindRetry, 2)
-			RecordBudgetSent(actx, time.Second)
+			BudgetSent(actx, time.Second)
 			a.End(OutcomeSuccess, nil)
 		}
 	})

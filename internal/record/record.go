@@ -1,4 +1,4 @@
-package otelattr
+package record
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -40,7 +41,7 @@ type instrumentSet struct {
 var instruments = sync.OnceValue(func() *instrumentSet { return newInstruments(otel.GetMeterProvider()) })
 
 func newInstruments(mp metric.MeterProvider) *instrumentSet {
-	m := mp.Meter(ScopeName)
+	m := mp.Meter(otelattr.ScopeName)
 	s := &instrumentSet{}
 	// Errors from instrument creation are reported to the OTel error handler by
 	// the SDK and leave a usable no-op instrument behind.
@@ -79,29 +80,29 @@ func newInstruments(mp metric.MeterProvider) *instrumentSet {
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// RecordInbound records, on the server span in ctx, the budget the server applied to
+// Inbound records, on the server span in ctx, the budget the server applied to
 // a request, where it came from and whether the clamp cut it; and the budget in the
 // deadlinekit.server.budget histogram.
-func RecordInbound(ctx context.Context, budget time.Duration, source string, clamped bool) {
+func Inbound(ctx context.Context, budget time.Duration, source string, clamped bool) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
-			BudgetReceivedKey.Float64(millis(budget)),
-			BudgetSourceKey.String(source),
-			BudgetClampedKey.Bool(clamped),
+			otelattr.BudgetReceivedKey.Float64(millis(budget)),
+			otelattr.BudgetSourceKey.String(source),
+			otelattr.BudgetClampedKey.Bool(clamped),
 		)
 	}
 	instruments().serverBudget.Record(ctx, budget.Seconds())
 }
 
-// RecordGuard records the short-circuit guard's refusal on the server span in ctx:
+// Guard records the short-circuit guard's refusal on the server span in ctx:
 // the floor, the budget left, and that the request was refused; it counts in
 // deadlinekit.shortcircuit.rejections.
-func RecordGuard(ctx context.Context, remaining, floor time.Duration) {
+func Guard(ctx context.Context, remaining, floor time.Duration) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
-			ShortCircuitRejectedKey.Bool(true),
-			ShortCircuitFloorKey.Float64(millis(floor)),
-			ShortCircuitRemainingKey.Float64(millis(remaining)),
+			otelattr.ShortCircuitRejectedKey.Bool(true),
+			otelattr.ShortCircuitFloorKey.Float64(millis(floor)),
+			otelattr.ShortCircuitRemainingKey.Float64(millis(remaining)),
 		)
 		span.SetStatus(codes.Error, "refused before the handler ran: budget below the floor")
 	}
@@ -116,37 +117,37 @@ func reason(remaining time.Duration) string {
 	return "below_floor"
 }
 
-// RecordOverrun records how long a handler kept running after its deadline (zero
+// Overrun records how long a handler kept running after its deadline (zero
 // when it finished in time) on the server span in ctx, and in the
 // deadlinekit.server.overrun histogram.
-func RecordOverrun(ctx context.Context, overrun time.Duration) {
+func Overrun(ctx context.Context, overrun time.Duration) {
 	overrun = max(overrun, 0)
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(ServerOverrunKey.Float64(millis(overrun)))
+		span.SetAttributes(otelattr.ServerOverrunKey.Float64(millis(overrun)))
 	}
 	instruments().overrun.Record(ctx, overrun.Seconds())
 }
 
-// RecordBudgetSent records the budget written into an outbound request: on the
+// BudgetSent records the budget written into an outbound request: on the
 // attempt's span when ctx's span is one, and on the call's span ([StartCall]) for the
 // call's first attempt. It never writes on any other span (a server span).
-func RecordBudgetSent(ctx context.Context, budget time.Duration) {
+func BudgetSent(ctx context.Context, budget time.Duration) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
 	if isAttempt(ctx, span) {
-		span.SetAttributes(BudgetSentKey.Float64(millis(budget)))
+		span.SetAttributes(otelattr.BudgetSentKey.Float64(millis(budget)))
 	}
 	if c := callFrom(ctx); c != nil {
 		c.recordBudget(millis(budget))
 	}
 }
 
-// RecordRetryCall records what the retry layer did with a finished call: its
+// RetryCall records what the retry layer did with a finished call: its
 // attempts and the reason it stopped, written on the call's span ([StartCall]) when
 // the call ends. StopBudgetEmpty also counts in deadlinekit.retry.budget_refusals.
-func RecordRetryCall(ctx context.Context, attempts int, stop StopReason) {
+func RetryCall(ctx context.Context, attempts int, stop StopReason) {
 	if c := callFrom(ctx); c != nil {
 		c.recordRetry(attempts, stop)
 	}
@@ -155,13 +156,13 @@ func RecordRetryCall(ctx context.Context, attempts int, stop StopReason) {
 	}
 }
 
-// RecordHedgeCall records what the hedging layer did with one call: the hedges it
+// HedgeCall records what the hedging layer did with one call: the hedges it
 // sent, whether one of them gave the answer, and, when it sent none, why not (skip).
 // They are written on the call's span ([StartCall]) when the call ends: hedge.count
 // and hedge.won when a hedge was sent, else hedge.skip. Under the retry layer, the
 // hedges of every attempt add up. A winning hedge also counts in
 // deadlinekit.hedge.wins.
-func RecordHedgeCall(ctx context.Context, hedges int, won bool, skip HedgeSkip) {
+func HedgeCall(ctx context.Context, hedges int, won bool, skip HedgeSkip) {
 	if c := callFrom(ctx); c != nil {
 		c.recordHedge(hedges, won, skip)
 	}
@@ -201,15 +202,15 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 		}
 	}
 	attrs := make([]attribute.KeyValue, 2, 3)
-	attrs[0], attrs[1] = AttemptNumberKey.Int(n), AttemptKindKey.String(string(kind))
+	attrs[0], attrs[1] = otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(string(kind))
 	switch p {
 	case HTTP:
-		attrs = append(attrs, HTTPResendCountKey.Int(n-1))
+		attrs = append(attrs, otelattr.HTTPResendCountKey.Int(n-1))
 	case GRPC:
-		attrs = append(attrs, PreviousRPCAttemptsKey.Int(n-1))
+		attrs = append(attrs, otelattr.PreviousRPCAttemptsKey.Int(n-1))
 	}
 	// The SDK's default span kind is internal, which an attempt span is.
-	ctx, span := parent.TracerProvider().Tracer(ScopeName).Start(ctx, attemptSpanName(kind), trace.WithAttributes(attrs...))
+	ctx, span := parent.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, attemptSpanName(kind), trace.WithAttributes(attrs...))
 	return context.WithValue(ctx, attemptKey{}, span), Attempt{span: span}
 }
 
@@ -248,7 +249,7 @@ func (a Attempt) End(outcome Outcome, err error) {
 	if a.span == nil {
 		return
 	}
-	a.span.SetAttributes(AttemptOutcomeKey.String(string(outcome)))
+	a.span.SetAttributes(otelattr.AttemptOutcomeKey.String(string(outcome)))
 	switch {
 	case err != nil && outcome == OutcomeFailure:
 		a.span.RecordError(err)

@@ -1,4 +1,4 @@
-package otelattr
+package record
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -24,7 +25,7 @@ func TestCallUsesTheUsersClientSpan(t *testing.T) {
 	}
 	_, a := StartAttempt(cctx, HTTP, KindPrimary, 1)
 	a.End(OutcomeSuccess, nil)
-	RecordRetryCall(cctx, 1, StopAnswered)
+	RetryCall(cctx, 1, StopAnswered)
 	call.End(errors.New("ignored: the span is the user's"))
 	if n := len(rec.Ended()); n != 1 {
 		t.Fatalf("%d spans ended before the user ended theirs; want the attempt only", n)
@@ -34,7 +35,7 @@ func TestCallUsesTheUsersClientSpan(t *testing.T) {
 	if spans[0].Parent().SpanID() != client.SpanContext().SpanID() {
 		t.Error("the attempt is not a child of the user's client span")
 	}
-	wantAttrs(t, spans[1], AttemptsKey.Int(1), RetriesKey.Int(0), RetryStopReasonKey.String("answered"))
+	wantAttrs(t, spans[1], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("answered"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("the toolkit set the status of a span it does not own")
 	}
@@ -51,7 +52,7 @@ func TestTwoCallsFromOneHandler(t *testing.T) {
 			_, a := StartAttempt(cctx, GRPC, KindPrimary, n)
 			a.End(OutcomeFailure, errors.New("unavailable"))
 		}
-		RecordRetryCall(cctx, i+1, stop)
+		RetryCall(cctx, i+1, stop)
 		call.End(errors.New("unavailable"))
 	}
 	server.End()
@@ -73,8 +74,8 @@ func TestTwoCallsFromOneHandler(t *testing.T) {
 		t.Fatalf("%d call spans; want 2", len(calls))
 	}
 	spans := rec.Ended()
-	wantAttrs(t, spans[calls[0]], AttemptsKey.Int(1), RetryStopReasonKey.String("answered"))
-	wantAttrs(t, spans[calls[1]], AttemptsKey.Int(2), RetryStopReasonKey.String("attempts_exhausted"))
+	wantAttrs(t, spans[calls[0]], otelattr.AttemptsKey.Int(1), otelattr.RetryStopReasonKey.String("answered"))
+	wantAttrs(t, spans[calls[1]], otelattr.AttemptsKey.Int(2), otelattr.RetryStopReasonKey.String("attempts_exhausted"))
 }
 
 // A span that cannot say its kind (not the OTel SDK's) is not taken for a call span.
@@ -101,8 +102,8 @@ func TestCallUntraced(t *testing.T) {
 		if call.Recording() || cctx != ctx {
 			t.Fatal("an untraced call started something")
 		}
-		RecordRetryCall(cctx, 2, StopAnswered)
-		RecordHedgeCall(cctx, 0, false, HedgeSkipNotDue)
+		RetryCall(cctx, 2, StopAnswered)
+		HedgeCall(cctx, 0, false, HedgeSkipNotDue)
 		call.End(nil)
 	})
 	if allocs != 0 {

@@ -1,0 +1,71 @@
+package record
+
+import (
+	"context"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/otelattr"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// InFlight adds delta to deadlinekit.shortcircuit.in_flight, the handlers
+// running under a concurrency limit.
+func InFlight(ctx context.Context, delta int) {
+	if delta != 0 {
+		instruments().inFlight.Add(ctx, int64(delta))
+	}
+}
+
+// QueueLength adds delta to deadlinekit.shortcircuit.queue_length.
+func QueueLength(ctx context.Context, delta int) {
+	instruments().queueLength.Add(ctx, int64(delta))
+}
+
+// Limit records a concurrency limit's current value on
+// deadlinekit.shortcircuit.limit.
+func Limit(ctx context.Context, n int) {
+	instruments().limit.Record(ctx, int64(n))
+}
+
+// Admission records the concurrency limit's decision on the server span in ctx
+// (decision, whether the request was queued, the wait), a queued request's wait in
+// the deadlinekit.shortcircuit.queue_wait histogram, and a refusal in
+// deadlinekit.shortcircuit.rejections by reason.
+func Admission(ctx context.Context, decision string, queued bool, wait time.Duration) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			otelattr.ShortCircuitAdmissionKey.String(decision),
+			otelattr.ShortCircuitQueuedKey.Bool(queued),
+			otelattr.ShortCircuitQueueWaitKey.Float64(millis(wait)),
+		)
+		if decision != "admitted" {
+			span.SetStatus(codes.Error, "refused before the handler ran: "+decision)
+		}
+	}
+	s := instruments()
+	if queued {
+		s.queueWait.Record(ctx, wait.Seconds())
+	}
+	if decision != "admitted" {
+		s.rejections.Add(ctx, 1, reasonOption(decision)...)
+	}
+}
+
+// reasonOptions are the rejections metric's attribute sets, made once (and passed as
+// a ready slice) so that counting a refusal does not allocate.
+var reasonOptions = func() map[string][]metric.AddOption {
+	m := map[string][]metric.AddOption{}
+	for _, r := range []string{"below_floor", "expired", "cannot_finish", "dropped", "overloaded", "canceled"} {
+		m[r] = []metric.AddOption{metric.WithAttributes(otelattr.ShortCircuitReasonKey.String(r))}
+	}
+	return m
+}()
+
+func reasonOption(r string) []metric.AddOption {
+	if o, ok := reasonOptions[r]; ok {
+		return o
+	}
+	return []metric.AddOption{metric.WithAttributes(otelattr.ShortCircuitReasonKey.String(r))}
+}

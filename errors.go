@@ -361,24 +361,7 @@ func toWire(err error) wire {
 		oe, _ := breaker.IsOpen(err)
 		return wire{status: http.StatusServiceUnavailable, code: codes.Unavailable, msg: message(err), pushback: max(oe.RetryAfter, time.Millisecond)}
 	case errors.As(err, &de) && de.Pushback && de.Last != nil:
-		// The retry layer stopped because the downstream's "come back in X" did not
-		// fit in the time left. That is the downstream's word to pass on, with its
-		// pushback: the caller's own caller may have the time to come back.
-		x := toWire(de.Last)
-		x.msg = message(err)
-		if x.pushback == 0 {
-			if errors.As(err, &we) && we.Pushback != 0 {
-				x.pushback = we.Pushback
-			} else if v, ok := pushback.Of(err); ok {
-				if p, perr := pushback.ParseMs(v); perr == nil {
-					x.pushback = p
-				}
-			}
-			if x.code == codes.ResourceExhausted { // 429 or, with a wait, 503
-				x.status = httpFromCode(x.code, x.pushback)
-			}
-		}
-		return x
+		return relayedPushback(err, de)
 	case errors.Is(err, deadline.ErrInsufficientBudget):
 		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: -1}
 	case errors.Is(err, context.DeadlineExceeded):
@@ -394,14 +377,7 @@ func toWire(err error) wire {
 		return wire{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: message(err)}
 	}
 	if st, ok := status.FromError(err); ok {
-		x := wire{code: st.Code(), msg: message(err), st: st}
-		if d, found, perr := pushback.RetryInfoDelay(st); perr != nil {
-			x.pushback = -1
-		} else if found {
-			x.pushback = d
-		}
-		x.status = httpFromCode(x.code, x.pushback)
-		return x
+		return fromStatus(err, st)
 	}
 	switch {
 	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode <= 599:
@@ -410,6 +386,42 @@ func toWire(err error) wire {
 		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err)}
 	}
 	return wire{status: http.StatusInternalServerError, code: codes.Unknown, msg: message(err)}
+}
+
+// relayedPushback is the wire form of a retry layer's stop because the downstream's
+// "come back in X" did not fit in the time left. That is the downstream's word to
+// pass on, with its pushback: the caller's own caller may have the time to come back.
+func relayedPushback(err error, de *retry.StopError) wire {
+	x := toWire(de.Last)
+	x.msg = message(err)
+	if x.pushback != 0 {
+		return x
+	}
+	var we *WireError
+	if errors.As(err, &we) && we.Pushback != 0 {
+		x.pushback = we.Pushback
+	} else if v, ok := pushback.Of(err); ok {
+		if p, perr := pushback.ParseMs(v); perr == nil {
+			x.pushback = p
+		}
+	}
+	if x.code == codes.ResourceExhausted { // 429 or, with a wait, 503
+		x.status = httpFromCode(x.code, x.pushback)
+	}
+	return x
+}
+
+// fromStatus is the wire form of err, whose gRPC status is st: its code, its
+// RetryInfo as the pushback (-1 when malformed), and the HTTP status they make.
+func fromStatus(err error, st *status.Status) wire {
+	x := wire{code: st.Code(), msg: message(err), st: st}
+	if d, found, perr := pushback.RetryInfoDelay(st); perr != nil {
+		x.pushback = -1
+	} else if found {
+		x.pushback = d
+	}
+	x.status = httpFromCode(x.code, x.pushback)
+	return x
 }
 
 // wirePushback is the pushback of the first *WireError in err, when that is what

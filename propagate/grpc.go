@@ -198,7 +198,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	var in Inbound
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, SourceGRPCTimeout
-	} else if d, ok, err := c.envoyMetadata(ctx); err != nil {
+	} else if d, ok, err := c.envoyTimeout(metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)); err != nil {
 		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	} else if ok {
 		in.Budget, in.Source = d, SourceEnvoyTimeout
@@ -221,11 +221,11 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 	return withInbound(ctx, in), cancel, nil
 }
 
-func (c *config) envoyMetadata(ctx context.Context) (time.Duration, bool, error) {
+// envoyTimeout reads the Envoy header's values vs, when the proxy is trusted.
+func (c *config) envoyTimeout(vs []string) (time.Duration, bool, error) {
 	if !c.trustEnvoy {
 		return 0, false, nil
 	}
-	vs := metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)
 	switch {
 	case len(vs) == 0:
 		return 0, false, nil

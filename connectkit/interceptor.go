@@ -1,0 +1,273 @@
+package connectkit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
+)
+
+// interceptor is one layer as a connect.Interceptor: its client side (nil: none) for
+// the calls of a connect client, its server side (nil: none) for the calls a connect
+// handler serves.
+type interceptor struct {
+	client rpc.Client
+	server rpc.Server
+	// stream is the layer's client side for streams (nil: streams go through).
+	stream func(ctx context.Context, spec connect.Spec) (context.Context, func(error), error)
+}
+
+var _ connect.Interceptor = (*interceptor)(nil)
+
+func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		spec := req.Spec()
+		switch {
+		case spec.IsClient && i.client != nil:
+			return i.unaryClient(ctx, req, next)
+		case !spec.IsClient && i.server != nil:
+			return i.unaryServer(ctx, req, next)
+		}
+		return next(ctx, req)
+	}
+}
+
+func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	spec := req.Spec()
+	call := rpc.Call{
+		Procedure:  spec.Procedure,
+		Target:     req.Peer().Addr,
+		Idempotent: spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent,
+	}
+	a := i.client(ctx, &call, func(actx context.Context) rpc.Answer {
+		resp, err := next(actx, attempt(actx, req))
+		return answer(resp, err)
+	})
+	if a.Err != nil {
+		return nil, clientError(a)
+	}
+	resp, _ := a.Resp.(connect.AnyResponse)
+	return resp, nil
+}
+
+func (i *interceptor) unaryServer(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	in := rpc.Inbound{Procedure: req.Spec().Procedure, Header: req.Header()}
+	var resp connect.AnyResponse
+	_, err := i.server(ctx, &in, func(ctx context.Context) (any, error) {
+		var err error
+		resp, err = next(ctx, req)
+		return resp, err
+	})
+	if err != nil {
+		return nil, serverError(err)
+	}
+	return resp, nil
+}
+
+func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	if i.stream == nil {
+		return next
+	}
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		sctx, end, err := i.stream(ctx, spec)
+		if err != nil {
+			return &refusedStream{StreamingClientConn: next(ctx, spec), err: clientError(rpc.Answer{Err: err})}
+		}
+		return &endingStream{StreamingClientConn: next(sctx, spec), end: end}
+	}
+}
+
+func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	if i.server == nil {
+		return next
+	}
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		in := rpc.Inbound{Procedure: conn.Spec().Procedure, Header: conn.RequestHeader(), Stream: true}
+		_, err := i.server(ctx, &in, func(ctx context.Context) (any, error) { return nil, next(ctx, conn) })
+		if err != nil {
+			return serverError(err)
+		}
+		return nil
+	}
+}
+
+// attempt is the request one attempt sends: req itself when the layers added nothing
+// to it, else a copy with a header of its own carrying what they added (ctx's
+// outgoing metadata: the attempt count, an idempotency key). connect-go writes each
+// send's timeout header into the header it sends, and each send's HTTP method into
+// the request, so attempts in flight at once (hedges) must not share them; the
+// message is shared, and only read.
+func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok || len(md) == 0 {
+		return req
+	}
+	h := req.Header().Clone()
+	for k, vs := range md {
+		if !strings.HasSuffix(k, "-bin") {
+			h[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
+	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
+}
+
+// attemptRequest is one attempt's copy of a unary request.
+type attemptRequest struct {
+	connect.AnyRequest
+	header http.Header
+}
+
+func (r *attemptRequest) Header() http.Header { return r.header }
+
+// shallowCopy returns a copy of the *connect.Request[T] behind req, sharing its
+// message, so that what connect-go writes into one attempt's request (its HTTP
+// method) does not race with another's.
+func shallowCopy(req connect.AnyRequest) connect.AnyRequest {
+	if a, ok := req.(*attemptRequest); ok {
+		return shallowCopy(a.AnyRequest)
+	}
+	v := reflect.ValueOf(req)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return req
+	}
+	c := reflect.New(v.Elem().Type())
+	c.Elem().Set(v.Elem())
+	return c.Interface().(connect.AnyRequest)
+}
+
+// answer is what an attempt came back with, in the layers' terms: a connect error's
+// code as a gRPC status (its message and details with it), and its metadata
+// (headers and trailers) as lower-case keys.
+func answer(resp connect.AnyResponse, err error) rpc.Answer {
+	if err == nil {
+		return rpc.Answer{Resp: resp}
+	}
+	a := rpc.Answer{Err: err}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		a.Err = &wireError{ce: ce}
+		a.Meta = lowerKeys(ce.Meta())
+	}
+	return a
+}
+
+// wireError is a connect error as the layers read it: a gRPC status with the same
+// code, message and details. Unwrap gives the connect error back.
+type wireError struct{ ce *connect.Error }
+
+func (e *wireError) Error() string { return e.ce.Error() }
+func (e *wireError) Unwrap() error { return e.ce }
+func (e *wireError) GRPCStatus() *status.Status {
+	st := status.New(codes.Code(e.ce.Code()), e.ce.Message())
+	var details []protoadapt.MessageV1
+	for _, d := range e.ce.Details() {
+		if m, err := d.Value(); err == nil {
+			details = append(details, protoadapt.MessageV1Of(m))
+		}
+	}
+	if with, err := st.WithDetails(details...); err == nil && len(details) > 0 {
+		st = with
+	}
+	return st
+}
+
+func lowerKeys(h http.Header) metadata.MD {
+	if len(h) == 0 {
+		return nil
+	}
+	md := make(metadata.MD, len(h))
+	for k, vs := range h {
+		md[strings.ToLower(k)] = vs
+	}
+	return md
+}
+
+// clientError is the error a connect client's caller gets for a: the connect error
+// that came off the wire, when no layer changed it, else a connect error with the
+// code of a's status, wrapping the layers' error (so that errors.Is finds
+// breaker.ErrOpen, context.DeadlineExceeded...) and carrying a's metadata (the
+// pushback a handler relays).
+func clientError(a rpc.Answer) error {
+	var we *wireError
+	if errors.As(a.Err, &we) && a.Err == error(we) {
+		return we.ce
+	}
+	return toConnect(a.Err, a.Meta)
+}
+
+// serverError is the error a connect handler answers for err: a refusal of a
+// layer with its status (code, message, RetryInfo) and its metadata (pushback), or
+// the handler's own error unchanged.
+func serverError(err error) error {
+	var r *rpc.Refusal
+	if !errors.As(err, &r) {
+		return err
+	}
+	return toConnect(r.Err, r.Meta)
+}
+
+// toConnect is err as a *connect.Error: its gRPC status's code and details, the
+// metadata md, and err itself underneath.
+func toConnect(err error, md metadata.MD) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	ce := connect.NewError(connect.Code(st.Code()), err)
+	for _, d := range st.Proto().GetDetails() {
+		if detail, derr := connect.NewErrorDetail(d); derr == nil {
+			ce.AddDetail(detail)
+		}
+	}
+	for k, vs := range md {
+		for _, v := range vs {
+			ce.Meta().Add(k, v)
+		}
+	}
+	return ce
+}
+
+// endingStream calls end with the stream's outcome when its response side is
+// closed or ends.
+type endingStream struct {
+	connect.StreamingClientConn
+	end  func(error)
+	done bool
+}
+
+func (s *endingStream) Receive(m any) error {
+	err := s.StreamingClientConn.Receive(m)
+	if err != nil && !s.done {
+		s.done = true
+		s.end(err)
+	}
+	return err
+}
+
+func (s *endingStream) CloseResponse() error {
+	err := s.StreamingClientConn.CloseResponse()
+	if !s.done {
+		s.done = true
+		s.end(nil)
+	}
+	return err
+}
+
+// refusedStream is a stream a layer refused before it was opened: it sends nothing
+// and answers err.
+type refusedStream struct {
+	connect.StreamingClientConn
+	err error
+}
+
+func (s *refusedStream) Send(any) error    { return s.err }
+func (s *refusedStream) Receive(any) error { return s.err }

@@ -1,0 +1,97 @@
+// Package rpc describes a unary call in the terms every framework that speaks gRPC's
+// status codes shares (a procedure, request metadata, a status and the metadata of
+// the answer), so that the layer packages can run their cores under a framework they
+// do not import. Each layer registers its adapters here in its init function; the
+// framework's package (connectkit, for connect-go) looks them up by layer and
+// translates its calls. The layer packages never import a framework: a program that
+// does not use one does not compile it.
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// Call is one unary call, as the client layers see it.
+type Call struct {
+	Procedure string // the full method, "/pkg.Service/Method"
+	// Target names the downstream ("host:port"), for per-target state (a breaker's
+	// circuit).
+	Target string
+	// Idempotent is true when the framework declares the procedure safe to run twice
+	// (connect-go's Spec.IdempotencyLevel); the layers' own knowledge (declared
+	// methods, the proto registry, an idempotency key) is added to it.
+	Idempotent bool
+}
+
+// Answer is what an attempt, or a whole call, came back with.
+type Answer struct {
+	Resp any   // the framework's response; nil when Err is set
+	Err  error // nil, or an error whose gRPC status (status.FromError) is the answer's
+	// Meta is the answer's metadata, headers and trailers, with lower-case keys
+	// (grpc-retry-pushback-ms).
+	Meta metadata.MD
+}
+
+// Send sends one attempt of a call under ctx. What the layers add to the attempt's
+// request header is in ctx's outgoing metadata (metadata.FromOutgoingContext), as
+// for a gRPC call: the framework's adapter copies it into the request it sends.
+type Send func(ctx context.Context) Answer
+
+// Client is one client layer: it sends a call through send once, several times, or
+// not at all.
+type Client func(ctx context.Context, c *Call, send Send) Answer
+
+// Inbound is one call a server received.
+type Inbound struct {
+	Procedure string      // the full method
+	Header    http.Header // the request's headers
+	Stream    bool        // a streaming call: its handler's life is the stream's
+}
+
+// Handle runs the rest of the server chain and the handler.
+type Handle func(ctx context.Context) (any, error)
+
+// Server is one server layer around a handler. A refusal is a *Refusal.
+type Server func(ctx context.Context, in *Inbound, handle Handle) (any, error)
+
+// Refusal is a server layer's answer that the handler did not run (or whose error
+// it mapped): a gRPC status, and the metadata the answer carries
+// (grpc-retry-pushback-ms).
+type Refusal struct {
+	Err  error // has the gRPC status (status.FromError)
+	Meta metadata.MD
+}
+
+func (r *Refusal) Error() string { return r.Err.Error() }
+func (r *Refusal) Unwrap() error { return r.Err }
+
+var (
+	mu       sync.RWMutex
+	adapters = map[string]any{}
+)
+
+// Register makes f the adapter named name (a layer and a side: "retry.client").
+// Layer packages call it from init.
+func Register[A any](name string, f A) {
+	mu.Lock()
+	defer mu.Unlock()
+	adapters[name] = f
+}
+
+// Lookup returns the adapter named name, of type A. It panics when none is
+// registered under that name and type: the framework package imports the layer
+// packages whose adapters it uses, so their init functions have run.
+func Lookup[A any](name string) A {
+	mu.RLock()
+	defer mu.RUnlock()
+	f, ok := adapters[name].(A)
+	if !ok {
+		panic(fmt.Sprintf("rpc: no adapter %q of type %T registered", name, f))
+	}
+	return f
+}

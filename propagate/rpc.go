@@ -1,0 +1,108 @@
+package propagate
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/record"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
+)
+
+// The adapters of this layer for frameworks it does not import (package connectkit).
+// Such a framework, like grpc-go, writes and reads the wire's timeout header itself
+// (Connect-Timeout-Ms, grpc-timeout) from and into the context's deadline: the client
+// side derives the context, the server side applies the server's rules to it.
+func init() {
+	rpc.Register("propagate.client", func(opts []Option) rpc.Client {
+		c := newConfig(opts)
+		return func(ctx context.Context, call *rpc.Call, send rpc.Send) rpc.Answer {
+			ctx, span := record.StartCall(ctx, record.GRPC, call.Procedure)
+			child, cancel, err := c.clientContext(ctx)
+			if err != nil {
+				span.End(err)
+				return rpc.Answer{Err: err}
+			}
+			a := send(child)
+			cancel()
+			span.End(a.Err)
+			return a
+		}
+	})
+	rpc.Register("propagate.stream", func(opts []Option) func(ctx context.Context, procedure string) (context.Context, func(error), error) {
+		c := newConfig(opts)
+		return func(ctx context.Context, procedure string) (context.Context, func(error), error) {
+			ctx, span := record.StartCall(ctx, record.GRPC, procedure)
+			child, cancel, err := c.clientContext(ctx)
+			if err != nil {
+				span.End(err)
+				return ctx, nil, err
+			}
+			return child, func(err error) {
+				cancel()
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				span.End(err)
+			}, nil
+		}
+	})
+	rpc.Register("propagate.server", func(opts []Option) rpc.Server {
+		c := newConfig(opts)
+		return func(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
+			ctx, cancel, err := c.rpcServerContext(ctx, in.Header)
+			if err != nil {
+				r := &rpc.Refusal{Err: err}
+				if status.Code(err) == codes.DeadlineExceeded {
+					r.Meta = doNotRetry
+				}
+				return nil, r
+			}
+			defer cancel()
+			return handle(ctx)
+		}
+	})
+}
+
+// rpcServerContext is serverContext for a framework that applied the caller's
+// timeout header to ctx itself, with the request's headers h: the Envoy header when
+// trusted, the clamp and the default budget. For a caller [WithTrustGRPC] refuses, the
+// Envoy and attempt headers are removed from h, which the handler sees.
+func (c *config) rpcServerContext(ctx context.Context, h http.Header) (context.Context, context.CancelFunc, error) {
+	if c.trustGRPC != nil && !c.trustGRPC(ctx) {
+		h.Del(HeaderEnvoyTimeout)
+		h.Del(attempts.Header)
+	}
+	var in Inbound
+	if left, has := deadline.Remaining(ctx); has {
+		in.Budget, in.Source = left, SourceGRPCTimeout
+		if h.Get(HeaderConnectTimeout) != "" {
+			in.Source = SourceConnectTimeout
+		}
+	} else if d, ok, err := c.envoyTimeout(h.Values(HeaderEnvoyTimeout)); err != nil {
+		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
+	} else if ok {
+		in.Budget, in.Source = d, SourceEnvoyTimeout
+	} else if c.serverDefault > 0 {
+		in.Budget, in.Source = c.serverDefault, SourceDefault
+	} else {
+		return ctx, noop, nil
+	}
+	c.clamp(&in)
+	if in.Budget <= 0 {
+		record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
+		return ctx, nil, status.Error(codes.DeadlineExceeded, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")")
+	}
+	cancel := noop
+	if in.Source == SourceEnvoyTimeout || in.Source == SourceDefault || in.Clamped {
+		ctx, cancel = context.WithTimeout(ctx, in.Budget)
+	}
+	record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
+	return withInbound(ctx, in), cancel, nil
+}

@@ -146,3 +146,26 @@ func TestAttemptSpans(t *testing.T) {
 }
 
 var _ http.RoundTripper = (*latencyBackend)(nil)
+
+// TestObserverPanicEndsCallSpan: when an observer panics on a traced HTTP call, the
+// call's span, which the layer started, still ends: it is not left open for ever.
+func TestObserverPanicEndsCallSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp := &fakeProvider{}
+		ctx := trace.ContextWithSpan(t.Context(), tp.newSpan("caller"))
+		b := &latencyBackend{latency: func(int, int) time.Duration { return time.Millisecond }}
+		rt := hedge.NewTransport(b, hedge.WithObserver(func(context.Context, hedge.Event) { panic("observer") }))
+		func() {
+			defer func() { _ = recover() }()
+			get(ctx, rt)
+		}()
+		synctest.Wait()
+		calls := tp.named("GET")
+		if len(calls) != 1 {
+			t.Fatalf("%d call spans, want 1", len(calls))
+		}
+		if n, _ := calls[0].endState(); n != 1 {
+			t.Fatalf("the call span was ended %d times; want once", n)
+		}
+	})
+}

@@ -124,8 +124,8 @@ func WithMaxPushback(d time.Duration) Option {
 // a [*StatusError] for an HTTP failure status, a gRPC status error
 // ([google.golang.org/grpc/status.FromError]), a transport error. A verdict of
 // Retryable is still weighed by the rest of the layer (attempts, deadline, budget, a
-// server's "do not retry"). f runs on the caller's goroutine; if it panics, the
-// attempt counts as Failed. Default: the layer's own judgement, as documented on
+// server's "do not retry"). f runs on the caller's goroutine; a panic in it goes
+// through the layer to the caller, once the answer nobody gets is closed. Default: the layer's own judgement, as documented on
 // [NewTransport] and [UnaryClientInterceptor].
 func WithClassifier(f func(e Event) Verdict) Option {
 	return optionFunc(func(c *config) { c.classifier = f })
@@ -150,8 +150,8 @@ func WithIdempotentMethods(methods ...string) Option {
 // WithIdempotencyKeys makes the layer give every call that carries no idempotency key
 // one, generated once before the first attempt and sent unchanged on every attempt
 // (HTTP header Idempotency-Key, gRPC metadata idempotency-key). gen generates the key;
-// nil means a random UUID (version 4, from crypto/rand); a generator that panics is
-// replaced by that one. A key the caller set is always kept and sent, with or without
+// nil means a random UUID (version 4, from crypto/rand). gen runs on the caller's
+// goroutine; a panic in it goes through the layer to the caller. A key the caller set is always kept and sent, with or without
 // this option; a blank one (empty or white space) is no key, and is replaced.
 //
 // On HTTP, keys are generated for methods that are not idempotent (POST, PATCH, …);
@@ -169,22 +169,14 @@ func WithIdempotencyKeys(gen func() string) Option {
 
 // withRandom sets the source of the jitter: a function returning a number in [0, 1),
 // safe for concurrent use (tests pass a seeded source, to get a reproducible backoff
-// sequence). Default: math/rand/v2's Float64. A nil function restores the default; a
-// panicking one gives no jitter (0.5).
+// sequence). Default: math/rand/v2's Float64. A nil function restores the default. f
+// runs on the caller's goroutine: its panic is the caller's.
 func withRandom(f func() float64) Option {
 	return optionFunc(func(c *config) {
 		if f == nil {
-			c.random = rand.Float64
-			return
+			f = rand.Float64
 		}
-		c.random = func() (u float64) {
-			defer func() {
-				if recover() != nil {
-					u = 0.5
-				}
-			}()
-			return f()
-		}
+		c.random = f
 	})
 }
 

@@ -88,7 +88,7 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 	var a try[T]
 	held := false // a.v is a result neither delivered nor discarded
 	defer func() {
-		if held { // an observer panicked: nobody will get a.v
+		if held { // a callback of the user's panicked: nobody will get a.v
 			l.p.discard(a.v, a.cancel)
 		}
 	}()
@@ -168,13 +168,8 @@ func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
 }
 
 // classify asks the user's classifier about the attempt of e, which the layer judged
-// d. A panicking classifier counts as Failed.
-func (c *config) classify(e Event, d decision) (out decision) {
-	defer func() {
-		if recover() != nil {
-			out = decision{verdict: Failed, reason: "classifier panicked"}
-		}
-	}()
+// d. It runs on the caller's goroutine: its panic is the caller's.
+func (c *config) classify(e Event, d decision) decision {
 	e.Verdict, e.Reason = d.verdict, d.reason
 	if v := c.classifier(e); v != d.verdict {
 		d.verdict = v
@@ -360,13 +355,4 @@ func (c *config) observe(ctx context.Context, e Event) {
 	for _, f := range c.observers {
 		f(ctx, e)
 	}
-}
-
-func (c *config) newKey() (key string) {
-	defer func() {
-		if recover() != nil {
-			key = newIdempotencyKey()
-		}
-	}()
-	return c.keys()
 }

@@ -124,7 +124,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 		l.begin(ctx)
 		if c.keys != nil {
 			if vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); !idempotency.Keyed(vs) {
-				if key := c.newKey(); key != "" {
+				if key := c.keys(); key != "" {
 					ctx = withKey(ctx, key, len(vs) > 0)
 				}
 			}

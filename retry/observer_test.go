@@ -8,6 +8,9 @@ import (
 	"testing"
 	"testing/synctest"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -90,4 +93,30 @@ func TestObserverPanicGoesThrough(t *testing.T) {
 			t.Fatalf("gRPC: recovered %#v; want the observer's panic", v)
 		}
 	})
+}
+
+// When an observer panics on a traced HTTP call, the call's span, which the layer
+// started, still ends (with an error), rather than being left open for ever.
+func TestObserverPanicEndsCallSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "handler")
+	defer parent.End()
+	panics := retry.WithObserver(func(context.Context, retry.Event) { panic("observer") })
+	f := &fakeRT{fn: always(200)}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
+	func() {
+		defer func() { _ = recover() }()
+		if resp, err := retry.NewTransport(f, panics).RoundTrip(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	var names []string
+	for _, s := range rec.Ended() {
+		names = append(names, s.Name())
+	}
+	if len(rec.Ended()) != 2 || rec.Ended()[1].Name() != "GET" || rec.Ended()[1].Status().Code != otelcodes.Error {
+		t.Fatalf("ended spans %q; want the attempt's and the call's (GET, an error)", names)
+	}
 }

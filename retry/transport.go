@@ -214,13 +214,24 @@ func (s *sentTrace) wroteRequest(i httptrace.WroteRequestInfo) {
 }
 
 // RoundTrip sends req through the retry layer. The call's span ([record.StartCall])
-// is started here when no layer above has one, and ends with the answer's body.
+// is started here when no layer above has one, and ends with the answer's body, or
+// at once when a callback of the user's (an observer, the classifier) panics.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
+	returned := false
+	defer func() {
+		if !returned { // a panic goes through: the span must not stay open
+			call.End(errPanicked)
+		}
+	}()
 	resp, err := t.roundTrip(ctx, req)
+	returned = true
 	call.EndHTTP(resp, err)
 	return resp, err
 }
+
+// errPanicked is the error of a call span whose call panicked.
+var errPanicked = errors.New("retry: the call panicked")
 
 // roundTrip is RoundTrip under ctx, the call's context.
 func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
@@ -234,7 +245,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	}
 	h.hasKey = idempotency.Keyed(req.Header.Values(idempotency.Header))
 	if !h.hasKey && c.keys != nil && !h.idem {
-		h.key = c.newKey()
+		h.key = c.keys()
 		h.hasKey = h.key != ""
 	}
 	h.traceSent = l.max > 1 && !h.idem && !h.hasKey

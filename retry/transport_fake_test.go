@@ -17,6 +17,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -464,23 +466,49 @@ func TestAttemptTimeout(t *testing.T) {
 	})
 }
 
-func TestPanickingCallbacksRecovered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRT{fn: always(503)}
-		rt := retry.NewTransport(f, retry.WithBudget(nil),
-			retry.WithClassifier(func(retry.Event) retry.Verdict { panic("classifier") }),
-			retry.WithIdempotencyKeys(func() string { panic("keys") }),
-			retry.WithRandom(func() float64 { panic("random") }))
-		req, _ := http.NewRequest("POST", "http://svc/", nil)
-		resp, err := rt.RoundTrip(req)
-		if err != nil || resp.StatusCode != 503 {
-			t.Fatalf("got %v, %v", resp, err)
-		}
-		resp.Body.Close()
-		if f.reqs[0].Header.Get("Idempotency-Key") == "" {
-			t.Fatal("a panicking generator left the call without a key")
-		}
-	})
+// The classifier, the key generator and the random source run on the caller's
+// goroutine: their panic is the caller's, and goes through the layer unchanged
+// (issue 14, item 2), once the answer nobody gets is closed.
+func TestPanickingCallbacksGoThrough(t *testing.T) {
+	type boom struct{ name string }
+	for _, tc := range []struct {
+		name string
+		opt  retry.Option
+	}{
+		{"classifier", retry.WithClassifier(func(retry.Event) retry.Verdict { panic(boom{"classifier"}) })},
+		{"keys", retry.WithIdempotencyKeys(func() string { panic(boom{"keys"}) })},
+		{"random", retry.WithRandom(func() float64 { panic(boom{"random"}) })},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			f := &fakeRT{fn: always(503)}
+			rt := retry.NewTransport(f, retry.WithBudget(nil), retry.WithIdempotencyKeys(nil), tc.opt)
+			req, _ := http.NewRequest("POST", "http://svc/", nil)
+			got := func() (v any) {
+				defer func() { v = recover() }()
+				if resp, err := rt.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				}
+				return nil
+			}()
+			if got != (boom{tc.name}) {
+				t.Fatalf("%s: recovered %#v; want the callback's panic", tc.name, got)
+			}
+			if sent, closed := f.attempts(), f.closed.Load(); int64(sent) != closed {
+				t.Fatalf("%s: %d answers, %d bodies closed; want every answer closed", tc.name, sent, closed)
+			}
+		})
+	}
+	// The gRPC interceptor's key generator too.
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	got := func() (v any) {
+		defer func() { v = recover() }()
+		_ = retry.UnaryClientInterceptor(retry.WithIdempotencyKeys(func() string { panic(boom{"keys"}) }))(
+			context.Background(), "/svc/M", nil, nil, nil, invoker)
+		return nil
+	}()
+	if got != (boom{"keys"}) {
+		t.Fatalf("gRPC keys: recovered %#v; want the generator's panic", got)
+	}
 }
 
 // errStopped in a table of wanted errors stands for any *retry.StopError.

@@ -1,11 +1,10 @@
 // Package connectkit is deadlinekit for connect-go (connectrpc.com/connect): each
-// layer as a connect.Interceptor, for all three protocols connect-go speaks (Connect,
-// gRPC, gRPC-Web). So far: [Propagate] and [ShortCircuit].
+// layer as a connect.Interceptor, and the whole stack in one option for a connect
+// client ([ClientOption]) and one for a connect handler ([HandlerOption]), for all
+// three protocols connect-go speaks (Connect, gRPC, gRPC-Web).
 //
-//	client := pingv1connect.NewPingServiceClient(http.DefaultClient, url,
-//		connect.WithInterceptors(connectkit.Propagate()))
-//	mux.Handle(pingv1connect.NewPingServiceHandler(svc,
-//		connect.WithInterceptors(connectkit.Propagate(), connectkit.ShortCircuit())))
+//	client := pingv1connect.NewPingServiceClient(http.DefaultClient, url, connectkit.ClientOption())
+//	mux.Handle(pingv1connect.NewPingServiceHandler(svc, connectkit.HandlerOption()))
 //
 // The layers behave as their gRPC interceptors do, with the same options and
 // defaults: connect-go writes and reads the deadline (Connect-Timeout-Ms,

@@ -23,7 +23,7 @@ type interceptor struct {
 	client rpc.Client
 	server rpc.Server
 	// stream is the layer's client side for streams (nil: streams go through).
-	stream func(ctx context.Context, spec connect.Spec) (context.Context, func(error), error)
+	stream rpc.StreamClient
 }
 
 var _ connect.Interceptor = (*interceptor)(nil)
@@ -48,6 +48,9 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 		Target:     req.Peer().Addr,
 		Idempotent: spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent,
 	}
+	// Every attempt sends a copy of its own; req itself, a copy nobody sends, is
+	// what they are copied from.
+	req = shallowCopy(req)
 	a := i.client(ctx, &call, func(actx context.Context) rpc.Answer {
 		resp, err := next(actx, attempt(actx, req))
 		return answer(resp, err)
@@ -78,7 +81,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 		return next
 	}
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		sctx, end, err := i.stream(ctx, spec)
+		sctx, end, err := i.stream(ctx, &rpc.Call{Procedure: spec.Procedure})
 		if err != nil {
 			return &refusedStream{StreamingClientConn: next(ctx, spec), err: clientError(rpc.Answer{Err: err})}
 		}
@@ -100,21 +103,18 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 	}
 }
 
-// attempt is the request one attempt sends: req itself when the layers added nothing
-// to it, else a copy with a header of its own carrying what they added (ctx's
-// outgoing metadata: the attempt count, an idempotency key). connect-go writes each
-// send's timeout header into the header it sends, and each send's HTTP method into
-// the request, so attempts in flight at once (hedges) must not share them; the
-// message is shared, and only read.
+// attempt is the request one attempt sends: a copy of req with a header of its own,
+// carrying what the layers added (ctx's outgoing metadata: the attempt count, an
+// idempotency key). connect-go writes each send's timeout header into the header it
+// sends, and each send's HTTP method into the request, so attempts in flight at once
+// (hedges) must not share them; the message is shared, and only read.
 func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
-	md, ok := metadata.FromOutgoingContext(ctx)
-	if !ok || len(md) == 0 {
-		return req
-	}
 	h := req.Header().Clone()
-	for k, vs := range md {
-		if !strings.HasSuffix(k, "-bin") {
-			h[http.CanonicalHeaderKey(k)] = vs
+	if md, ok := metadata.FromOutgoingContext(ctx); ok {
+		for k, vs := range md {
+			if !strings.HasSuffix(k, "-bin") {
+				h[http.CanonicalHeaderKey(k)] = vs
+			}
 		}
 	}
 	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
@@ -133,7 +133,7 @@ func (r *attemptRequest) Header() http.Header { return r.header }
 // method) does not race with another's.
 func shallowCopy(req connect.AnyRequest) connect.AnyRequest {
 	if a, ok := req.(*attemptRequest); ok {
-		return shallowCopy(a.AnyRequest)
+		return &attemptRequest{AnyRequest: shallowCopy(a.AnyRequest), header: a.header.Clone()}
 	}
 	v := reflect.ValueOf(req)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
@@ -156,6 +156,7 @@ func answer(resp connect.AnyResponse, err error) rpc.Answer {
 	if errors.As(err, &ce) {
 		a.Err = &wireError{ce: ce}
 		a.Meta = lowerKeys(ce.Meta())
+		a.FromServer = connect.IsWireError(ce)
 	}
 	return a
 }

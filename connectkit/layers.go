@@ -1,14 +1,44 @@
 package connectkit
 
 import (
-	"context"
-
 	"connectrpc.com/connect"
 
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 	"github.com/deadlinekit/deadlinekit/propagate"
+	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
+
+// ClientOption returns the client side of the stack for a connect client, in the
+// order of [deadlinekit.DialOptions], outermost first: [Retry] → [Breaker] →
+// [Hedge] → [Propagate], configured by the stack's options as DialOptions is. One
+// option is one client: the clients given it share one retry budget, one set of
+// circuits and one [hedge.Hedger]. Put the user's tracing (otelconnect) before it in
+// connect.WithInterceptors, so that its client span is the call's span.
+func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
+	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.client")(opts)
+	is := make([]connect.Interceptor, len(layers))
+	for i, l := range layers {
+		is[i] = &interceptor{client: l.Client, stream: l.Stream}
+	}
+	return connect.WithInterceptors(is...)
+}
+
+// HandlerOption returns the server side of the stack for a connect handler, in the
+// order of [deadlinekit.ServerOptions], outermost first: [Propagate] → [Retry]'s
+// server side (the one-layer rule) → [ShortCircuit], configured by the stack's
+// options as ServerOptions is. Put the user's tracing (otelconnect) before it.
+func HandlerOption(opts ...deadlinekit.Option) connect.HandlerOption {
+	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.server")(opts)
+	is := make([]connect.Interceptor, len(layers))
+	for i, l := range layers {
+		is[i] = &interceptor{server: l.Server}
+	}
+	return connect.WithInterceptors(is...)
+}
 
 // Propagate returns the deadline layer (package propagate). On a client, it derives
 // each call's and each stream's context from the caller's by the options (reserve,
@@ -19,14 +49,7 @@ import (
 // per call, from its context) and refuses a request that arrived with no time left
 // with CodeDeadlineExceeded and grpc-retry-pushback-ms: -1.
 func Propagate(opts ...propagate.Option) connect.Interceptor {
-	stream := rpc.Lookup[func([]propagate.Option) func(context.Context, string) (context.Context, func(error), error)]("propagate.stream")(opts)
-	return &interceptor{
-		client: rpc.Lookup[func([]propagate.Option) rpc.Client]("propagate.client")(opts),
-		server: rpc.Lookup[func([]propagate.Option) rpc.Server]("propagate.server")(opts),
-		stream: func(ctx context.Context, spec connect.Spec) (context.Context, func(error), error) {
-			return stream(ctx, spec.Procedure)
-		},
-	}
+	return layer(rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(opts))
 }
 
 // ShortCircuit returns the server guard (package shortcircuit) for connect handlers:
@@ -37,5 +60,39 @@ func Propagate(opts ...propagate.Option) connect.Interceptor {
 // or CodeResourceExhausted with RetryInfo and grpc-retry-pushback-ms for a full
 // queue. On a client it does nothing.
 func ShortCircuit(opts ...shortcircuit.Option) connect.Interceptor {
-	return &interceptor{server: rpc.Lookup[func([]shortcircuit.Option) rpc.Server]("shortcircuit.server")(opts)}
+	return layer(rpc.Lookup[func([]shortcircuit.Option) rpc.Layer]("shortcircuit")(opts))
+}
+
+// Retry returns the retry layer (package retry). On a client, it retries unary calls
+// as [retry.UnaryClientInterceptor] does, on the same classification of the same
+// codes: UNAVAILABLE; DEADLINE_EXCEEDED of its own per-attempt timeout, and
+// RESOURCE_EXHAUSTED with RetryInfo, for a call that may run twice (a procedure whose
+// Spec declares NO_SIDE_EFFECTS or IDEMPOTENT, one declared with
+// [retry.WithIdempotentMethods], or a call with an idempotency-key). Each attempt
+// sends a request of its own, with grpc-previous-rpc-attempts after the first;
+// streams are not retried. On a handler, it is the one-layer rule of
+// [retry.UnaryServerInterceptor].
+func Retry(opts ...retry.Option) connect.Interceptor {
+	return layer(rpc.Lookup[func([]retry.Option) rpc.Layer]("retry")(opts))
+}
+
+// Hedge returns the hedging layer (package hedge), with a [hedge.Hedger] of its own
+// made from opts: an idempotent unary call (as for [Retry]) still running after the
+// observed latency percentile of its procedure gets a hedge, a request of its own;
+// the first answer wins and the others are cancelled. On a handler it does nothing.
+func Hedge(opts ...hedge.Option) connect.Interceptor {
+	return layer(rpc.Lookup[func(*hedge.Hedger) rpc.Layer]("hedge")(hedge.New(opts...)))
+}
+
+// Breaker returns the circuit breaker (package breaker), with a [breaker.Breaker] of
+// its own made from opts: a circuit per host and port of the client's URL, outcomes
+// classified as gRPC calls' are, and a refused call fails at once, unsent, with
+// CodeUnavailable and the time to the next probe as its grpc-retry-pushback-ms, an
+// error matching [breaker.ErrOpen]. On a handler it does nothing.
+func Breaker(opts ...breaker.Option) connect.Interceptor {
+	return layer(rpc.Lookup[func(*breaker.Breaker) rpc.Layer]("breaker")(breaker.New(opts...)))
+}
+
+func layer(l rpc.Layer) connect.Interceptor {
+	return &interceptor{client: l.Client, stream: l.Stream, server: l.Server}
 }

@@ -37,18 +37,7 @@ var protocols = []struct {
 // each handled by h with the handler options opts, and returns its URL and client.
 func serve(t *testing.T, h handlerFunc, opts ...connect.HandlerOption) (string, *http.Client) {
 	t.Helper()
-	mux := http.NewServeMux()
-	for _, p := range []struct {
-		proc  string
-		level connect.IdempotencyLevel
-	}{{procGet, connect.IdempotencyNoSideEffects}, {procPut, connect.IdempotencyIdempotent}, {procPost, connect.IdempotencyUnknown}} {
-		mux.Handle(p.proc, connect.NewUnaryHandler(p.proc, h, append(opts, connect.WithIdempotency(p.level))...))
-	}
-	srv := httptest.NewUnstartedServer(mux)
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	return srv.URL, srv.Client()
+	return serveWrapped(t, func(h http.Handler) http.Handler { return h }, h, opts...)
 }
 
 // client returns a connect client of procedure proc at url, declaring the
@@ -66,4 +55,22 @@ func client(hc *http.Client, url, proc string, opts ...connect.ClientOption) *co
 
 func ok(ctx context.Context, req *connect.Request[msg]) (*connect.Response[msg], error) {
 	return connect.NewResponse(wrapperspb.String("ok")), nil
+}
+
+// serveWrapped is serve with the server's handler wrapped by wrap (a counting
+// middleware).
+func serveWrapped(t *testing.T, wrap func(http.Handler) http.Handler, h handlerFunc, opts ...connect.HandlerOption) (string, *http.Client) {
+	t.Helper()
+	mux := http.NewServeMux()
+	for _, p := range []struct {
+		proc  string
+		level connect.IdempotencyLevel
+	}{{procGet, connect.IdempotencyNoSideEffects}, {procPut, connect.IdempotencyIdempotent}, {procPost, connect.IdempotencyUnknown}} {
+		mux.Handle(p.proc, connect.NewUnaryHandler(p.proc, h, append(opts, connect.WithIdempotency(p.level))...))
+	}
+	srv := httptest.NewUnstartedServer(wrap(mux))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL, srv.Client()
 }

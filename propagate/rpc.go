@@ -20,54 +20,52 @@ import (
 // (Connect-Timeout-Ms, grpc-timeout) from and into the context's deadline: the client
 // side derives the context, the server side applies the server's rules to it.
 func init() {
-	rpc.Register("propagate.client", func(opts []Option) rpc.Client {
+	rpc.Register("propagate", func(opts []Option) rpc.Layer {
 		c := newConfig(opts)
-		return func(ctx context.Context, call *rpc.Call, send rpc.Send) rpc.Answer {
-			ctx, span := record.StartCall(ctx, record.GRPC, call.Procedure)
-			child, cancel, err := c.clientContext(ctx)
-			if err != nil {
-				span.End(err)
-				return rpc.Answer{Err: err}
-			}
-			a := send(child)
-			cancel()
-			span.End(a.Err)
-			return a
-		}
+		return rpc.Layer{Client: c.rpcClient, Stream: c.rpcStream, Server: c.rpcServer}
 	})
-	rpc.Register("propagate.stream", func(opts []Option) func(ctx context.Context, procedure string) (context.Context, func(error), error) {
-		c := newConfig(opts)
-		return func(ctx context.Context, procedure string) (context.Context, func(error), error) {
-			ctx, span := record.StartCall(ctx, record.GRPC, procedure)
-			child, cancel, err := c.clientContext(ctx)
-			if err != nil {
-				span.End(err)
-				return ctx, nil, err
-			}
-			return child, func(err error) {
-				cancel()
-				if errors.Is(err, io.EOF) {
-					err = nil
-				}
-				span.End(err)
-			}, nil
+}
+
+func (c *config) rpcClient(ctx context.Context, call *rpc.Call, send rpc.Send) rpc.Answer {
+	ctx, span := record.StartCall(ctx, record.GRPC, call.Procedure)
+	child, cancel, err := c.clientContext(ctx)
+	if err != nil {
+		span.End(err)
+		return rpc.Answer{Err: err}
+	}
+	a := send(child)
+	cancel()
+	span.End(a.Err)
+	return a
+}
+
+func (c *config) rpcStream(ctx context.Context, call *rpc.Call) (context.Context, func(error), error) {
+	ctx, span := record.StartCall(ctx, record.GRPC, call.Procedure)
+	child, cancel, err := c.clientContext(ctx)
+	if err != nil {
+		span.End(err)
+		return ctx, nil, err
+	}
+	return child, func(err error) {
+		cancel()
+		if errors.Is(err, io.EOF) {
+			err = nil
 		}
-	})
-	rpc.Register("propagate.server", func(opts []Option) rpc.Server {
-		c := newConfig(opts)
-		return func(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
-			ctx, cancel, err := c.rpcServerContext(ctx, in.Header)
-			if err != nil {
-				r := &rpc.Refusal{Err: err}
-				if status.Code(err) == codes.DeadlineExceeded {
-					r.Meta = doNotRetry
-				}
-				return nil, r
-			}
-			defer cancel()
-			return handle(ctx)
+		span.End(err)
+	}, nil
+}
+
+func (c *config) rpcServer(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
+	ctx, cancel, err := c.rpcServerContext(ctx, in.Header)
+	if err != nil {
+		r := &rpc.Refusal{Err: err}
+		if status.Code(err) == codes.DeadlineExceeded {
+			r.Meta = doNotRetry
 		}
-	})
+		return nil, r
+	}
+	defer cancel()
+	return handle(ctx)
 }
 
 // rpcServerContext is serverContext for a framework that applied the caller's

@@ -22,6 +22,9 @@ type grpcAttempt struct {
 	timedOut  bool           // this layer's per-attempt timeout ended the attempt
 	idem      bool           // the call may safely run twice
 	callEnded bool           // the call's own context had ended
+	// fromServer: the server sent the status (known for frameworks that say so;
+	// grpc-go does not, and its UNAVAILABLE is mostly a call that never reached one).
+	fromServer bool
 }
 
 // classifyGRPC is the judgement of [UnaryClientInterceptor] on a failed attempt, as
@@ -39,6 +42,11 @@ func classifyGRPC(a grpcAttempt) decision {
 	case codes.OK:
 		return decision{verdict: Answered}
 	case codes.Unavailable:
+		if a.fromServer && !a.idem {
+			// gRPC's own words: "it is not always safe to retry non-idempotent
+			// operations". A server that answered may have done the work.
+			return decision{verdict: Failed, reason: "UNAVAILABLE from the server, on a call that may not run twice"}
+		}
 		d = decision{verdict: Retryable, reason: "UNAVAILABLE"}
 	case codes.DeadlineExceeded:
 		if !a.timedOut {

@@ -11,10 +11,10 @@ import (
 // of [UnaryServerInterceptor], and streams are guarded by the floor only, as by
 // [StreamServerInterceptor].
 func init() {
-	rpc.Register("shortcircuit.server", func(opts []Option) rpc.Server {
+	rpc.Register("shortcircuit", func(opts []Option) rpc.Layer {
 		unary := newGuard(opts)
 		stream := newGuard(append(opts[:len(opts):len(opts)], withoutLimit()))
-		return func(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
+		return rpc.Layer{Server: func(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
 			g := unary
 			if in.Stream {
 				g = stream
@@ -35,6 +35,6 @@ func init() {
 				}
 			}
 			return resp, err
-		}
+		}}
 	})
 }

@@ -35,6 +35,9 @@ type Answer struct {
 	// Meta is the answer's metadata, headers and trailers, with lower-case keys
 	// (grpc-retry-pushback-ms).
 	Meta metadata.MD
+	// FromServer is true when Err is the server's answer, not a failure to reach it
+	// (a refused connection).
+	FromServer bool
 }
 
 // Send sends one attempt of a call under ctx. What the layers add to the attempt's
@@ -45,6 +48,19 @@ type Send func(ctx context.Context) Answer
 // Client is one client layer: it sends a call through send once, several times, or
 // not at all.
 type Client func(ctx context.Context, c *Call, send Send) Answer
+
+// StreamClient is a client layer's part in a stream: it is given the stream's
+// context before the stream opens, and returns the stream's context and the function
+// to call with its outcome when it ends (nil: it ended well), or the error that
+// refuses it.
+type StreamClient func(ctx context.Context, c *Call) (context.Context, func(error), error)
+
+// Layer is one layer's adapters; a nil field is a side the layer does not have.
+type Layer struct {
+	Client Client
+	Stream StreamClient
+	Server Server
+}
 
 // Inbound is one call a server received.
 type Inbound struct {
@@ -75,8 +91,9 @@ var (
 	adapters = map[string]any{}
 )
 
-// Register makes f the adapter named name (a layer and a side: "retry.client").
-// Layer packages call it from init.
+// Register makes f the adapter named name: a layer's name and its constructor, from
+// the layer's options to a [Layer] ("retry", func([]retry.Option) Layer). Layer
+// packages call it from init.
 func Register[A any](name string, f A) {
 	mu.Lock()
 	defer mu.Unlock()

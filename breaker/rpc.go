@@ -1,0 +1,44 @@
+package breaker
+
+import (
+	"context"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
+)
+
+// The layer for frameworks this package does not import (package connectkit): a
+// circuit per call target (the host and port of a connect client's URL, or the key
+// of [WithKey]), outcomes classified as a gRPC call's, and a refusal that is
+// [Breaker.UnaryClientInterceptor]'s: UNAVAILABLE with the time to the next probe as
+// its grpc-retry-pushback-ms.
+func init() {
+	rpc.Register("breaker", func(b *Breaker) rpc.Layer {
+		return rpc.Layer{Client: func(ctx context.Context, call *rpc.Call, send rpc.Send) rpc.Answer {
+			c := b.rpcCircuit(ctx, call.Target, call.Procedure)
+			if c == nil {
+				return send(ctx)
+			}
+			var tk ticket
+			if err := b.admit(ctx, c, &tk); err != nil {
+				if oe, ok := err.(*OpenError); ok {
+					return rpc.Answer{Err: oe.carried(), Meta: metadata.Pairs(pushback.Key, oe.PushbackMs())}
+				}
+				return rpc.Answer{Err: err}
+			}
+			a := send(ctx)
+			b.done(ctx, &tk, &Result{Method: call.Procedure, GRPC: true, Err: a.Err, Trailer: a.Meta})
+			return a
+		}}
+	})
+}
+
+// rpcCircuit is grpcCircuit for a call to target made through a framework.
+func (b *Breaker) rpcCircuit(ctx context.Context, target, method string) *circuit {
+	if f := b.cfg.key; f != nil {
+		return b.circuit(key{kind: keyCustom, b: orDefault(f(ctx, Call{Target: target, Method: method}), target)})
+	}
+	return b.circuit(key{kind: keyGRPC, b: target})
+}

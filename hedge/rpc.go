@@ -1,0 +1,107 @@
+package hedge
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/record"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
+)
+
+// The layer for frameworks this package does not import (package connectkit): a call
+// is hedged as [Hedger.UnaryClientInterceptor] hedges a gRPC call, by procedure, on
+// the same verdicts of the same codes; each copy is a send of its own, whose answer
+// (the framework's response) is the call's when it wins.
+func init() {
+	rpc.Register("hedge", func(h *Hedger) rpc.Layer {
+		return rpc.Layer{Client: func(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
+			ctx, span := record.StartCall(ctx, record.GRPC, c.Procedure)
+			a := h.rpcUnary(ctx, c, send)
+			span.End(a.Err)
+			return a
+		}}
+	})
+}
+
+func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
+	ev := Event{Target: c.Procedure, Attempts: 1}
+	t := h.target(c.Procedure, grpcMethod)
+	if !c.Idempotent && !h.grpcIdempotent(ctx, t, c.Procedure) {
+		h.notIdempotent.Add(1)
+		ev.Skipped = record.HedgeSkipNotIdempotent
+		a := send(ctx)
+		recordSentOnce(ctx, &ev)
+		h.observe(ctx, &ev)
+		return a
+	}
+	p := h.plan(t)
+	if p.skip != "" {
+		ev.Skipped = p.skip
+		a := send(ctx)
+		if a.Err == nil {
+			p.learnLatency()
+		}
+		recordSentOnce(ctx, &ev)
+		h.observe(ctx, &ev)
+		return a
+	}
+	ev.Delay = p.delay
+	cl := &call[rpc.Answer]{}
+	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send}, event: &ev}
+	r, cancel, ok := cl.run(ctx)
+	if !ok {
+		h.observe(ctx, &ev)
+		return rpc.Answer{Err: status.FromContextError(ctx.Err()).Err()}
+	}
+	cancel()
+	h.observe(ctx, &ev)
+	return r.value
+}
+
+// rpcAttempts sends the copies of one call, each a send of its own.
+type rpcAttempts struct {
+	cfg  *config
+	next rpc.Send
+}
+
+func (p *rpcAttempts) prepare(int) error { return nil }
+func (p *rpcAttempts) abandon(int)       {}
+
+func (p *rpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (rpc.Answer, error) {
+	if n > 0 {
+		ctx = withAttempt(ctx, n)
+	}
+	a := p.next(ctx)
+	return a, a.Err
+}
+
+// verdict is [grpcAttempts.verdict] on an answer's metadata.
+func (p *rpcAttempts) verdict(n int, a rpc.Answer, err error) verdict {
+	if err == nil {
+		return success
+	}
+	if errors.Is(err, deadline.ErrInsufficientBudget) {
+		return refused
+	}
+	if vs := a.Meta.Get(pushback.Key); n > 0 && len(vs) > 0 && pushback.Refuses(vs[0]) {
+		return refused
+	}
+	code := status.Code(err)
+	if slices.Contains(p.cfg.nonFatalGRPC, code) {
+		return nonFatal
+	}
+	switch code {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.Unauthenticated,
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.Aborted:
+		return answer
+	}
+	return failure
+}
+
+func (p *rpcAttempts) discard(_ rpc.Answer, _ error, cancel context.CancelFunc) { cancel() }

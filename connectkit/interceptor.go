@@ -216,25 +216,38 @@ func serverError(err error) error {
 	return toConnect(r.Err, r.Meta)
 }
 
-// toConnect is err as a *connect.Error: its gRPC status's code and details, the
-// metadata md, and err itself underneath.
+// toConnect is err as a *connect.Error carrying the metadata md, with err itself
+// underneath: the code and details of err's gRPC status, or of the connect error it
+// wraps (a handler relaying a downstream's answer). Another error is returned as it
+// is.
 func toConnect(err error, md metadata.MD) error {
-	st, ok := status.FromError(err)
-	if !ok {
+	var ce *connect.Error
+	var out *connect.Error
+	if st, ok := status.FromError(err); ok {
+		out = connect.NewError(connect.Code(st.Code()), err)
+		for _, d := range st.Proto().GetDetails() {
+			if detail, derr := connect.NewErrorDetail(d); derr == nil {
+				out.AddDetail(detail)
+			}
+		}
+	} else if errors.As(err, &ce) {
+		out = connect.NewError(ce.Code(), err)
+		for _, d := range ce.Details() {
+			out.AddDetail(d)
+		}
+		for k, vs := range ce.Meta() {
+			out.Meta()[k] = vs
+		}
+	} else {
 		return err
 	}
-	ce := connect.NewError(connect.Code(st.Code()), err)
-	for _, d := range st.Proto().GetDetails() {
-		if detail, derr := connect.NewErrorDetail(d); derr == nil {
-			ce.AddDetail(detail)
-		}
-	}
 	for k, vs := range md {
+		out.Meta().Del(k)
 		for _, v := range vs {
-			ce.Meta().Add(k, v)
+			out.Meta().Add(k, v)
 		}
 	}
-	return ce
+	return out
 }
 
 // endingStream calls end with the stream's outcome when its response side is

@@ -31,8 +31,25 @@ func init() {
 			a := send(ctx)
 			b.done(ctx, &tk, &Result{Method: call.Procedure, GRPC: true, Err: a.Err, Trailer: a.Meta})
 			return a
-		}}
+		}, StreamAdmit: b.rpcStream}
 	})
+}
+
+// rpcStream admits a stream as [Breaker.StreamClientInterceptor] does; its outcome is
+// counted when it ends, neither slow nor a latency.
+func (b *Breaker) rpcStream(ctx context.Context, call *rpc.Call) (func(error), error) {
+	c := b.rpcCircuit(ctx, call.Target, call.Procedure)
+	if c == nil {
+		return func(error) {}, nil
+	}
+	tk := &ticket{stream: true}
+	if err := b.admit(ctx, c, tk); err != nil {
+		if oe, ok := err.(*OpenError); ok {
+			return nil, &rpc.Refusal{Err: oe.carried(), Meta: metadata.Pairs(pushback.Key, oe.PushbackMs())}
+		}
+		return nil, err
+	}
+	return func(err error) { b.done(ctx, tk, &Result{Method: call.Procedure, GRPC: true, Err: err}) }, nil
 }
 
 // rpcCircuit is grpcCircuit for a call to target made through a framework.

@@ -3,6 +3,7 @@ package connectkit
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -22,8 +23,10 @@ import (
 type interceptor struct {
 	client rpc.Client
 	server rpc.Server
-	// stream is the layer's client side for streams (nil: streams go through).
+	// stream and admit are the layer's client side for streams (nil: streams go
+	// through).
 	stream rpc.StreamClient
+	admit  rpc.StreamAdmit
 }
 
 var _ connect.Interceptor = (*interceptor)(nil)
@@ -71,22 +74,27 @@ func (i *interceptor) unaryServer(ctx context.Context, req connect.AnyRequest, n
 		return resp, err
 	})
 	if err != nil {
-		return nil, serverError(err)
+		return nil, layerError(err)
 	}
 	return resp, nil
 }
 
 func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	if i.stream == nil {
-		return next
-	}
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		sctx, end, err := i.stream(ctx, &rpc.Call{Procedure: spec.Procedure})
-		if err != nil {
-			return &refusedStream{StreamingClientConn: next(ctx, spec), err: clientError(rpc.Answer{Err: err})}
+	switch {
+	case i.stream != nil:
+		return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+			sctx, end, err := i.stream(ctx, &rpc.Call{Procedure: spec.Procedure})
+			if err != nil {
+				return &refusedStream{StreamingClientConn: next(ctx, spec), err: clientError(rpc.Answer{Err: err})}
+			}
+			return &endingStream{StreamingClientConn: next(sctx, spec), end: end}
 		}
-		return &endingStream{StreamingClientConn: next(sctx, spec), end: end}
+	case i.admit != nil:
+		return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+			return &admittingStream{StreamingClientConn: next(ctx, spec), ctx: ctx, admit: i.admit}
+		}
 	}
+	return next
 }
 
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
@@ -97,7 +105,7 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		in := rpc.Inbound{Procedure: conn.Spec().Procedure, Header: conn.RequestHeader(), Stream: true}
 		_, err := i.server(ctx, &in, func(ctx context.Context) (any, error) { return nil, next(ctx, conn) })
 		if err != nil {
-			return serverError(err)
+			return layerError(err)
 		}
 		return nil
 	}
@@ -205,10 +213,10 @@ func clientError(a rpc.Answer) error {
 	return toConnect(a.Err, a.Meta)
 }
 
-// serverError is the error a connect handler answers for err: a refusal of a
-// layer with its status (code, message, RetryInfo) and its metadata (pushback), or
-// the handler's own error unchanged.
-func serverError(err error) error {
+// layerError is the error a connect handler (or a refused stream) answers for err:
+// a layer's refusal with its status (code, message, RetryInfo) and its metadata
+// (pushback), or the handler's own error unchanged.
+func layerError(err error) error {
 	var r *rpc.Refusal
 	if !errors.As(err, &r) {
 		return err
@@ -274,6 +282,80 @@ func (s *endingStream) CloseResponse() error {
 		s.end(nil)
 	}
 	return err
+}
+
+// admittingStream asks admit, before the stream's first message goes out (connect-go
+// sends nothing before it), whether the stream may open; a refused stream sends
+// nothing, and answers the refusal.
+type admittingStream struct {
+	connect.StreamingClientConn
+	ctx     context.Context
+	admit   rpc.StreamAdmit
+	asked   bool
+	refusal error
+	end     func(error)
+}
+
+func (s *admittingStream) open() error {
+	if !s.asked {
+		s.asked = true
+		spec := s.Spec()
+		end, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
+		if err != nil {
+			s.refusal = layerError(err)
+		}
+		s.end = end
+	}
+	return s.refusal
+}
+
+func (s *admittingStream) Send(m any) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	return s.StreamingClientConn.Send(m)
+}
+
+func (s *admittingStream) CloseRequest() error {
+	if err := s.open(); err != nil {
+		return nil
+	}
+	return s.StreamingClientConn.CloseRequest()
+}
+
+func (s *admittingStream) Receive(m any) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	err := s.StreamingClientConn.Receive(m)
+	if err != nil {
+		s.finish(err)
+	}
+	return err
+}
+
+func (s *admittingStream) CloseResponse() error {
+	if s.open() != nil {
+		return nil
+	}
+	err := s.StreamingClientConn.CloseResponse()
+	s.finish(nil)
+	return err
+}
+
+// finish reports the stream's outcome, once: io.EOF is a stream that ended well.
+func (s *admittingStream) finish(err error) {
+	if s.end == nil {
+		return
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err != nil {
+		err = answer(nil, err).Err
+	}
+	s.end(err)
+	s.end = nil
 }
 
 // refusedStream is a stream a layer refused before it was opened: it sends nothing

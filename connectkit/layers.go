@@ -22,7 +22,7 @@ func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
 	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.client")(opts)
 	is := make([]connect.Interceptor, len(layers))
 	for i, l := range layers {
-		is[i] = &interceptor{client: l.Client, stream: l.Stream}
+		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit}
 	}
 	return connect.WithInterceptors(is...)
 }
@@ -88,11 +88,13 @@ func Hedge(opts ...hedge.Option) connect.Interceptor {
 // its own made from opts: a circuit per host and port of the client's URL, outcomes
 // classified as gRPC calls' are, and a refused call fails at once, unsent, with
 // CodeUnavailable and the time to the next probe as its grpc-retry-pushback-ms, an
-// error matching [breaker.ErrOpen]. On a handler it does nothing.
+// error matching [breaker.ErrOpen]. A stream is admitted before its first message
+// goes out (a refused one sends nothing), and its outcome counted when it ends. On a
+// handler it does nothing.
 func Breaker(opts ...breaker.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func(*breaker.Breaker) rpc.Layer]("breaker")(breaker.New(opts...)))
 }
 
 func layer(l rpc.Layer) connect.Interceptor {
-	return &interceptor{client: l.Client, stream: l.Stream, server: l.Server}
+	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server}
 }

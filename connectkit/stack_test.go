@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/connectkit"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/otelattr"
@@ -187,7 +188,7 @@ func TestSpansUnderOtelconnect(t *testing.T) {
 			}
 			call := attribute.NewSet(calls[0].Attributes()...)
 			if v, _ := call.Value(otelattr.AttemptsKey); v.AsInt64() != 2 {
-				t.Errorf("the call span says %s=%v; want 2", otelattr.AttemptsKey, v.Emit())
+				t.Errorf("the call span says %s=%v; want 2", otelattr.AttemptsKey, v.String())
 			}
 			if len(attempts) != 2 {
 				t.Errorf("%d attempt spans; want 2", len(attempts))
@@ -258,6 +259,50 @@ func TestStreams(t *testing.T) {
 			}
 			if connect.CodeOf(err) != connect.CodeDeadlineExceeded || ran.Load() != 0 {
 				t.Errorf("a stream with 150 ms left for a 200 ms floor: %v, handler ran %d times; want DeadlineExceeded, not run", err, ran.Load())
+			}
+		})
+	}
+}
+
+// A dead stream handler opens the circuit its unary calls share; a refused stream
+// sends nothing and fails with breaker.ErrOpen.
+func TestBreakerStreams(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			var opened atomic.Int32
+			mux := http.NewServeMux()
+			mux.Handle("/pkg.Store/Watch", connect.NewServerStreamHandler("/pkg.Store/Watch",
+				func(ctx context.Context, req *connect.Request[msg], s *connect.ServerStream[msg]) error {
+					opened.Add(1)
+					return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+				}))
+			srv := httptest.NewUnstartedServer(mux)
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			defer srv.Close()
+			b := breaker.New(breaker.WithConsecutiveFailures(5))
+			c := connect.NewClient[msg, msg](srv.Client(), srv.URL+"/pkg.Store/Watch", p.opt, connectkit.ClientOption(deadlinekit.WithSharedBreaker(b)))
+			watch := func() error {
+				st, err := c.CallServerStream(context.Background(), connect.NewRequest(wrapperspb.String("a")))
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				for st.Receive() {
+				}
+				return st.Err()
+			}
+			for range 5 {
+				if err := watch(); connect.CodeOf(err) != connect.CodeUnavailable {
+					t.Fatalf("err = %v; want UNAVAILABLE", err)
+				}
+			}
+			n := opened.Load()
+			if err := watch(); !errors.Is(err, breaker.ErrOpen) || connect.CodeOf(err) != connect.CodeUnavailable {
+				t.Fatalf("err = %v; want UNAVAILABLE matching breaker.ErrOpen", err)
+			}
+			if opened.Load() != n {
+				t.Error("the refused stream reached the server")
 			}
 		})
 	}

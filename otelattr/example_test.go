@@ -37,7 +37,7 @@ func Example() {
 		received, _ := attrs.Value(otelattr.BudgetReceivedKey)
 		rejected, _ := attrs.Value(otelattr.ShortCircuitRejectedKey)
 		floor, _ := attrs.Value(otelattr.ShortCircuitFloorKey)
-		fmt.Printf("received %s ms, rejected %t, floor %q\n", received.Emit(), rejected.AsBool(), floor.Emit())
+		fmt.Printf("received %s ms, rejected %t, floor %q\n", received.String(), rejected.AsBool(), floor.String())
 	}
 	// Output:
 	// received 250 ms, rejected false, floor ""

@@ -55,11 +55,18 @@ type Client func(ctx context.Context, c *Call, send Send) Answer
 // refuses it.
 type StreamClient func(ctx context.Context, c *Call) (context.Context, func(error), error)
 
+// StreamAdmit is a client layer's admission of a stream, when the stream is about to
+// send (its target is known then, and nothing has gone out): it returns the function
+// to call once with the stream's outcome (nil: it ended well), or the error that
+// refuses the stream.
+type StreamAdmit func(ctx context.Context, c *Call) (func(error), error)
+
 // Layer is one layer's adapters; a nil field is a side the layer does not have.
 type Layer struct {
-	Client Client
-	Stream StreamClient
-	Server Server
+	Client      Client
+	Stream      StreamClient
+	StreamAdmit StreamAdmit
+	Server      Server
 }
 
 // Inbound is one call a server received.

@@ -291,6 +291,9 @@ func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {
 		b.opens.Add(1)
 	}
 	c.tel.RecordTransition(ctx, from.otel(), to.otel())
+	for _, f := range b.cfg.observers {
+		f(ctx, Event{Target: c.name, From: from, To: to})
+	}
 }
 
 // done classifies the outcome of a call admitted by t and counts it. r holds what

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -65,6 +66,7 @@ type config struct {
 	key          KeyFunc
 	classify     Classifier
 	random       func() float64
+	observers    []func(context.Context, Event)
 }
 
 func newConfig(opts []Option) *config {
@@ -199,4 +201,25 @@ func WithClassifier(f Classifier) Option {
 // withRandom replaces the source of the sleep's jitter (tests).
 func withRandom(f func() float64) Option {
 	return optionFunc(func(c *config) { c.random = f })
+}
+
+// Event is a circuit's change of state, for an observer ([WithObserver]).
+type Event struct {
+	Target   string // the circuit's name
+	From, To State
+}
+
+// WithObserver adds f to the functions called when a circuit changes state, with the
+// change. Each use adds one; they are called in the order given, on the goroutine of
+// the call that made the change (after the circuit's lock is released), and must not
+// block. A panic in f is the caller's: it goes through, except where the change was
+// made on a goroutine of the breaker's (a gRPC stream whose caller's context ended),
+// where it is dropped rather than kill the process. Tracing does not depend on
+// observers: the layer records the change on the call's span either way.
+func WithObserver(f func(ctx context.Context, e Event)) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.observers = append(c.observers, f)
+		}
+	})
 }

@@ -121,7 +121,12 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		return nil, err
 	}
 	s.ClientStream = cs
-	s.stop = context.AfterFunc(ctx, func() { s.finish(ctx.Err(), nil) })
+	s.stop = context.AfterFunc(ctx, func() {
+		// The user's classifier and observers run here, on a goroutine of the
+		// breaker's: a panic of theirs must not kill the process.
+		defer func() { _ = recover() }()
+		s.finish(ctx.Err(), nil)
+	})
 	return s, nil
 }
 

@@ -83,11 +83,9 @@ func (p Policy) checkFloor(budget time.Duration) error {
 // handed out twice.
 func (p Policy) Derive(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	parent, has := ctx.Deadline()
-	var now time.Time
 	var left time.Duration
 	if has {
-		now = time.Now()
-		left = parent.Sub(now)
+		left = time.Until(parent) // the monotonic clock alone: half the price of time.Now
 	}
 	budget, ok, err := p.Budget(left, has)
 	if err != nil {
@@ -104,7 +102,7 @@ func (p Policy) Derive(ctx context.Context) (context.Context, context.CancelFunc
 		// Nothing is kept back and no cap bites: the parent's deadline stands.
 		return ctx, noop, nil
 	}
-	child, cancel := context.WithDeadline(ctx, now.Add(budget))
+	child, cancel := context.WithDeadline(ctx, parent.Add(budget-left))
 	return child, cancel, nil
 }
 

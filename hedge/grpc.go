@@ -175,7 +175,9 @@ type grpcCall struct {
 }
 
 // release zeroes gc, so that the pool holds nothing of the caller's, and puts it
-// back. fireFunc is kept: it is bound to gc.call, which stays where it is.
+// back. fireFunc is kept: it is bound to gc.call, which stays where it is. The timer
+// is not: a timer belongs to the testing/synctest bubble it was made in, if any, and
+// the pool's next caller may be in another (TestHedgerAcrossBubbles).
 func (gc *grpcCall) release() {
 	fire := gc.call.fireFunc
 	*gc = grpcCall{}

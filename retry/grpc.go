@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,12 +75,17 @@ func classifyGRPC(a grpcAttempt) decision {
 	return d
 }
 
-// grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer
-// each attempt writes, and room for the attempt's call options.
+// grpcCallState is what a call through UnaryClientInterceptor needs in memory of its
+// own: the trailer each attempt writes, and room for the attempt's call options. It
+// is reused ([grpcStates]): grpc-go writes the trailer before the attempt returns,
+// and nothing refers to it once the call has returned.
 type grpcCallState struct {
 	trailer metadata.MD
 	opts    [4]grpc.CallOption
 }
+
+// grpcStates keeps the memory of the calls' states for reuse.
+var grpcStates = sync.Pool{New: func() any { return new(grpcCallState) }}
 
 // UnaryClientInterceptor returns a gRPC client interceptor that retries failed
 // attempts of unary calls. One interceptor is one client: its calls share one
@@ -119,13 +125,15 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
 		ctx, call := record.StartCall(ctx, record.GRPC, method)
 		// The trailer (for pushback) and the attempt's options in one allocation.
-		cs := &grpcCallState{}
+		cs := grpcStates.Get().(*grpcCallState)
 		defer func() {
 			// The last attempt's pushback travels with the error, for a handler that
 			// relays it (deadlinekit.FromGRPC) without capturing the trailer.
 			if v := cs.trailer.Get(pushback.Key); err != nil && len(v) > 0 {
 				err = &pushback.Error{Err: err, Value: v[0]}
 			}
+			*cs = grpcCallState{} // the pool keeps nothing of the caller's
+			grpcStates.Put(cs)
 			call.End(err)
 		}()
 		l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}

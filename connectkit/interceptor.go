@@ -27,6 +27,9 @@ type interceptor struct {
 	// through).
 	stream rpc.StreamClient
 	admit  rpc.StreamAdmit
+	// resends: the client side may send a call more than once, or several copies
+	// at once; each send then gets a request of its own.
+	resends bool
 }
 
 var _ connect.Interceptor = (*interceptor)(nil)
@@ -51,13 +54,21 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 		Target:     req.Peer().Addr,
 		Idempotent: spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent,
 	}
-	// Every attempt sends a copy of its own; req itself, a copy nobody sends, is
-	// what they are copied from.
-	req = shallowCopy(req)
-	a := i.client(ctx, &call, func(actx context.Context) rpc.Answer {
-		resp, err := next(actx, attempt(actx, req))
+	send := func(actx context.Context) rpc.Answer {
+		resp, err := next(actx, req)
 		return answer(resp, err)
-	})
+	}
+	if i.resends {
+		// Every attempt sends a copy of its own; req itself, a copy nobody sends,
+		// is what they are copied from. A layer that sends once passes on the
+		// request it was given: a copy already, when a layer above resends.
+		req = shallowCopy(req)
+		send = func(actx context.Context) rpc.Answer {
+			resp, err := next(actx, attempt(actx, req))
+			return answer(resp, err)
+		}
+	}
+	a := i.client(ctx, &call, send)
 	if a.Err != nil {
 		return nil, clientError(a)
 	}

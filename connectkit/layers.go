@@ -22,7 +22,7 @@ func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
 	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.client")(opts)
 	is := make([]connect.Interceptor, len(layers))
 	for i, l := range layers {
-		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit}
+		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, resends: l.Resends}
 	}
 	return connect.WithInterceptors(is...)
 }
@@ -96,5 +96,5 @@ func Breaker(opts ...breaker.Option) connect.Interceptor {
 }
 
 func layer(l rpc.Layer) connect.Interceptor {
-	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server}
+	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server, resends: l.Resends}
 }

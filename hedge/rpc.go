@@ -25,7 +25,7 @@ func init() {
 			a := h.rpcUnary(ctx, c, send)
 			span.End(a.Err)
 			return a
-		}}
+		}, Resends: true}
 	})
 }
 

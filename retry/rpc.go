@@ -41,7 +41,7 @@ func init() {
 			}
 			span.End(a.Err)
 			return a
-		}, Server: rpcServer}
+		}, Server: rpcServer, Resends: true}
 	})
 }
 

@@ -67,6 +67,9 @@ type Layer struct {
 	Stream      StreamClient
 	StreamAdmit StreamAdmit
 	Server      Server
+	// Resends is true for a client layer that may send a call more than once, or
+	// several copies at once (retry, hedge): each send needs a request of its own.
+	Resends bool
 }
 
 // Inbound is one call a server received.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
 
@@ -124,7 +125,7 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 
 // attempt is the request one attempt sends: a copy of req with a header of its own,
 // carrying what the layers added (ctx's outgoing metadata: the attempt count, an
-// idempotency key). connect-go writes each send's timeout header into the header it
+// idempotency key) and the attempt span's trace context. connect-go writes each send's timeout header into the header it
 // sends, and each send's HTTP method into the request, so attempts in flight at once
 // (hedges) must not share them; the message is shared, and only read.
 func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
@@ -136,6 +137,9 @@ func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 			}
 		}
 	}
+	// The attempt's span is the downstream's parent, not the call's that otelconnect
+	// wrote into the caller's header.
+	record.InjectHTTP(ctx, h)
 	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
 }
 

@@ -12,7 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -150,12 +152,14 @@ func TestRetryHonoursPushback(t *testing.T) {
 }
 
 // Under otelconnect, a retried call has one client span, otelconnect's, carrying the
-// call's totals, with one attempt span per attempt under it; no server span carries
-// them.
+// call's totals, with one attempt span per attempt under it, and the server span of
+// each attempt under that attempt's span; no server span carries the totals.
 func TestSpansUnderOtelconnect(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	otelServer, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(tp), otelconnect.WithoutMetrics())
+	otel.SetTextMapPropagator(propagation.TraceContext{}) // as a service sets it at start-up
+	defer otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	otelServer, err := otelconnect.NewInterceptor(otelconnect.WithTracerProvider(tp), otelconnect.WithoutMetrics(), otelconnect.WithTrustRemote())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +205,10 @@ func TestSpansUnderOtelconnect(t *testing.T) {
 			if len(servers) != 2 {
 				t.Errorf("%d server spans; want one per attempt, 2", len(servers))
 			}
-			for _, s := range servers {
+			for i, s := range servers {
+				if i < len(attempts) && s.Parent().SpanID() != attempts[0].SpanContext().SpanID() && s.Parent().SpanID() != attempts[1].SpanContext().SpanID() {
+					t.Errorf("server span %d is not a child of an attempt span", i)
+				}
 				if set := attribute.NewSet(s.Attributes()...); set.HasValue(otelattr.AttemptsKey) {
 					t.Errorf("server span %q carries the call's attempts", s.Name())
 				}

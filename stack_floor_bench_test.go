@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -110,7 +111,7 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	var attempt trace.Span
 	if recording && c.rec == recordSpan {
 		actx, attempt = span.TracerProvider().Tracer(otelattr.ScopeName).Start(actx, "attempt primary", trace.WithAttributes(
-			otelattr.AttemptNumberKey.Int(1), otelattr.AttemptKindKey.String("primary"), otelattr.PreviousRPCAttemptsKey.Int(0)))
+			otelattr.AttemptNumberKey.Int(1), otelattr.AttemptKindKey.String("primary"), attribute.Key("previous-rpc-attempts").Int(0)))
 		attempt.SetAttributes(otelattr.BudgetSentKey.Float64(float64(left) / 1e6))
 	}
 	err := invoker(actx, method, req, reply, cc, opts...)
@@ -129,7 +130,7 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 		attempt.End()
 	case recordEvent:
 		span.AddEvent("attempt", trace.WithAttributes(otelattr.AttemptNumberKey.Int(1), otelattr.AttemptKindKey.String("primary"),
-			otelattr.PreviousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("success")))
+			attribute.Key("previous-rpc-attempts").Int(0), otelattr.AttemptOutcomeKey.String("success")))
 	}
 	if c.rec != recordSpan {
 		span.SetAttributes(otelattr.BudgetSentKey.Float64(float64(left) / 1e6))

@@ -73,7 +73,9 @@ const (
 )
 
 // Attributes of an attempt span, a child of the call span (packages retry and
-// hedge).
+// hedge). An attempt span also carries the number of attempts before it under the
+// name its protocol's conventions give it: http.request.resend_count (OTel's HTTP
+// semantic conventions), or previous-rpc-attempts (gRFC A72).
 const (
 	// AttemptNumberKey is the 1-based number of an attempt within its call.
 	AttemptNumberKey = attribute.Key("deadlinekit.attempt.number")
@@ -82,12 +84,6 @@ const (
 	// AttemptOutcomeKey is how the attempt ended: "success", "failure", or
 	// "canceled" (another attempt won).
 	AttemptOutcomeKey = attribute.Key("deadlinekit.attempt.outcome")
-	// HTTPResendCountKey is the OTel semantic convention for the number of times an
-	// HTTP request was sent before this attempt.
-	HTTPResendCountKey = attribute.Key("http.request.resend_count")
-	// PreviousRPCAttemptsKey is gRFC A72's attribute for the number of attempts of
-	// an RPC before this one.
-	PreviousRPCAttemptsKey = attribute.Key("previous-rpc-attempts")
 )
 
 // Circuit breaker attributes (package breaker): on the call's span (and the

@@ -205,9 +205,9 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	attrs[0], attrs[1] = otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(string(kind))
 	switch p {
 	case HTTP:
-		attrs = append(attrs, otelattr.HTTPResendCountKey.Int(n-1))
+		attrs = append(attrs, httpResendCountKey.Int(n-1))
 	case GRPC:
-		attrs = append(attrs, otelattr.PreviousRPCAttemptsKey.Int(n-1))
+		attrs = append(attrs, previousRPCAttemptsKey.Int(n-1))
 	}
 	// The SDK's default span kind is internal, which an attempt span is.
 	ctx, span := parent.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, attemptSpanName(kind), trace.WithAttributes(attrs...))

@@ -157,7 +157,7 @@ func TestRetriedCall(t *testing.T) {
 			t.Errorf("attempt %d named %q", n, s.Name())
 		}
 		wantAttrs(t, s, otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(kind), otelattr.AttemptOutcomeKey.String(outcome),
-			otelattr.HTTPResendCountKey.Int(n-1), otelattr.BudgetSentKey.Float64(float64(300-n*50)))
+			httpResendCountKey.Int(n-1), otelattr.BudgetSentKey.Float64(float64(300-n*50)))
 	}
 	if spans[3].Name() != "GET" || spans[3].SpanKind() != trace.SpanKindClient || spans[3].Parent().SpanID() != server.SpanContext().SpanID() {
 		t.Errorf("call span %q kind %v parent %v; want GET, client, under the server span", spans[3].Name(), spans[3].SpanKind(), spans[3].Parent().SpanID())
@@ -182,8 +182,8 @@ func TestHedgedCall(t *testing.T) {
 	call.End(nil)
 
 	spans := rec.Ended()
-	wantAttrs(t, spans[0], otelattr.AttemptKindKey.String("hedge"), otelattr.PreviousRPCAttemptsKey.Int(1), otelattr.AttemptOutcomeKey.String("success"))
-	wantAttrs(t, spans[1], otelattr.AttemptKindKey.String("primary"), otelattr.PreviousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("canceled"))
+	wantAttrs(t, spans[0], otelattr.AttemptKindKey.String("hedge"), previousRPCAttemptsKey.Int(1), otelattr.AttemptOutcomeKey.String("success"))
+	wantAttrs(t, spans[1], otelattr.AttemptKindKey.String("primary"), previousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("canceled"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("a cancelled loser is marked as an error")
 	}
@@ -250,7 +250,7 @@ func TestPrimaryInsideAttempt(t *testing.T) {
 	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != callSpan.SpanContext().SpanID() {
 		t.Errorf("hedge span %q has parent %v; want the call %v", spans[0].Name(), spans[0].Parent().SpanID(), callSpan.SpanContext().SpanID())
 	}
-	wantAttrs(t, spans[0], otelattr.AttemptNumberKey.Int(2), otelattr.PreviousRPCAttemptsKey.Int(1))
+	wantAttrs(t, spans[0], otelattr.AttemptNumberKey.Int(2), previousRPCAttemptsKey.Int(1))
 	wantAttrs(t, callSpan, otelattr.AttemptsKey.Int(2), otelattr.RetryCountKey.Int(0), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
 }
 

@@ -1,5 +1,7 @@
 package record
 
+import "go.opentelemetry.io/otel/attribute"
+
 // StopReason says why a call stopped retrying.
 type StopReason string
 
@@ -58,4 +60,10 @@ type Protocol uint8
 const (
 	HTTP Protocol = iota + 1 // http.request.resend_count
 	GRPC                     // previous-rpc-attempts
+)
+
+// The attempt-count attributes of the protocols' own conventions, on attempt spans.
+const (
+	httpResendCountKey     = attribute.Key("http.request.resend_count") // OTel's HTTP semantic conventions
+	previousRPCAttemptsKey = attribute.Key("previous-rpc-attempts")     // gRFC A72
 )

@@ -319,8 +319,14 @@ func (p *grpcAttempts) verdict(n int, _ struct{}, err error) verdict {
 			return refused
 		}
 	}
-	code := status.Code(err)
-	if slices.Contains(p.cfg.nonFatalGRPC, code) {
+	return p.cfg.codeVerdict(status.Code(err))
+}
+
+// codeVerdict is the verdict of a failed copy's gRPC code: the non-fatal codes fire
+// the next hedge; the codes that judge the request itself are answers; the others
+// are the copy's failures.
+func (c *config) codeVerdict(code codes.Code) verdict {
+	if slices.Contains(c.nonFatalGRPC, code) {
 		return nonFatal
 	}
 	switch code {

@@ -3,9 +3,7 @@ package hedge
 import (
 	"context"
 	"errors"
-	"slices"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -92,16 +90,7 @@ func (p *rpcAttempts) verdict(n int, a rpc.Answer, err error) verdict {
 	if vs := a.Meta.Get(pushback.Key); n > 0 && len(vs) > 0 && pushback.Refuses(vs[0]) {
 		return refused
 	}
-	code := status.Code(err)
-	if slices.Contains(p.cfg.nonFatalGRPC, code) {
-		return nonFatal
-	}
-	switch code {
-	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.Unauthenticated,
-		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.Aborted:
-		return answer
-	}
-	return failure
+	return p.cfg.codeVerdict(status.Code(err))
 }
 
 func (p *rpcAttempts) discard(_ rpc.Answer, _ error, cancel context.CancelFunc) { cancel() }

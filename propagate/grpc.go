@@ -195,10 +195,19 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
 	}
+	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey))
+}
+
+// frameworkContext applies the server's rules to a deadline that the framework
+// (grpc-go, connect-go) read from the timeout header named by source and set on ctx
+// itself: with none, the Envoy header's values envoy when trusted, else the default
+// budget; then the clamp, and the refusal of a request with no time left. The
+// framework's deadline stands unless the clamp cut it or none came.
+func (c *config) frameworkContext(ctx context.Context, source string, envoy []string) (context.Context, context.CancelFunc, error) {
 	var in Inbound
 	if left, has := deadline.Remaining(ctx); has {
-		in.Budget, in.Source = left, SourceGRPCTimeout
-	} else if d, ok, err := c.envoyTimeout(metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)); err != nil {
+		in.Budget, in.Source = left, source
+	} else if d, ok, err := c.envoyTimeout(envoy); err != nil {
 		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	} else if ok {
 		in.Budget, in.Source = d, SourceEnvoyTimeout
@@ -213,8 +222,7 @@ func (c *config) serverContext(ctx context.Context) (context.Context, context.Ca
 		return ctx, nil, status.Error(codes.DeadlineExceeded, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")")
 	}
 	cancel := noop
-	if in.Source != SourceGRPCTimeout || in.Clamped {
-		// grpc-go's own deadline stands unless the clamp cut it or none came.
+	if in.Source == SourceEnvoyTimeout || in.Source == SourceDefault || in.Clamped {
 		ctx, cancel = context.WithTimeout(ctx, in.Budget)
 	}
 	record.Inbound(ctx, in.Budget, in.Source, in.Clamped)

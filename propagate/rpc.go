@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -77,30 +76,9 @@ func (c *config) rpcServerContext(ctx context.Context, h http.Header) (context.C
 		h.Del(HeaderEnvoyTimeout)
 		h.Del(attempts.Header)
 	}
-	var in Inbound
-	if left, has := deadline.Remaining(ctx); has {
-		in.Budget, in.Source = left, SourceGRPCTimeout
-		if h.Get(HeaderConnectTimeout) != "" {
-			in.Source = SourceConnectTimeout
-		}
-	} else if d, ok, err := c.envoyTimeout(h.Values(HeaderEnvoyTimeout)); err != nil {
-		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
-	} else if ok {
-		in.Budget, in.Source = d, SourceEnvoyTimeout
-	} else if c.serverDefault > 0 {
-		in.Budget, in.Source = c.serverDefault, SourceDefault
-	} else {
-		return ctx, noop, nil
+	source := SourceGRPCTimeout
+	if h.Get(HeaderConnectTimeout) != "" {
+		source = SourceConnectTimeout
 	}
-	c.clamp(&in)
-	if in.Budget <= 0 {
-		record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-		return ctx, nil, status.Error(codes.DeadlineExceeded, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")")
-	}
-	cancel := noop
-	if in.Source == SourceEnvoyTimeout || in.Source == SourceDefault || in.Clamped {
-		ctx, cancel = context.WithTimeout(ctx, in.Budget)
-	}
-	record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-	return withInbound(ctx, in), cancel, nil
+	return c.frameworkContext(ctx, source, h.Values(HeaderEnvoyTimeout))
 }

@@ -355,11 +355,6 @@ func (httpCall) deliver(v httpResult, err error, cancel context.CancelFunc) (htt
 func (httpCall) stopped(_ context.Context, err error) error { return err }
 
 func getBody(req *http.Request) (body io.ReadCloser, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = errors.New("GetBody panicked")
-		}
-	}()
 	body, err = req.GetBody()
 	if err == nil && body == nil {
 		body = http.NoBody

@@ -498,6 +498,26 @@ func TestPanickingCallbacksGoThrough(t *testing.T) {
 			}
 		})
 	}
+	// The request's own GetBody, called on the caller's goroutine before a retry.
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRT{fn: always(503)}
+		rt := retry.NewTransport(f, retry.WithBudget(nil))
+		req, _ := http.NewRequest("PUT", "http://svc/", strings.NewReader("payload"))
+		req.GetBody = func() (io.ReadCloser, error) { panic(boom{"getbody"}) }
+		got := func() (v any) {
+			defer func() { v = recover() }()
+			if resp, err := rt.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+			return nil
+		}()
+		if got != (boom{"getbody"}) {
+			t.Fatalf("GetBody: recovered %#v; want its panic", got)
+		}
+		if sent, closed := f.attempts(), f.closed.Load(); int64(sent) != closed {
+			t.Fatalf("GetBody: %d answers, %d bodies closed; want every answer closed", sent, closed)
+		}
+	})
 	// The gRPC interceptor's key generator too.
 	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
 	got := func() (v any) {

@@ -2,7 +2,6 @@ package retry
 
 import (
 	"context"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -75,17 +74,15 @@ func classifyGRPC(a grpcAttempt) decision {
 	return d
 }
 
-// grpcCallState is what a call through UnaryClientInterceptor needs in memory of its
-// own: the trailer each attempt writes, and room for the attempt's call options. It
-// is reused ([grpcStates]): grpc-go writes the trailer before the attempt returns,
-// and nothing refers to it once the call has returned.
+// grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer
+// each attempt writes, and room for the attempt's call options. It is not reused: a
+// hedging layer beneath may still be reading the options of a hedge it is starting
+// when the call returns (the race detector found a pooled state overwritten under
+// it).
 type grpcCallState struct {
 	trailer metadata.MD
 	opts    [4]grpc.CallOption
 }
-
-// grpcStates keeps the memory of the calls' states for reuse.
-var grpcStates = sync.Pool{New: func() any { return new(grpcCallState) }}
 
 // UnaryClientInterceptor returns a gRPC client interceptor that retries failed
 // attempts of unary calls. One interceptor is one client: its calls share one
@@ -125,15 +122,13 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
 		ctx, call := record.StartCall(ctx, record.GRPC, method)
 		// The trailer (for pushback) and the attempt's options in one allocation.
-		cs := grpcStates.Get().(*grpcCallState)
+		cs := &grpcCallState{}
 		defer func() {
 			// The last attempt's pushback travels with the error, for a handler that
 			// relays it (deadlinekit.FromGRPC) without capturing the trailer.
 			if v := cs.trailer.Get(pushback.Key); err != nil && len(v) > 0 {
 				err = &pushback.Error{Err: err, Value: v[0]}
 			}
-			*cs = grpcCallState{} // the pool keeps nothing of the caller's
-			grpcStates.Put(cs)
 			call.End(err)
 		}()
 		l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}

@@ -64,8 +64,9 @@ func checkCounts(t *testing.T, c admissioncmp.Config, rs []admissioncmp.Result) 
 			t.Errorf("%s: statuses %v for %d refusals", r.Variant, r.Statuses, r.Refused)
 		}
 		// The slots cannot be held longer than they exist: the measured time plus
-		// the tail (the longest deadline), at most.
-		if limit := time.Duration(admissioncmp.Workers) * (r.Measured + c.MaxBudget*time.Duration(c.Rounds)); r.Busy > limit || r.Wasted > r.Busy {
+		// the tail (the longest deadline), at most, plus how late the generator ran
+		// (its lag shifts the tail on a loaded machine: CI once saw 6.43 s of 6.4).
+		if limit := time.Duration(admissioncmp.Workers) * (r.Measured + c.MaxBudget*time.Duration(c.Rounds) + r.Lag); r.Busy > limit || r.Wasted > r.Busy {
 			t.Errorf("%s: busy %v, wasted %v, over %v of slot time", r.Variant, r.Busy, r.Wasted, limit)
 		}
 		if r.OK > 0 && (r.AnswerP50 < admissioncmp.Work || r.AnswerP99 > c.MaxBudget) {

@@ -406,14 +406,14 @@ func TestAdaptiveLimitFindsTheHandlersSlots(t *testing.T) {
 					}
 					mu.Unlock()
 					if rec.Code != http.StatusOK {
-						time.Sleep(10 * ms) // a refused caller comes back a little later
+						<-time.After(10 * ms) // a refused caller comes back a little later (fake time)
 					}
 				}
 			})
-			time.Sleep(time.Microsecond)
+			<-time.After(time.Microsecond) // the callers start one after another (fake time)
 		}
-		// Read the peak of the last 5 s only: reset it half way.
-		time.Sleep(5 * time.Second)
+		// Read the peak of the last 5 s only: reset it half way (fake time).
+		<-time.After(5 * time.Second)
 		mu.Lock()
 		peak = inside
 		mu.Unlock()

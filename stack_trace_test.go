@@ -102,15 +102,6 @@ func servers(spans []sdktrace.ReadOnlySpan) int {
 	return n
 }
 
-func has(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
-	for _, kv := range s.Attributes() {
-		if kv.Key == k {
-			return kv.Value, true
-		}
-	}
-	return attribute.Value{}, false
-}
-
 // ancestor reports whether a is an ancestor of s.
 func (st *spanTree) ancestor(a, s sdktrace.ReadOnlySpan) bool {
 	for p, ok := st.byID[s.Parent().SpanID()]; ok; p, ok = st.byID[p.Parent().SpanID()] {
@@ -128,7 +119,7 @@ func (st *spanTree) check() {
 	t := st.t
 	var calls, attempts, down []sdktrace.ReadOnlySpan
 	for _, s := range st.spans {
-		if _, ok := has(s, otelattr.AttemptsKey); ok {
+		if _, ok := value(s, otelattr.AttemptsKey); ok {
 			calls = append(calls, s)
 		}
 		if strings.HasPrefix(s.Name(), "attempt ") {
@@ -136,7 +127,7 @@ func (st *spanTree) check() {
 		}
 		if s.SpanKind() == trace.SpanKindServer {
 			for _, k := range clientKeys {
-				if _, ok := has(s, k); ok {
+				if _, ok := value(s, k); ok {
 					t.Errorf("server span %q carries the client key %s", s.Name(), k)
 				}
 			}
@@ -159,10 +150,10 @@ func (st *spanTree) check() {
 		if c.SpanKind() != trace.SpanKindClient {
 			t.Errorf("call span %q is of kind %v; want client", c.Name(), c.SpanKind())
 		}
-		if v, _ := has(c, otelattr.AttemptsKey); v.AsInt64() != 1 {
+		if v, _ := value(c, otelattr.AttemptsKey); v.AsInt64() != 1 {
 			t.Errorf("call span %q: attempts %v; want 1", c.Name(), v.AsInt64())
 		}
-		if v, ok := has(c, otelattr.HedgeSkipKey); !ok || v.AsString() != string(record.HedgeSkipWarmingUp) {
+		if v, ok := value(c, otelattr.HedgeSkipKey); !ok || v.AsString() != string(record.HedgeSkipWarmingUp) {
 			t.Errorf("call span %q: hedge.skip %q; want %q", c.Name(), v.AsString(), record.HedgeSkipWarmingUp)
 		}
 	}
@@ -283,7 +274,7 @@ func TestSpansGRPCOpenTelemetryPlugin(t *testing.T) {
 	st := newTree(t, rec)
 	st.check()
 	for _, s := range st.spans {
-		if _, ok := has(s, otelattr.AttemptsKey); ok && !strings.HasPrefix(s.Name(), "Sent.") {
+		if _, ok := value(s, otelattr.AttemptsKey); ok && !strings.HasPrefix(s.Name(), "Sent.") {
 			t.Errorf("the call's totals are on %q, not on the plugin's call span", s.Name())
 		}
 	}

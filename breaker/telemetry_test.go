@@ -23,6 +23,7 @@ import (
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/internal/record"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -198,10 +199,7 @@ func TestCallSpanSaysTheLastAttempt(t *testing.T) {
 	if call == nil {
 		t.Fatal("no call span under the user's request")
 	}
-	got := map[attribute.Key]attribute.Value{}
-	for _, kv := range call.Attributes() {
-		got[kv.Key] = kv.Value
-	}
+	got := testkit.Attrs(call)
 	if !got[otelattr.BreakerProbeKey].AsBool() || got[otelattr.BreakerRefusedKey].AsBool() || got[otelattr.BreakerStateKey].AsString() != string(record.BreakerHalfOpen) {
 		t.Errorf("call span: probe %v, refused %v, state %q; want a probe, not refused, half_open",
 			got[otelattr.BreakerProbeKey], got[otelattr.BreakerRefusedKey], got[otelattr.BreakerStateKey].AsString())

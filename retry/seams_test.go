@@ -22,6 +22,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/record"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -45,7 +46,7 @@ func traced(t *testing.T, p record.Protocol, name string, fn func(ctx context.Co
 	call.End(nil)
 	handler.End()
 	for _, s := range rec.Ended() {
-		a := spanAttrs(s)
+		a := testkit.Attrs(s)
 		if v, ok := a[otelattr.RetryStopReasonKey]; ok {
 			return v.AsString(), a[otelattr.AttemptsKey].AsInt64()
 		}

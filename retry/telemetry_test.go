@@ -17,26 +17,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
-
-func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
-	m := map[attribute.Key]attribute.Value{}
-	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value
-	}
-	return m
-}
-
-func checkAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue) {
-	t.Helper()
-	got := spanAttrs(s)
-	for _, kv := range want {
-		if v, ok := got[kv.Key]; !ok || v != kv.Value {
-			t.Errorf("span %q: %s = %s (present %v); want %s", s.Name(), kv.Key, v.String(), ok, kv.Value.String())
-		}
-	}
-}
 
 // A retried HTTP call as Jaeger will show it: one span per attempt under the call's
 // span, each attempt's request carrying its own span as the downstream's parent, and
@@ -85,7 +68,7 @@ func TestRetriedHTTPCallSpans(t *testing.T) {
 			if n == 3 {
 				outcome = "success"
 			}
-			checkAttrs(t, s,
+			testkit.WantAttrs(t, s,
 				attribute.Int("deadlinekit.attempt.number", n),
 				attribute.String("deadlinekit.attempt.kind", kind),
 				attribute.String("deadlinekit.attempt.outcome", outcome),
@@ -98,7 +81,7 @@ func TestRetriedHTTPCallSpans(t *testing.T) {
 				t.Errorf("attempt %d's request names parent %s; want its own span %s", n, got, s.SpanContext().SpanID())
 			}
 		}
-		checkAttrs(t, callSpan,
+		testkit.WantAttrs(t, callSpan,
 			attribute.Int("deadlinekit.attempts", 3),
 			attribute.Int("deadlinekit.retry.count", 2),
 			attribute.String("deadlinekit.retry.stop_reason", "answered"))
@@ -131,13 +114,13 @@ func TestRetryStopReasons(t *testing.T) {
 			call.End()
 			spans := rec.Ended()
 			last := spans[len(spans)-2] // the layer's call span, then the caller's
-			checkAttrs(t, last,
+			testkit.WantAttrs(t, last,
 				attribute.Int("deadlinekit.attempts", tc.attempts),
 				attribute.String("deadlinekit.retry.stop_reason", tc.reason))
 			if got := len(spans) - 2; got != tc.attempts {
 				t.Errorf("%s: %d attempt spans; want %d", tc.name, got, tc.attempts)
 			}
-			checkAttrs(t, spans[0], attribute.Int("previous-rpc-attempts", 0))
+			testkit.WantAttrs(t, spans[0], attribute.Int("previous-rpc-attempts", 0))
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -35,7 +36,7 @@ func TestCallUsesTheUsersClientSpan(t *testing.T) {
 	if spans[0].Parent().SpanID() != client.SpanContext().SpanID() {
 		t.Error("the attempt is not a child of the user's client span")
 	}
-	wantAttrs(t, spans[1], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("answered"))
+	testkit.WantAttrs(t, spans[1], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("answered"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("the toolkit set the status of a span it does not own")
 	}
@@ -74,8 +75,8 @@ func TestTwoCallsFromOneHandler(t *testing.T) {
 		t.Fatalf("%d call spans; want 2", len(calls))
 	}
 	spans := rec.Ended()
-	wantAttrs(t, spans[calls[0]], otelattr.AttemptsKey.Int(1), otelattr.RetryStopReasonKey.String("answered"))
-	wantAttrs(t, spans[calls[1]], otelattr.AttemptsKey.Int(2), otelattr.RetryStopReasonKey.String("attempts_exhausted"))
+	testkit.WantAttrs(t, spans[calls[0]], otelattr.AttemptsKey.Int(1), otelattr.RetryStopReasonKey.String("answered"))
+	testkit.WantAttrs(t, spans[calls[1]], otelattr.AttemptsKey.Int(2), otelattr.RetryStopReasonKey.String("attempts_exhausted"))
 }
 
 // A span that cannot say its kind (not the OTel SDK's) is not taken for a call span.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -31,24 +31,6 @@ func withSDK(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder, *
 	instruments = func() *instrumentSet { return set }
 	t.Cleanup(func() { instruments = old; tp.Shutdown(context.Background()); mp.Shutdown(context.Background()) })
 	return tp, rec, reader
-}
-
-func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
-	m := map[attribute.Key]attribute.Value{}
-	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value
-	}
-	return m
-}
-
-func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue) {
-	t.Helper()
-	got := attrs(s)
-	for _, kv := range want {
-		if v, ok := got[kv.Key]; !ok || v != kv.Value {
-			t.Errorf("span %q: %s = %v (present %v); want %v", s.Name(), kv.Key, v.String(), ok, kv.Value.String())
-		}
-	}
 }
 
 // metricValues reads every counter's total and every histogram's count and sum.
@@ -86,7 +68,7 @@ func TestServerSide(t *testing.T) {
 	span.End()
 
 	s := rec.Ended()[0]
-	wantAttrs(t, s,
+	testkit.WantAttrs(t, s,
 		otelattr.BudgetReceivedKey.Float64(250), otelattr.BudgetSourceKey.String("grpc-timeout"), otelattr.BudgetClampedKey.Bool(true),
 		otelattr.ShortCircuitRejectedKey.Bool(true), otelattr.ShortCircuitFloorKey.Float64(20), otelattr.ShortCircuitRemainingKey.Float64(4),
 		otelattr.ServerOverrunKey.Float64(53))
@@ -156,13 +138,13 @@ func TestRetriedCall(t *testing.T) {
 		if s.Name() != "attempt "+kind {
 			t.Errorf("attempt %d named %q", n, s.Name())
 		}
-		wantAttrs(t, s, otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(kind), otelattr.AttemptOutcomeKey.String(outcome),
+		testkit.WantAttrs(t, s, otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(kind), otelattr.AttemptOutcomeKey.String(outcome),
 			httpResendCountKey.Int(n-1), otelattr.BudgetSentKey.Float64(float64(300-n*50)))
 	}
 	if spans[3].Name() != "GET" || spans[3].SpanKind() != trace.SpanKindClient || spans[3].Parent().SpanID() != server.SpanContext().SpanID() {
 		t.Errorf("call span %q kind %v parent %v; want GET, client, under the server span", spans[3].Name(), spans[3].SpanKind(), spans[3].Parent().SpanID())
 	}
-	wantAttrs(t, spans[3], otelattr.AttemptsKey.Int(3), otelattr.RetryCountKey.Int(2), otelattr.RetryStopReasonKey.String("answered"), otelattr.BudgetSentKey.Float64(250))
+	testkit.WantAttrs(t, spans[3], otelattr.AttemptsKey.Int(3), otelattr.RetryCountKey.Int(2), otelattr.RetryStopReasonKey.String("answered"), otelattr.BudgetSentKey.Float64(250))
 	if got := metricValues(t, reader)["deadlinekit.retry.retries"]; got != 2 {
 		t.Errorf("retries counter %v; want 2", got)
 	}
@@ -182,8 +164,8 @@ func TestHedgedCall(t *testing.T) {
 	call.End(nil)
 
 	spans := rec.Ended()
-	wantAttrs(t, spans[0], otelattr.AttemptKindKey.String("hedge"), previousRPCAttemptsKey.Int(1), otelattr.AttemptOutcomeKey.String("success"))
-	wantAttrs(t, spans[1], otelattr.AttemptKindKey.String("primary"), previousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("canceled"))
+	testkit.WantAttrs(t, spans[0], otelattr.AttemptKindKey.String("hedge"), previousRPCAttemptsKey.Int(1), otelattr.AttemptOutcomeKey.String("success"))
+	testkit.WantAttrs(t, spans[1], otelattr.AttemptKindKey.String("primary"), previousRPCAttemptsKey.Int(0), otelattr.AttemptOutcomeKey.String("canceled"))
 	if spans[1].Status().Code.String() == "Error" {
 		t.Error("a cancelled loser is marked as an error")
 	}
@@ -193,7 +175,7 @@ func TestHedgedCall(t *testing.T) {
 	if spans[2].Name() != "Sent.svc.Get" {
 		t.Errorf("call span named %q; want gRFC A72's Sent.svc.Get", spans[2].Name())
 	}
-	wantAttrs(t, spans[2], otelattr.AttemptsKey.Int(2), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
+	testkit.WantAttrs(t, spans[2], otelattr.AttemptsKey.Int(2), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
 	m := metricValues(t, reader)
 	if m["deadlinekit.hedge.sent"] != 1 || m["deadlinekit.hedge.wins"] != 1 {
 		t.Errorf("hedge counters sent %v wins %v; want 1 and 1", m["deadlinekit.hedge.sent"], m["deadlinekit.hedge.wins"])
@@ -250,8 +232,8 @@ func TestPrimaryInsideAttempt(t *testing.T) {
 	if spans[0].Name() != "attempt hedge" || spans[0].Parent().SpanID() != callSpan.SpanContext().SpanID() {
 		t.Errorf("hedge span %q has parent %v; want the call %v", spans[0].Name(), spans[0].Parent().SpanID(), callSpan.SpanContext().SpanID())
 	}
-	wantAttrs(t, spans[0], otelattr.AttemptNumberKey.Int(2), previousRPCAttemptsKey.Int(1))
-	wantAttrs(t, callSpan, otelattr.AttemptsKey.Int(2), otelattr.RetryCountKey.Int(0), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
+	testkit.WantAttrs(t, spans[0], otelattr.AttemptNumberKey.Int(2), previousRPCAttemptsKey.Int(1))
+	testkit.WantAttrs(t, callSpan, otelattr.AttemptsKey.Int(2), otelattr.RetryCountKey.Int(0), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
 }
 
 func TestBudgetRefusal(t *testing.T) {
@@ -261,7 +243,7 @@ func TestBudgetRefusal(t *testing.T) {
 	ctx, call := StartCall(sctx, HTTP, "GET")
 	RetryCall(ctx, 1, StopBudgetEmpty)
 	call.End(nil)
-	wantAttrs(t, rec.Ended()[0], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("budget_empty"))
+	testkit.WantAttrs(t, rec.Ended()[0], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("budget_empty"))
 	if got := metricValues(t, reader)["deadlinekit.retry.budget_refusals"]; got != 1 {
 		t.Errorf("budget refusals %v; want 1", got)
 	}

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // RoundTripFunc adapts a function to an http.RoundTripper.
@@ -31,4 +34,31 @@ func Parallel(workers, n int, f func(i int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// Span is what the attribute helpers read of a recorded span; the SDK's
+// ReadOnlySpan has it, and this package need not import the SDK.
+type Span interface {
+	Name() string
+	Attributes() []attribute.KeyValue
+}
+
+// Attrs returns s's attributes by key.
+func Attrs(s Span) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// WantAttrs fails t for each of want that s does not carry with that value.
+func WantAttrs(t testing.TB, s Span, want ...attribute.KeyValue) {
+	t.Helper()
+	got := Attrs(s)
+	for _, kv := range want {
+		if v, ok := got[kv.Key]; !ok || v != kv.Value {
+			t.Errorf("span %q: %s = %s (present %v); want %s", s.Name(), kv.Key, v.String(), ok, kv.Value.String())
+		}
+	}
 }

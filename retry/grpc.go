@@ -133,13 +133,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 		}()
 		l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}
 		l.begin(ctx)
-		if c.keys != nil {
-			if vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); !idempotency.Keyed(vs) {
-				if key := c.keys(); key != "" {
-					ctx = withKey(ctx, key, len(vs) > 0)
-				}
-			}
-		}
+		ctx = c.withCallKey(ctx)
 		opts := cs.opts[:0]
 		if len(callOpts) >= len(cs.opts) {
 			opts = make([]grpc.CallOption, 0, len(callOpts)+1)
@@ -221,6 +215,23 @@ func (e *statusError) Unwrap() error { return e.err }
 
 // GRPCStatus lets status.FromError and status.Code report the mapped code.
 func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
+
+// withCallKey returns ctx with a new idempotency key in its outgoing metadata, for a
+// call of a layer with [WithIdempotencyKeys] whose caller set none (or a blank one);
+// every attempt of the call carries it.
+func (c *config) withCallKey(ctx context.Context) context.Context {
+	if c.keys == nil {
+		return ctx
+	}
+	vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key)
+	if idempotency.Keyed(vs) {
+		return ctx
+	}
+	if key := c.keys(); key != "" {
+		return withKey(ctx, key, len(vs) > 0)
+	}
+	return ctx
+}
 
 // withKey returns ctx with the idempotency key in its outgoing metadata, in place of
 // the caller's blank one when blank.

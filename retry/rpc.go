@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
-	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -24,13 +23,7 @@ func init() {
 			ctx, span := record.StartCall(ctx, record.GRPC, call.Procedure)
 			l := loop[rpc.Answer, rpcCall]{c: c, proto: record.GRPC, method: call.Procedure}
 			l.begin(ctx)
-			if c.keys != nil {
-				if vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); !idempotency.Keyed(vs) {
-					if key := c.keys(); key != "" {
-						ctx = withKey(ctx, key, len(vs) > 0)
-					}
-				}
-			}
+			ctx = c.withCallKey(ctx)
 			l.p = rpcCall{c: c, call: call, next: send}
 			a, err := l.run(ctx)
 			if err != nil {

@@ -75,9 +75,16 @@ type WireError struct {
 	// retry (the value was negative or malformed, as package retry reads it); zero,
 	// nothing.
 	Pushback time.Duration
+	// RetryAfter is when the downstream said the request is worth sending again
+	// (Retry-After, google.rpc.RetryInfo, a positive grpc-retry-pushback-ms), kept
+	// apart from Pushback: a relay may say both "do not retry" (its own layers
+	// already retried) and "come back in N" (its downstream's circuit opens then).
+	// Zero when it named no wait.
+	RetryAfter time.Duration
 
-	err error          // the error FromGRPC was given
-	st  *status.Status // its status, for the details
+	err     error          // the error FromGRPC was given
+	st      *status.Status // its status, for the details
+	relayed bool           // read off a downstream's answer (FromHTTP, FromGRPC)
 }
 
 // Error returns Message, or a description of the status when there is none.
@@ -117,7 +124,16 @@ func (e *WireError) Unwrap() error { return e.err }
 // positive Pushback.
 func (e *WireError) GRPCStatus() *status.Status {
 	_, c := e.derive()
-	return wireStatus(e.st, c, e.Error(), e.Pushback)
+	return wireStatus(e.st, c, e.Error(), comeBack(e.Pushback, e.RetryAfter))
+}
+
+// comeBack is the wait an answer names for coming back: a positive pushback, else
+// retryAfter.
+func comeBack(pushback, retryAfter time.Duration) time.Duration {
+	if pushback > 0 {
+		return pushback
+	}
+	return max(retryAfter, 0)
 }
 
 // derive returns the HTTP status and gRPC code, each derived from the other when unset.
@@ -168,7 +184,12 @@ func HTTPStatus(err error) int {
 // the status of [HTTPStatus], the message as a text/plain body, and the pushback as
 // headers: grpc-retry-pushback-ms: -1 for "do not retry" (a refusal for lack of
 // budget among others), Retry-After (whole seconds, rounded up) and
-// grpc-retry-pushback-ms (milliseconds) for a wait. A nil err writes nothing.
+// grpc-retry-pushback-ms (milliseconds) for a wait; Retry-After alone beside a "do
+// not retry" when the downstream named a wait (a relayed open circuit), so that each
+// signal keeps its one value. A failure that came from a downstream (an open
+// circuit, a transport error, a [*WireError] read by [FromHTTP] or [FromGRPC],
+// exhausted retries) carries deadlinekit-relayed: 1, which tells the caller's breaker
+// that this server is up. A nil err writes nothing.
 //
 // The message is err's own, except that a gRPC status gives its message without
 // grpc-go's "rpc error: code = ... desc =" prefix, and that a bare
@@ -184,8 +205,13 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 	case x.pushback < 0:
 		h.Set(pushback.Key, pushback.DoNotRetry)
 	case x.pushback > 0:
-		h.Set(pushback.RetryAfterKey, strconv.FormatInt(ceilDiv(x.pushback, time.Second), 10))
 		h.Set(pushback.Key, strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10))
+	}
+	if wait := comeBack(x.pushback, x.comeBack); wait > 0 {
+		h.Set(pushback.RetryAfterKey, strconv.FormatInt(ceilDiv(wait, time.Second), 10))
+	}
+	if x.relayed {
+		h.Set(pushback.RelayedKey, pushback.Yes)
 	}
 	http.Error(w, x.msg, x.status)
 }
@@ -205,8 +231,10 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 // Aborted, 429 ResourceExhausted, 499 Canceled, 501 Unimplemented, 502 Unavailable,
 // 503 Unavailable, or ResourceExhausted with a pushback, 504 DeadlineExceeded, other
 // 4xx FailedPrecondition, other 5xx Unknown); Unavailable for a transport error;
-// Unknown otherwise. A ResourceExhausted with a wait also carries
-// google.rpc.RetryInfo, which package retry needs to retry it.
+// Unknown otherwise. A wait the downstream named also goes into the status as
+// google.rpc.RetryInfo (package retry needs it to retry a ResourceExhausted), so that
+// it survives a "do not retry" in the trailer; a failure that came from a downstream
+// carries the trailer deadlinekit-relayed: 1, as with [WriteHTTPError].
 //
 // The error returned unwraps to err, for the server's own interceptors.
 func GRPCError(ctx context.Context, err error) error {
@@ -214,14 +242,21 @@ func GRPCError(ctx context.Context, err error) error {
 		return nil
 	}
 	x := toWire(err)
+	var kv []string
 	if x.pushback != 0 {
-		v := "-1"
+		v := pushback.DoNotRetry
 		if x.pushback > 0 {
 			v = strconv.FormatInt(ceilDiv(x.pushback, time.Millisecond), 10)
 		}
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, v))
+		kv = append(kv, pushback.Key, v)
 	}
-	return &grpcError{st: wireStatus(x.st, x.code, x.msg, x.pushback), err: err}
+	if x.relayed {
+		kv = append(kv, pushback.RelayedKey, pushback.Yes)
+	}
+	if len(kv) > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(kv...))
+	}
+	return &grpcError{st: wireStatus(x.st, x.code, x.msg, comeBack(x.pushback, x.comeBack)), err: err}
 }
 
 // grpcError is what GRPCError returns: the status grpc-go sends, over the error it
@@ -275,10 +310,13 @@ func FromHTTP(resp *http.Response, err error) error {
 	if resp.StatusCode >= 100 && resp.StatusCode < 400 {
 		return nil
 	}
+	now := time.Now()
 	e := &WireError{
 		HTTPStatus: resp.StatusCode,
-		Pushback:   httpPushback(resp.Header, time.Now()),
+		Pushback:   httpPushback(resp.Header, now),
+		RetryAfter: pushback.ComeBackHTTP(resp.Header, now),
 		Message:    readMessage(resp),
+		relayed:    true,
 	}
 	e.Code = codeFromHTTP(resp.StatusCode, e.Pushback)
 	return e
@@ -330,7 +368,8 @@ func FromGRPC(err error, trailer *metadata.MD) error {
 			md = metadata.Pairs(pushback.Key, v)
 		}
 	}
-	e := &WireError{Code: st.Code(), Message: st.Message(), Pushback: grpcPushback(st, md), err: err, st: st}
+	e := &WireError{Code: st.Code(), Message: st.Message(), Pushback: grpcPushback(st, md),
+		RetryAfter: pushback.ComeBackGRPC(st, md), err: err, st: st, relayed: true}
 	e.HTTPStatus = httpFromCode(e.Code, e.Pushback)
 	return e
 }
@@ -341,7 +380,9 @@ type wire struct {
 	code     codes.Code
 	msg      string
 	pushback time.Duration
+	comeBack time.Duration  // the downstream's "come back in", apart from pushback
 	st       *status.Status // the gRPC status err carried, for its details
+	relayed  bool           // the failure is a downstream's
 }
 
 // toWire applies the rules of HTTPStatus to a non-nil err.
@@ -359,7 +400,8 @@ func toWire(err error) wire {
 		// for lack of time says so with a deadline error around the refusal, but
 		// the caller is told about the circuit, and when its next probe is.
 		oe, _ := breaker.IsOpen(err)
-		return wire{status: http.StatusServiceUnavailable, code: codes.Unavailable, msg: message(err), pushback: max(oe.RetryAfter, time.Millisecond)}
+		wait := max(oe.RetryAfter, time.Millisecond)
+		return wire{status: http.StatusServiceUnavailable, code: codes.Unavailable, msg: message(err), pushback: wait, comeBack: wait, relayed: true}
 	case errors.As(err, &de) && de.Pushback && de.Last != nil:
 		return relayedPushback(err, de)
 	case errors.Is(err, deadline.ErrInsufficientBudget):
@@ -368,7 +410,7 @@ func toWire(err error) wire {
 		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: wirePushback(err, context.DeadlineExceeded)}
 	case errors.As(err, &we):
 		s, c := we.derive()
-		x := wire{status: s, code: c, msg: message(err), pushback: we.Pushback, st: we.st}
+		x := wire{status: s, code: c, msg: message(err), pushback: we.Pushback, comeBack: we.RetryAfter, st: we.st, relayed: we.relayed}
 		if x.st != nil && x.st.Code() != c {
 			x.st = nil
 		}
@@ -377,13 +419,17 @@ func toWire(err error) wire {
 		return wire{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: message(err)}
 	}
 	if st, ok := status.FromError(err); ok {
-		return fromStatus(err, st)
+		x := fromStatus(err, st)
+		// A status that came through the stack's client (its last attempt's
+		// pushback travels with it) is a downstream's.
+		_, x.relayed = pushback.Of(err)
+		return x
 	}
 	switch {
 	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode <= 599:
-		return wire{status: se.StatusCode, code: codeFromHTTP(se.StatusCode, 0), msg: message(err)}
+		return wire{status: se.StatusCode, code: codeFromHTTP(se.StatusCode, 0), msg: message(err), relayed: true}
 	case errors.As(err, &ue), errors.As(err, &ne):
-		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err)}
+		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err), relayed: true}
 	}
 	return wire{status: http.StatusInternalServerError, code: codes.Unknown, msg: message(err)}
 }
@@ -449,7 +495,8 @@ func message(err error) string {
 }
 
 // wireStatus builds the gRPC status of an answer, keeping the details of the status
-// it came from (from, when its code is c).
+// it came from (from, when its code is c), with google.rpc.RetryInfo for a positive
+// wait.
 func wireStatus(from *status.Status, c codes.Code, msg string, wait time.Duration) *status.Status {
 	var st *status.Status
 	if from != nil && from.Code() == c {
@@ -459,7 +506,7 @@ func wireStatus(from *status.Status, c codes.Code, msg string, wait time.Duratio
 	} else {
 		st = status.New(c, msg)
 	}
-	if c != codes.ResourceExhausted || wait <= 0 {
+	if wait <= 0 {
 		return st
 	}
 	if _, found, _ := pushback.RetryInfoDelay(st); found {

@@ -83,10 +83,14 @@ type Classifier func(r Result) Outcome
 //     whose budget was below the target's typical latency: the caller gave it too
 //     little time, which is not the target's fault;
 //   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
-//     Retry-After or grpc-retry-pushback-ms): the server is up and shedding load, or
-//     relaying a circuit open further down, and answered at once; the retry layer
-//     honours its wait, and a breaker opening on it would starve a server that still
-//     serves part of its load;
+//     Retry-After, google.rpc.RetryInfo or grpc-retry-pushback-ms, read apart from a
+//     "do not retry" beside it): the server is up and shedding load, or relaying a
+//     circuit open further down, and answered at once; the retry layer honours its
+//     wait, and a breaker opening on it would starve a server that still serves part
+//     of its load; and HTTP 502, 503 and UNAVAILABLE that the server marks as its
+//     downstream's failure (deadlinekit-relayed: 1, as deadlinekit.GRPCError and
+//     WriteHTTPError send): the server is up, and its own breaker guards that
+//     downstream;
 //   - failure: any other timeout (the call had a fair budget, or no deadline, or the
 //     target's typical latency is not known); HTTP 502 and 503; UNAVAILABLE; an HTTP
 //     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
@@ -112,7 +116,7 @@ func Classify(r Result) Outcome {
 				return Neutral
 			}
 			if st.Code() == codes.Unavailable {
-				if comesBack(pushback.FromGRPC(st, r.Trailer)) {
+				if pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) || pushback.ComeBackGRPC(st, r.Trailer) > 0 {
 					return Neutral
 				}
 				return Failure
@@ -134,12 +138,12 @@ func Classify(r Result) Outcome {
 		return Neutral // nothing to judge: a RoundTripper breaking its contract
 	}
 	switch r.Response.StatusCode {
-	case http.StatusServiceUnavailable:
-		if comesBack(pushback.FromHTTP(r.Response.Header, time.Now())) {
+	case http.StatusServiceUnavailable, http.StatusBadGateway:
+		h := r.Response.Header
+		if pushback.Relayed(h.Values(pushback.RelayedKey)) ||
+			(r.Response.StatusCode == http.StatusServiceUnavailable && pushback.ComeBackHTTP(h, time.Now()) > 0) {
 			return Neutral
 		}
-		return Failure
-	case http.StatusBadGateway:
 		return Failure
 	case http.StatusGatewayTimeout:
 		if refused(r.Response.Header.Values(pushback.Key)) {
@@ -158,9 +162,6 @@ func timedOut(r Result) Outcome {
 	}
 	return Failure
 }
-
-// comesBack reports whether a pushback asks to come back after a positive wait.
-func comesBack(d time.Duration, found bool, err error) bool { return found && err == nil && d > 0 }
 
 // refused reports whether a grpc-retry-pushback-ms value says "do not retry".
 func refused(vs []string) bool { return len(vs) > 0 && pushback.Refuses(vs[0]) }

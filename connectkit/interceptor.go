@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/codes"
@@ -55,7 +57,13 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 		Target:     req.Peer().Addr,
 		Idempotent: spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent,
 	}
+	// A call that may not run twice is resent only when an attempt provably never
+	// left the client: its HTTP request's header was not written.
+	traced := !call.Idempotent
 	send := func(actx context.Context) rpc.Answer {
+		if traced {
+			return sendTraced(actx, req, next)
+		}
 		resp, err := next(actx, req)
 		return answer(resp, err)
 	}
@@ -65,6 +73,9 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 		// request it was given: a copy already, when a layer above resends.
 		req = shallowCopy(req)
 		send = func(actx context.Context) rpc.Answer {
+			if traced {
+				return sendTraced(actx, attempt(actx, req), next)
+			}
 			resp, err := next(actx, attempt(actx, req))
 			return answer(resp, err)
 		}
@@ -167,6 +178,17 @@ func shallowCopy(req connect.AnyRequest) connect.AnyRequest {
 	return c.Interface().(connect.AnyRequest)
 }
 
+// sendTraced sends req through next with an HTTP trace that sees its header
+// written, and says in the answer whether the request never left the client.
+func sendTraced(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) rpc.Answer {
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
+	resp, err := next(ctx, req)
+	a := answer(resp, err)
+	a.Unsent = err != nil && !wrote.Load()
+	return a
+}
+
 // answer is what an attempt came back with, in the layers' terms: a connect error's
 // code as a gRPC status (its message and details with it), and its metadata
 // (headers and trailers) as lower-case keys.
@@ -179,7 +201,6 @@ func answer(resp connect.AnyResponse, err error) rpc.Answer {
 	if errors.As(err, &ce) {
 		a.Err = &wireError{ce: ce}
 		a.Meta = lowerKeys(ce.Meta())
-		a.FromServer = connect.IsWireError(ce)
 	}
 	return a
 }

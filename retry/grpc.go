@@ -22,9 +22,10 @@ type grpcAttempt struct {
 	timedOut  bool           // this layer's per-attempt timeout ended the attempt
 	idem      bool           // the call may safely run twice
 	callEnded bool           // the call's own context had ended
-	// fromServer: the server sent the status (known for frameworks that say so;
-	// grpc-go does not, and its UNAVAILABLE is mostly a call that never reached one).
-	fromServer bool
+	// unsent: the attempt provably never left the client (grpc-go made no transport
+	// stream for it; a framework's request wrote no header), so the server cannot
+	// have run it.
+	unsent bool
 }
 
 // classifyGRPC is the judgement of [UnaryClientInterceptor] on a failed attempt, as
@@ -42,10 +43,11 @@ func classifyGRPC(a grpcAttempt) decision {
 	case codes.OK:
 		return decision{verdict: Answered}
 	case codes.Unavailable:
-		if a.fromServer && !a.idem {
+		if !a.idem && !a.unsent && !pushback.Unprocessed(a.trailer.Get(pushback.UnprocessedKey)) {
 			// gRPC's own words: "it is not always safe to retry non-idempotent
-			// operations". A server that answered may have done the work.
-			return decision{verdict: Failed, reason: "UNAVAILABLE from the server, on a call that may not run twice"}
+			// operations". A call that reached a server may have done the work,
+			// unless the server says its handler did not run.
+			return refusedByServer(decision{verdict: Failed, reason: "UNAVAILABLE on a call that may not run twice, after it was sent"}, a.trailer.Get(pushback.Key))
 		}
 		d = decision{verdict: Retryable, reason: "UNAVAILABLE"}
 	case codes.DeadlineExceeded:
@@ -90,7 +92,12 @@ type grpcCallState struct {
 //
 // An attempt is retried when another one may succeed and resending does no harm:
 //
-//   - UNAVAILABLE;
+//   - UNAVAILABLE, for a call that may safely run twice (see below); for any other
+//     only when the attempt provably did not run: it never left the client (grpc-go
+//     made no transport stream for it), or the server's trailer says its handler did
+//     not run (deadlinekit-unprocessed: 1, as the toolkit's guard sends). An
+//     UNAVAILABLE that a server answered may come from a handler that did the work
+//     and then failed, or that relays its own downstream's failure;
 //   - DEADLINE_EXCEEDED only when this layer's per-attempt timeout fired
 //     ([WithAttemptTimeout]) and the call may safely run twice, since a timed-out
 //     attempt may have run: its method is declared idempotent
@@ -172,7 +179,9 @@ func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut boo
 	}
 	st, _ := status.FromError(err)
 	idem := g.c.grpcIdempotent(ctx, g.method)
-	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil})
+	// grpc-go fills the trailer only for an attempt that got a transport stream: a
+	// nil one is an attempt that never left the client.
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
 	return outcome{d: d, err: err, idempotent: idem}
 }
 

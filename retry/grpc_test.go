@@ -96,7 +96,9 @@ func TestGRPCClassification(t *testing.T) {
 		attempts int
 		code     codes.Code
 	}{
-		{"UNAVAILABLE", func(context.Context) error { return status.Error(codes.Unavailable, "x") }, nil, 3, codes.Unavailable},
+		{"UNAVAILABLE, idempotent method", func(context.Context) error { return status.Error(codes.Unavailable, "x") }, []retry.Option{idem}, 3, codes.Unavailable},
+		{"UNAVAILABLE, keyed call", func(context.Context) error { return status.Error(codes.Unavailable, "x") }, []retry.Option{retry.WithIdempotencyKeys(nil)}, 3, codes.Unavailable},
+		{"UNAVAILABLE from the server, neither idempotent nor keyed", func(context.Context) error { return status.Error(codes.Unavailable, "x") }, nil, 1, codes.Unavailable},
 		{"RESOURCE_EXHAUSTED with RetryInfo", func(context.Context) error {
 			return withRetryInfo(t, codes.ResourceExhausted, durationpb.New(5*time.Millisecond))
 		}, nil, 3, codes.ResourceExhausted},
@@ -224,7 +226,7 @@ func TestGRPCPushback(t *testing.T) {
 				grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", c.trailer))
 				return status.Error(codes.Unavailable, "busy")
 			}}
-			client := serveGRPC(t, s, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, retry.WithBudget(nil))))
+			client := serveGRPC(t, s, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, idem, retry.WithBudget(nil))))
 			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 			defer cancel()
 			start := time.Now()
@@ -244,7 +246,7 @@ func TestGRPCPushback(t *testing.T) {
 
 func TestGRPCBudgetExhaustedKeepsCode(t *testing.T) {
 	s := &testServer{fn: func(context.Context, int) error { return status.Error(codes.Unavailable, "down") }}
-	client := serveGRPC(t, s, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, retry.WithBudget(retry.NewBudget(0, 0, time.Second)))))
+	client := serveGRPC(t, s, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, idem, retry.WithBudget(retry.NewBudget(0, 0, time.Second)))))
 	_, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable || !errors.Is(err, retry.ErrBudgetExhausted) || s.calls() != 1 {
 		t.Fatalf("%v after %d calls; want UNAVAILABLE + ErrBudgetExhausted after 1", err, s.calls())
@@ -254,10 +256,10 @@ func TestGRPCBudgetExhaustedKeepsCode(t *testing.T) {
 
 func TestGRPCServerInterceptorOneLayer(t *testing.T) {
 	bottom := &testServer{fn: func(context.Context, int) error { return status.Error(codes.Unavailable, "down") }}
-	bottomClient := serveGRPC(t, bottom, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, retry.WithBudget(nil))))
+	bottomClient := serveGRPC(t, bottom, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, idem, retry.WithBudget(nil))))
 	middle := &testServer{next: bottomClient}
 	client := serveGRPC(t, middle, []grpc.ServerOption{grpc.UnaryInterceptor(retry.UnaryServerInterceptor())},
-		grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, retry.WithBudget(nil))))
+		grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, idem, retry.WithBudget(nil))))
 	_, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err %v", err)
@@ -330,7 +332,7 @@ func TestGRPCAmplification(t *testing.T) {
 func TestGRPCCancelDuringWait(t *testing.T) {
 	s := &testServer{fn: func(context.Context, int) error { return status.Error(codes.Unavailable, "down") }}
 	client := serveGRPC(t, s, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(
-		retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{Base: 10 * time.Second}))))
+		idem, retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{Base: 10 * time.Second}))))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()

@@ -74,7 +74,7 @@ func (r rpcCall) judge(ctx context.Context, a rpc.Answer, err error, timedOut bo
 	}
 	st, _ := status.FromError(err)
 	idem := r.call.Idempotent || r.c.grpcIdempotent(ctx, r.call.Procedure)
-	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: a.Meta, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil, fromServer: a.FromServer})
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: a.Meta, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil, unsent: a.Unsent})
 	return outcome{d: d, err: err, idempotent: idem}
 }
 

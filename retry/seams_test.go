@@ -192,7 +192,7 @@ func TestGRPCStopReasons(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				inv := &countingInvoker{fn: c.invoker}
-				interceptor := retry.UnaryClientInterceptor(retry.WithBudget(nil))
+				interceptor := retry.UnaryClientInterceptor(idem, retry.WithBudget(nil))
 				stop, attempts := traced(t, record.GRPC, "/svc/Get", func(ctx context.Context) {
 					if c.cancel > 0 {
 						var cancel context.CancelFunc
@@ -362,7 +362,7 @@ func TestBudgetTokenOnlyForASentRetry(t *testing.T) {
 				if canceled {
 					time.AfterFunc(500*time.Millisecond, cancel)
 				}
-				_ = retry.UnaryClientInterceptor(retry.WithBudget(budget))(ctx, "/svc/Get", nil, nil, nil, invoker)
+				_ = retry.UnaryClientInterceptor(idem, retry.WithBudget(budget))(ctx, "/svc/Get", nil, nil, nil, invoker)
 				if got := budget.Balance(); got != want {
 					t.Errorf("canceled %v: %v tokens left; want %v", canceled, got, want)
 				}
@@ -453,7 +453,7 @@ func TestZeroPushbackWaitsTheBackoff(t *testing.T) {
 				}
 				return nil
 			}
-			if err := retry.UnaryClientInterceptor(retry.WithBudget(nil), half)(context.Background(), "/svc/Get", nil, nil, nil, invoker); err != nil {
+			if err := retry.UnaryClientInterceptor(idem, retry.WithBudget(nil), half)(context.Background(), "/svc/Get", nil, nil, nil, invoker); err != nil {
 				t.Fatal(err)
 			}
 			if gap := times[1].Sub(times[0]); gap != 20*time.Millisecond {

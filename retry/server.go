@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -102,19 +103,63 @@ func (w *pushbackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // [NewMiddleware], it marks the context of a call that carries
 // grpc-previous-rpc-attempts ≥ 1 ([ServingRetry]), and when an outbound retry layer
 // of the handler gave up on a retryable failure and the handler fails, it sets the
-// trailer grpc-retry-pushback-ms: -1.
+// trailer grpc-retry-pushback-ms: -1. The trailer then holds that one value: a wait
+// the handler set there (relaying its downstream's "come back in N") is dropped, as
+// the wait travels in the status's google.rpc.RetryInfo (deadlinekit.GRPCError puts
+// it there); otherwise the handler's last value is sent, once.
 func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		in := &inbound{}
+		s := &serverCall{}
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if v := md.Get(attempts.Key); len(v) > 0 {
-				in.retry = attempts.Parse(v[0]) > 0
+				s.in.retry = attempts.Parse(v[0]) > 0
 			}
 		}
-		resp, err := handler(context.WithValue(ctx, inboundKey{}, in), req)
-		if err != nil && in.gaveUp.Load() {
-			_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushback.DoNotRetry))
+		hctx := context.WithValue(ctx, inboundKey{}, &s.in)
+		if s.ServerTransportStream = grpc.ServerTransportStreamFromContext(ctx); s.ServerTransportStream != nil {
+			hctx = grpc.NewContextWithServerTransportStream(hctx, s)
+		}
+		resp, err := handler(hctx, req)
+		v := s.value()
+		if err != nil && s.in.gaveUp.Load() {
+			v = pushback.DoNotRetry
+		}
+		if v != "" {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, v))
 		}
 		return resp, err
 	}
+}
+
+// serverCall is one call through [UnaryServerInterceptor]: its inbound state, and
+// its transport stream with the handler's grpc-retry-pushback-ms held back, so that
+// the trailer gets one value.
+type serverCall struct {
+	grpc.ServerTransportStream
+	in       inbound
+	mu       sync.Mutex
+	pushback string // the last value the handler set
+}
+
+// SetTrailer sets md but for grpc-retry-pushback-ms, which it keeps for the end.
+func (s *serverCall) SetTrailer(md metadata.MD) error {
+	v := md.Get(pushback.Key)
+	if len(v) == 0 {
+		return s.ServerTransportStream.SetTrailer(md)
+	}
+	s.mu.Lock()
+	s.pushback = v[len(v)-1]
+	s.mu.Unlock()
+	rest := md.Copy()
+	delete(rest, pushback.Key)
+	if len(rest) == 0 {
+		return nil
+	}
+	return s.ServerTransportStream.SetTrailer(rest)
+}
+
+func (s *serverCall) value() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pushback
 }

@@ -72,6 +72,9 @@ func classifyHTTP(a httpAttempt) decision {
 	case code == http.StatusInternalServerError || code == http.StatusBadGateway ||
 		code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout:
 		if !idem {
+			if pushback.Unprocessed(a.resp.Header.Values(pushback.UnprocessedKey)) {
+				return httpPushback(a, decision{verdict: Retryable, reason: "status " + strconv.Itoa(code) + ", refused before the handler ran"})
+			}
 			return refusedByServer(decision{verdict: Failed, reason: "status " + strconv.Itoa(code) + ", and the request is neither idempotent nor keyed"},
 				a.resp.Header.Values(pushback.Key))
 		}
@@ -166,7 +169,9 @@ func dialFailure(err error) bool {
 //     timeout), or a 500, 502, 503 or 504, only for an idempotent method (RFC 9110:
 //     GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or a request carrying an
 //     Idempotency-Key ([WithIdempotencyKeys]): a timeout proves only that no answer
-//     arrived, not that nothing was done;
+//     arrived, not that nothing was done; for any request when the server says its
+//     handler did not run (deadlinekit-unprocessed: 1, as the toolkit's guard sends
+//     with its refusals);
 //   - 429, 408 and 425, whatever the method.
 //
 // Nothing else is: not a call whose context ended, an error that is not a transport

@@ -19,6 +19,10 @@ import (
 // fast keeps loopback tests quick: 1–2 ms waits.
 var fast = retry.WithBackoff(retry.Backoff{Base: time.Millisecond, Max: 2 * time.Millisecond, Jitter: 0.2})
 
+// idem declares the gRPC methods of these tests idempotent, so that an UNAVAILABLE
+// their server answered may be retried.
+var idem = retry.WithIdempotentMethods("/svc/Get", "/grpc.testing.TestService/UnaryCall")
+
 // newClient returns an http.Client over a fresh transport (closed at the end of the
 // test, so that goleak sees no idle connection).
 func newClient(t *testing.T, opts ...retry.Option) *http.Client {

@@ -21,6 +21,10 @@ import (
 // grpc-go's own retry policy retry it: a retry could only arrive with less time.
 var doNotRetry = metadata.Pairs(pushback.Key, pushback.DoNotRetry)
 
+// refusedUnrun is the trailer of a refusal for lack of budget made before the
+// handler ran: "do not retry", and "the handler did not run".
+var refusedUnrun = metadata.Pairs(pushback.Key, pushback.DoNotRetry, pushback.UnprocessedKey, pushback.Yes)
+
 // UnaryServerInterceptor returns a gRPC interceptor that refuses a call with
 // DeadlineExceeded, before the handler runs, when the time left is below the floor or
 // the deadline has passed. The status message states the time left and the floor, and
@@ -95,20 +99,22 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 // refusalStatus is the status and trailer of the refusal of t: DeadlineExceeded with
 // "do not retry" for lack of time; ResourceExhausted with RetryInfo and
 // grpc-retry-pushback-ms set to the predicted wait for an overloaded server;
-// Canceled for a caller that left the queue.
+// Canceled for a caller that left the queue. Each trailer says the handler did not
+// run (deadlinekit-unprocessed: 1).
 func refusalStatus(t *ticket) (metadata.MD, error) {
 	if d, ok := t.comeBack(); ok {
 		st := status.New(codes.ResourceExhausted, t.refusal())
 		if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err == nil {
 			st = with
 		}
-		return metadata.Pairs(pushback.Key, strconv.FormatInt(int64(d/time.Millisecond), 10)), st.Err()
+		return metadata.Pairs(pushback.Key, strconv.FormatInt(int64(d/time.Millisecond), 10),
+			pushback.UnprocessedKey, pushback.Yes), st.Err()
 	}
 	code := codes.DeadlineExceeded
 	if t.decision == Canceled {
 		code = codes.Canceled
 	}
-	return doNotRetry, status.Error(code, t.refusal())
+	return refusedUnrun, status.Error(code, t.refusal())
 }
 
 func fullMethod(info *grpc.UnaryServerInfo) string {

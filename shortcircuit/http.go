@@ -60,6 +60,8 @@ const statusClientClosedRequest = 499
 // with the time to come back for an overloaded server.
 func refuseHTTP(w http.ResponseWriter, t *ticket) {
 	code := http.StatusGatewayTimeout
+	// The handler did not run: a call that may not run twice can be sent again.
+	w.Header().Set(pushback.UnprocessedKey, pushback.Yes)
 	if d, ok := t.comeBack(); ok {
 		code = http.StatusServiceUnavailable
 		w.Header().Set(pushback.Key, strconv.FormatInt(int64(d/time.Millisecond), 10))

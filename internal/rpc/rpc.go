@@ -35,9 +35,9 @@ type Answer struct {
 	// Meta is the answer's metadata, headers and trailers, with lower-case keys
 	// (grpc-retry-pushback-ms).
 	Meta metadata.MD
-	// FromServer is true when Err is the server's answer, not a failure to reach it
-	// (a refused connection).
-	FromServer bool
+	// Unsent is true when the attempt provably never left the client (no byte of its
+	// request was written): the server cannot have run it.
+	Unsent bool
 }
 
 // Send sends one attempt of a call under ctx. What the layers add to the attempt's

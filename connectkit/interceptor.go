@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/codes"
@@ -97,7 +98,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 		return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 			sctx, end, err := i.stream(ctx, &rpc.Call{Procedure: spec.Procedure})
 			if err != nil {
-				return &refusedStream{StreamingClientConn: next(ctx, spec), err: clientError(rpc.Answer{Err: err})}
+				return newRefusedStream(next(ctx, spec), clientError(rpc.Answer{Err: err}))
 			}
 			return &endingStream{StreamingClientConn: next(sctx, spec), end: end}
 		}
@@ -273,30 +274,59 @@ func toConnect(err error, md metadata.MD) error {
 	return out
 }
 
+// A stream refused by a layer sends nothing, and ends what the layers beneath that
+// layer started for it when it was created (propagate's call span and derived
+// context): the refusing layer discards the conn beneath it, and never passes
+// anything else to it. connect-go answers a refused Send by closing both sides of the
+// stream, and the real connection would answer those by sending the request; no
+// stream of a refusal passes them on.
+
+// discarder is a layer's stream that started something when it was created.
+type discarder interface {
+	// discard ends what this layer and the layers beneath it started for the
+	// stream, as for a stream that ended with err. Nothing is sent after it.
+	discard(err error)
+}
+
+// discard discards conn, when it is a layer's stream: the first conn that is not
+// (the real connection, a user's interceptor) is left as it is, unsent.
+func discard(conn connect.StreamingClientConn, err error) {
+	if d, ok := conn.(discarder); ok {
+		d.discard(err)
+	}
+}
+
 // endingStream calls end with the stream's outcome when its response side is
-// closed or ends.
+// closed or ends, or when a layer above discards it.
 type endingStream struct {
 	connect.StreamingClientConn
 	end  func(error)
-	done bool
+	done atomic.Bool
+}
+
+func (s *endingStream) finish(err error) {
+	if s.done.CompareAndSwap(false, true) {
+		s.end(err)
+	}
 }
 
 func (s *endingStream) Receive(m any) error {
 	err := s.StreamingClientConn.Receive(m)
-	if err != nil && !s.done {
-		s.done = true
-		s.end(err)
+	if err != nil {
+		s.finish(err)
 	}
 	return err
 }
 
 func (s *endingStream) CloseResponse() error {
 	err := s.StreamingClientConn.CloseResponse()
-	if !s.done {
-		s.done = true
-		s.end(nil)
-	}
+	s.finish(nil)
 	return err
+}
+
+func (s *endingStream) discard(err error) {
+	s.finish(err)
+	discard(s.StreamingClientConn, err)
 }
 
 // admittingStream asks admit, before the stream's first message goes out (connect-go
@@ -318,6 +348,7 @@ func (s *admittingStream) open() error {
 		end, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
 		if err != nil {
 			s.refusal = layerError(err)
+			discard(s.StreamingClientConn, s.refusal)
 		}
 		s.end = end
 	}
@@ -328,7 +359,13 @@ func (s *admittingStream) Send(m any) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	return s.StreamingClientConn.Send(m)
+	err := s.StreamingClientConn.Send(m)
+	if err != nil && !errors.Is(err, io.EOF) {
+		// Not the server's answer (that wraps io.EOF, and Receive reads it): the
+		// stream failed on this side, or a layer beneath refused it.
+		s.finish(err)
+	}
+	return err
 }
 
 func (s *admittingStream) CloseRequest() error {
@@ -358,6 +395,30 @@ func (s *admittingStream) CloseResponse() error {
 	return err
 }
 
+func (s *admittingStream) ResponseHeader() http.Header {
+	if s.asked && s.refusal != nil {
+		return http.Header{}
+	}
+	return s.StreamingClientConn.ResponseHeader()
+}
+
+func (s *admittingStream) ResponseTrailer() http.Header {
+	if s.asked && s.refusal != nil {
+		return http.Header{}
+	}
+	return s.StreamingClientConn.ResponseTrailer()
+}
+
+// discard: a layer above refused the stream before this one was asked; it is
+// never asked.
+func (s *admittingStream) discard(err error) {
+	if !s.asked {
+		s.asked, s.refusal = true, err
+	}
+	s.finish(err)
+	discard(s.StreamingClientConn, err)
+}
+
 // finish reports the stream's outcome, once: io.EOF is a stream that ended well.
 func (s *admittingStream) finish(err error) {
 	if s.end == nil {
@@ -373,12 +434,22 @@ func (s *admittingStream) finish(err error) {
 	s.end = nil
 }
 
-// refusedStream is a stream a layer refused before it was opened: it sends nothing
-// and answers err.
+// refusedStream is a stream a layer refused when it was created: it sends nothing,
+// answers err, and passes nothing on to the conn beneath, which it discarded.
 type refusedStream struct {
 	connect.StreamingClientConn
 	err error
 }
 
-func (s *refusedStream) Send(any) error    { return s.err }
-func (s *refusedStream) Receive(any) error { return s.err }
+func newRefusedStream(conn connect.StreamingClientConn, err error) *refusedStream {
+	discard(conn, err)
+	return &refusedStream{StreamingClientConn: conn, err: err}
+}
+
+func (s *refusedStream) Send(any) error               { return s.err }
+func (s *refusedStream) Receive(any) error            { return s.err }
+func (s *refusedStream) CloseRequest() error          { return nil }
+func (s *refusedStream) CloseResponse() error         { return nil }
+func (s *refusedStream) ResponseHeader() http.Header  { return http.Header{} }
+func (s *refusedStream) ResponseTrailer() http.Header { return http.Header{} }
+func (s *refusedStream) discard(error)                {}

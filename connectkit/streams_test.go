@@ -1,0 +1,259 @@
+package connectkit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/connectkit"
+)
+
+// The streaming procedures of the tests' service: Upload (client streaming), Watch
+// (server streaming), Chat (bidi).
+const (
+	procUpload = "/pkg.Store/Upload"
+	procWatch  = "/pkg.Store/Watch"
+	procChat   = "/pkg.Store/Chat"
+)
+
+// streamServer is a loopback server of the three streaming procedures, counting the
+// HTTP requests that reach it, before connect-go sees them.
+type streamServer struct {
+	url      string
+	hc       *http.Client
+	requests atomic.Int32
+}
+
+// transports are the HTTP versions the stream tests run over: HTTP/1.1, and HTTP/2
+// without TLS (h2c, prior knowledge). Bidi streams need HTTP/2.
+var transports = []string{"http1", "h2c"}
+
+// watchFunc handles Watch.
+type watchFunc func(ctx context.Context, req *connect.Request[msg], s *connect.ServerStream[msg]) error
+
+// serveStreams starts a streamServer over transport tr ("http1" or "h2c") whose Watch
+// is watch (nil: one message, "tick"); Upload counts the messages it received, Chat
+// echoes each message.
+func serveStreams(t *testing.T, tr string, watch watchFunc, opts ...connect.HandlerOption) *streamServer {
+	t.Helper()
+	if watch == nil {
+		watch = func(ctx context.Context, req *connect.Request[msg], s *connect.ServerStream[msg]) error {
+			return s.Send(wrapperspb.String("tick"))
+		}
+	}
+	s := new(streamServer)
+	mux := http.NewServeMux()
+	mux.Handle(procWatch, connect.NewServerStreamHandler(procWatch, watch, opts...))
+	mux.Handle(procUpload, connect.NewClientStreamHandler(procUpload, func(ctx context.Context, st *connect.ClientStream[msg]) (*connect.Response[msg], error) {
+		n := 0
+		for st.Receive() {
+			n++
+		}
+		if err := st.Err(); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(wrapperspb.String(string(rune('0' + n)))), nil
+	}, opts...))
+	mux.Handle(procChat, connect.NewBidiStreamHandler(procChat, func(ctx context.Context, st *connect.BidiStream[msg, msg]) error {
+		for {
+			m, err := st.Receive()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := st.Send(m); err != nil {
+				return err
+			}
+		}
+	}, opts...))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		mux.ServeHTTP(w, r)
+	}))
+	tp := &http.Transport{}
+	if tr == "h2c" {
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		tp.Protocols = new(http.Protocols)
+		tp.Protocols.SetUnencryptedHTTP2(true)
+	}
+	srv.Start()
+	t.Cleanup(func() {
+		tp.CloseIdleConnections()
+		srv.Close()
+	})
+	s.url, s.hc = srv.URL, &http.Client{Transport: tp}
+	return s
+}
+
+// spanCounts is an OTel SDK tracer provider that remembers the spans started and
+// ended, and a context holding a span of it (the caller's, not a client span).
+func spanCounts(t *testing.T) (*tracetest.SpanRecorder, context.Context, func()) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ctx, span := tp.Tracer("test").Start(context.Background(), "caller")
+	return rec, ctx, func() { span.End() }
+}
+
+// ctxCapture is a connect interceptor that remembers the context each stream was
+// created with: beneath the stack, the context propagate derived for it.
+type ctxCapture struct {
+	connect.Interceptor
+	ctxs chan context.Context
+}
+
+func newCtxCapture() *ctxCapture {
+	return &ctxCapture{Interceptor: connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc { return next }), ctxs: make(chan context.Context, 16)}
+}
+
+func (c *ctxCapture) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		c.ctxs <- ctx
+		return next(ctx, spec)
+	}
+}
+
+// kindErr is the error of a stream of one kind.
+type kindErr struct {
+	kind string
+	err  error
+}
+
+// refusedKinds opens a stream of each kind (client, server, bidi) on srv through
+// opts under ctx and returns each one's error: the error of the first call that
+// failed, having used the stream as a caller would to its end (CloseAndReceive,
+// Close, CloseRequest and CloseResponse).
+func refusedKinds(t *testing.T, ctx context.Context, srv *streamServer, opts ...connect.ClientOption) []kindErr {
+	t.Helper()
+	var errs []kindErr
+
+	up := connect.NewClient[msg, msg](srv.hc, srv.url+procUpload, opts...).CallClientStream(ctx)
+	err := up.Send(wrapperspb.String("a"))
+	if _, cerr := up.CloseAndReceive(); err == nil {
+		err = cerr
+	}
+	errs = append(errs, kindErr{"client", err})
+
+	w, err := connect.NewClient[msg, msg](srv.hc, srv.url+procWatch, opts...).CallServerStream(ctx, connect.NewRequest(wrapperspb.String("a")))
+	if err == nil {
+		for w.Receive() {
+		}
+		err = w.Err()
+		_ = w.Close()
+	}
+	errs = append(errs, kindErr{"server", err})
+
+	chat := connect.NewClient[msg, msg](srv.hc, srv.url+procChat, opts...).CallBidiStream(ctx)
+	err = chat.Send(wrapperspb.String("a"))
+	_ = chat.CloseRequest()
+	if _, rerr := chat.Receive(); err == nil {
+		err = rerr
+	}
+	_ = chat.CloseResponse()
+	errs = append(errs, kindErr{"bidi", err})
+	return errs
+}
+
+// A stream refused by propagate's floor (less left than floor + reserve) sends
+// nothing, whatever its kind: no request reaches the server, and the call span
+// started for it ends.
+func TestFloorRefusedStreamSendsNothing(t *testing.T) {
+	for _, tr := range transports {
+		for _, p := range protocols {
+			t.Run(tr+"/"+p.name, func(t *testing.T) {
+				srv := serveStreams(t, tr, nil)
+				rec, ctx, endCaller := spanCounts(t)
+				ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				defer cancel()
+				b := breaker.New()
+				opt := connectkit.ClientOption(deadlinekit.WithFloor(time.Second), deadlinekit.WithReserve(100*time.Millisecond), deadlinekit.WithSharedBreaker(b))
+				for _, k := range refusedKinds(t, ctx, srv, p.opt, opt) {
+					if connect.CodeOf(k.err) != connect.CodeDeadlineExceeded {
+						t.Errorf("%s stream: err = %v; want DeadlineExceeded", k.kind, k.err)
+					}
+				}
+				if n := srv.requests.Load(); n != 0 {
+					t.Errorf("%d requests reached the server; want none: a refused stream sends nothing", n)
+				}
+				if st := b.Stats(); st.Successes != 0 || st.Failures != 0 {
+					t.Errorf("the breaker counted %d successes, %d failures of streams never sent; want none", st.Successes, st.Failures)
+				}
+				endCaller()
+				if s, e := len(rec.Started()), len(rec.Ended()); s != e {
+					t.Errorf("%d spans started, %d ended", s, e)
+				}
+			})
+		}
+	}
+}
+
+// A stream refused by an open breaker sends nothing, and ends what the layers
+// beneath the breaker started for it: the call span and the context propagate
+// derived.
+func TestBreakerRefusedStreamEndsWhatWasStarted(t *testing.T) {
+	for _, tr := range transports {
+		for _, p := range protocols {
+			t.Run(tr+"/"+p.name, func(t *testing.T) {
+				down := func(ctx context.Context, req *connect.Request[msg], s *connect.ServerStream[msg]) error {
+					return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+				}
+				srv := serveStreams(t, tr, down)
+				b := breaker.New(breaker.WithConsecutiveFailures(1))
+				capture := newCtxCapture()
+				opts := []connect.ClientOption{p.opt, connectkit.ClientOption(deadlinekit.WithSharedBreaker(b), deadlinekit.WithReserve(10*time.Millisecond)), connect.WithInterceptors(capture)}
+				w, err := connect.NewClient[msg, msg](srv.hc, srv.url+procWatch, opts...).CallServerStream(context.Background(), connect.NewRequest(wrapperspb.String("a")))
+				if err == nil {
+					for w.Receive() {
+					}
+					err = w.Err()
+					_ = w.Close()
+				}
+				if connect.CodeOf(err) != connect.CodeUnavailable {
+					t.Fatalf("err = %v; want UNAVAILABLE, which opens the circuit", err)
+				}
+				<-capture.ctxs
+				sent := srv.requests.Load()
+
+				rec, ctx, endCaller := spanCounts(t)
+				ctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				for _, k := range refusedKinds(t, ctx, srv, opts...) {
+					kind := k.kind
+					if !errors.Is(k.err, breaker.ErrOpen) {
+						t.Errorf("%s stream: err = %v; want breaker.ErrOpen", kind, k.err)
+					}
+					derived := <-capture.ctxs
+					if _, ok := derived.Deadline(); !ok {
+						t.Errorf("%s stream: the context beneath the stack has no deadline; want propagate's", kind)
+					}
+					if derived.Err() == nil {
+						t.Errorf("%s stream: the context propagate derived for the refused stream is still live", kind)
+					}
+				}
+				if n := srv.requests.Load() - sent; n != 0 {
+					t.Errorf("%d requests of refused streams reached the server; want none", n)
+				}
+				endCaller()
+				if s, e := len(rec.Started()), len(rec.Ended()); s != e || s != 4 {
+					t.Errorf("%d spans started, %d ended; want 4 each (the caller's, a call span per stream)", s, e)
+				}
+			})
+		}
+	}
+}

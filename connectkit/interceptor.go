@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -331,29 +332,42 @@ func (s *endingStream) discard(err error) {
 
 // admittingStream asks admit, before the stream's first message goes out (connect-go
 // sends nothing before it), whether the stream may open; a refused stream sends
-// nothing, and answers the refusal.
+// nothing, and answers the refusal. connect-go lets a bidi stream's Send and Receive
+// run on two goroutines at once: the stream is admitted once, by whichever comes
+// first, the other waiting for the answer, and its outcome is reported once.
 type admittingStream struct {
 	connect.StreamingClientConn
-	ctx     context.Context
-	admit   rpc.StreamAdmit
-	asked   bool
-	refusal error
-	end     func(error)
+	ctx   context.Context
+	admit rpc.StreamAdmit
+	once  sync.Once
+	// refusal, set by once, is the error that refused the stream; isRefused says
+	// so to those that do not go through once.
+	refusal   error
+	isRefused atomic.Bool
+
+	mu  sync.Mutex
+	end func(error) // nil once reported, or when refused
 }
 
 func (s *admittingStream) open() error {
-	if !s.asked {
-		s.asked = true
+	s.once.Do(func() {
 		spec := s.Spec()
 		end, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
 		if err != nil {
 			s.refusal = layerError(err)
+			s.isRefused.Store(true)
 			discard(s.StreamingClientConn, s.refusal)
+			return
 		}
+		s.mu.Lock()
 		s.end = end
-	}
+		s.mu.Unlock()
+	})
 	return s.refusal
 }
+
+// refused reports whether the stream was refused, without asking.
+func (s *admittingStream) refused() bool { return s.isRefused.Load() }
 
 func (s *admittingStream) Send(m any) error {
 	if err := s.open(); err != nil {
@@ -396,32 +410,34 @@ func (s *admittingStream) CloseResponse() error {
 }
 
 func (s *admittingStream) ResponseHeader() http.Header {
-	if s.asked && s.refusal != nil {
+	if s.refused() {
 		return http.Header{}
 	}
 	return s.StreamingClientConn.ResponseHeader()
 }
 
 func (s *admittingStream) ResponseTrailer() http.Header {
-	if s.asked && s.refusal != nil {
+	if s.refused() {
 		return http.Header{}
 	}
 	return s.StreamingClientConn.ResponseTrailer()
 }
 
-// discard: a layer above refused the stream before this one was asked; it is
-// never asked.
+// discard: a layer above refused the stream; unless it was admitted already, it
+// is never asked.
 func (s *admittingStream) discard(err error) {
-	if !s.asked {
-		s.asked, s.refusal = true, err
-	}
+	s.once.Do(func() { s.refusal = err; s.isRefused.Store(true) })
 	s.finish(err)
 	discard(s.StreamingClientConn, err)
 }
 
 // finish reports the stream's outcome, once: io.EOF is a stream that ended well.
 func (s *admittingStream) finish(err error) {
-	if s.end == nil {
+	s.mu.Lock()
+	end := s.end
+	s.end = nil
+	s.mu.Unlock()
+	if end == nil {
 		return
 	}
 	if errors.Is(err, io.EOF) {
@@ -430,8 +446,7 @@ func (s *admittingStream) finish(err error) {
 	if err != nil {
 		err = answer(nil, err).Err
 	}
-	s.end(err)
-	s.end = nil
+	end(err)
 }
 
 // refusedStream is a stream a layer refused when it was created: it sends nothing,

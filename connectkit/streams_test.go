@@ -257,3 +257,98 @@ func TestBreakerRefusedStreamEndsWhatWasStarted(t *testing.T) {
 		}
 	}
 }
+
+// switchable is a Watch that fails with UNAVAILABLE while down is set, and else
+// sends "tick" and then holds the stream open until its caller ends it, or until
+// release is closed.
+type switchable struct {
+	down    atomic.Bool
+	release chan struct{}
+}
+
+func newSwitchable() *switchable { return &switchable{release: make(chan struct{})} }
+
+func (w *switchable) watch(ctx context.Context, req *connect.Request[msg], s *connect.ServerStream[msg]) error {
+	if w.down.Load() {
+		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+	}
+	if err := s.Send(wrapperspb.String("tick")); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-w.release:
+	}
+	return nil
+}
+
+// halfOpen opens b's circuit with a failing Watch on srv through opts (b trips on
+// one failure, and sleeps a millisecond) and waits until the circuit lets probes
+// through.
+func halfOpen(t *testing.T, b *breaker.Breaker, srv *streamServer, w *switchable, opts ...connect.ClientOption) {
+	t.Helper()
+	w.down.Store(true)
+	defer w.down.Store(false)
+	st, err := connect.NewClient[msg, msg](srv.hc, srv.url+procWatch, opts...).CallServerStream(context.Background(), connect.NewRequest(wrapperspb.String("a")))
+	if err == nil {
+		for st.Receive() {
+		}
+		err = st.Err()
+		_ = st.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("err = %v; want UNAVAILABLE", err)
+	}
+	for {
+		cs := b.Circuits()
+		if len(cs) == 1 && cs[0].State == breaker.HalfOpen {
+			return
+		}
+		time.Sleep(time.Millisecond) // the sleep is a lower bound: no upper one is assumed
+	}
+}
+
+// connect-go lets a bidi stream's Send and Receive run on two goroutines at once: the
+// stream is admitted once, as one probe of a half-open circuit, and its end counted
+// once (closing the circuit).
+func TestBidiSendReceiveConcurrently(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			w := newSwitchable()
+			srv := serveStreams(t, "h2c", w.watch)
+			b := breaker.New(breaker.WithConsecutiveFailures(1), breaker.WithOpenFor(time.Millisecond), breaker.WithProbes(1))
+			opts := []connect.ClientOption{p.opt, connectkit.ClientOption(deadlinekit.WithSharedBreaker(b))}
+			halfOpen(t, b, srv, w, opts...)
+			probes := b.Stats().Probes
+
+			chat := connect.NewClient[msg, msg](srv.hc, srv.url+procChat, opts...).CallBidiStream(context.Background())
+			recv := make(chan error, 1)
+			go func() {
+				m, err := chat.Receive()
+				if err == nil && m.GetValue() != "a" {
+					err = errors.New("got " + m.GetValue())
+				}
+				if err == nil {
+					_, err = chat.Receive()
+				}
+				recv <- err
+			}()
+			if err := chat.Send(wrapperspb.String("a")); err != nil {
+				t.Errorf("Send: %v", err)
+			}
+			if err := chat.CloseRequest(); err != nil {
+				t.Errorf("CloseRequest: %v", err)
+			}
+			if err := <-recv; !errors.Is(err, io.EOF) {
+				t.Errorf("Receive: %v; want the echo, then io.EOF", err)
+			}
+			_ = chat.CloseResponse()
+			if n := b.Stats().Probes - probes; n != 1 {
+				t.Errorf("the stream took %d probe slots; want 1", n)
+			}
+			if s := b.Circuits()[0].State; s != breaker.Closed {
+				t.Errorf("circuit %v after the probe stream ended well; want closed", s)
+			}
+		})
+	}
+}

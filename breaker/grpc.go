@@ -121,12 +121,16 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		return nil, err
 	}
 	s.ClientStream = cs
-	s.stop = context.AfterFunc(ctx, func() {
+	// When ctx has ended already, or ends now, the function runs at once on a
+	// goroutine of its own, while stop is being stored: finish reads it
+	// atomically, and has nothing to stop from that goroutine anyway.
+	stop := context.AfterFunc(ctx, func() {
 		// The user's classifier and observers run here, on a goroutine of the
 		// breaker's: a panic of theirs must not kill the process.
 		defer func() { _ = recover() }()
 		s.finish(ctx.Err(), nil)
 	})
+	s.stop.Store(&stop)
 	return s, nil
 }
 
@@ -137,7 +141,7 @@ type clientStream struct {
 	method        string
 	serverStreams bool
 	t             ticket
-	stop          func() bool
+	stop          atomic.Pointer[func() bool] // context.AfterFunc's
 	received      atomic.Bool
 	finished      atomic.Bool
 }
@@ -147,8 +151,8 @@ func (s *clientStream) finish(err error, trailer metadata.MD) {
 	if !s.finished.CompareAndSwap(false, true) {
 		return
 	}
-	if s.stop != nil {
-		s.stop()
+	if stop := s.stop.Load(); stop != nil {
+		(*stop)()
 	}
 	if err != nil && s.received.Load() && s.ctx.Err() != nil {
 		err = nil // it answered, then its caller ended it

@@ -1,0 +1,105 @@
+package breaker_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/breaker"
+)
+
+// watchBackend's StreamingOutputCall is a watch: it fails with UNAVAILABLE while
+// down is set; else it sends one message unless idle is set, then holds the stream
+// open until its caller ends it.
+type watchBackend struct {
+	testgrpc.UnimplementedTestServiceServer
+	down, idle atomic.Bool
+	watches    atomic.Int32
+}
+
+func (s *watchBackend) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if s.down.Load() {
+		return nil, status.Error(codes.Unavailable, "down")
+	}
+	return &testgrpc.SimpleResponse{}, nil
+}
+
+func (s *watchBackend) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+	s.watches.Add(1)
+	if s.down.Load() {
+		return status.Error(codes.Unavailable, "down")
+	}
+	if !s.idle.Load() {
+		if err := st.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+	<-st.Context().Done()
+	return nil
+}
+
+// serveWatch starts a loopback gRPC server of s, and returns a client through b's
+// interceptors, then through more.
+func serveWatch(t *testing.T, s *watchBackend, b *breaker.Breaker, more ...grpc.StreamClientInterceptor) testgrpc.TestServiceClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(gs, s)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(append([]grpc.StreamClientInterceptor{b.StreamClientInterceptor()}, more...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return testgrpc.NewTestServiceClient(cc)
+}
+
+// A stream whose context ends as it is opened (here: an interceptor beneath the
+// breaker cancels it once the stream exists) is counted once, race-free: the
+// breaker's context.AfterFunc may run at once.
+func TestGRPCStreamUnderEndedContext(t *testing.T) {
+	s := &watchBackend{}
+	s.idle.Store(true)
+	var cancel atomic.Pointer[context.CancelFunc]
+	cancelling := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		(*cancel.Load())()
+		return cs, err
+	}
+	b := breaker.New()
+	client := serveWatch(t, s, b, cancelling)
+	counted := func() uint64 { st := b.Stats(); return st.Neutral + st.Successes + st.Failures }
+	for i := range 20 {
+		ctx, c := context.WithCancel(context.Background())
+		cancel.Store(&c)
+		st, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		if err == nil {
+			// The outcome is counted on AfterFunc's goroutine, before the caller
+			// reads the stream's end.
+			for counted() != uint64(i+1) {
+				time.Sleep(time.Millisecond)
+			}
+			_, err = st.Recv()
+		}
+		if status.Code(err) != codes.Canceled {
+			t.Fatalf("err = %v; want CANCELED", err)
+		}
+	}
+	if st := b.Stats(); st.Neutral != 20 {
+		t.Errorf("stats %+v; want 20 neutral outcomes, one per cancelled stream", st)
+	}
+}

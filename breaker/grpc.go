@@ -3,7 +3,6 @@ package breaker
 import (
 	"context"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -36,19 +35,16 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return b.unary
 }
 
-// unaryCall is what a unary call allocates, kept in a pool: the trailer (for a
-// guard's "do not retry") and the call options that capture it.
+// unaryCall is what a unary call allocates, once: the trailer (for a guard's "do
+// not retry"), the call option that captures it, and room for the call's options.
+// It is not reused: the layer beneath may still read the options when the call
+// returns (a hedge that its timer is starting, which the call's end cancels, copies
+// them), so nothing handed to it may be overwritten by the next call.
 type unaryCall struct {
 	trailer metadata.MD
 	topt    grpc.TrailerCallOption
-	opts    []grpc.CallOption
+	opts    [4]grpc.CallOption
 }
-
-var unaryCalls = sync.Pool{New: func() any {
-	u := new(unaryCall)
-	u.topt.TrailerAddr = &u.trailer
-	return u
-}}
 
 func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c := b.grpcCircuit(ctx, cc, method)
@@ -59,13 +55,10 @@ func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *
 	if err := b.admit(ctx, c, &tk); err != nil {
 		return refusal(err, opts)
 	}
-	u := unaryCalls.Get().(*unaryCall)
-	u.opts = append(append(u.opts[:0], opts...), &u.topt)
-	err := invoker(ctx, method, req, reply, cc, u.opts...)
+	u := new(unaryCall)
+	u.topt.TrailerAddr = &u.trailer
+	err := invoker(ctx, method, req, reply, cc, append(append(u.opts[:0], opts...), &u.topt)...)
 	b.done(ctx, &tk, &Result{Method: method, GRPC: true, Err: err, Trailer: u.trailer})
-	clear(u.opts)
-	u.opts, u.trailer = u.opts[:0], nil
-	unaryCalls.Put(u)
 	return err
 }
 

@@ -91,9 +91,12 @@ func refusal(err error, opts []grpc.CallOption) error {
 // StreamClientInterceptor returns a stream client interceptor with b's circuits. A
 // refused stream is not opened (the error is the unary interceptor's). A stream's
 // outcome is known when it ends: RecvMsg's final error (io.EOF: success), or its
-// caller's context ending; a stream that received a message and then ended by its
-// caller's cancellation or deadline counts as a success (reported to the classifier
-// with a nil Err). Streams do not count as slow calls, nor feed the typical latency.
+// caller's context ending; a stream that answered (a message, or its header) and
+// then ended by its caller's cancellation or deadline counts as a success (reported
+// to the classifier with a nil Err). A stream admitted as a half-open probe is
+// judged at its first answer instead, a success, and its end is not counted: a
+// healthy watch closes the circuit as soon as it answers, however long it then
+// runs. Streams do not count as slow calls, nor feed the typical latency.
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return b.stream
 }
@@ -103,9 +106,9 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 	if c == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	s := &clientStream{b: b, ctx: ctx, method: method, serverStreams: desc.ServerStreams}
-	s.t.stream = true
-	if err := b.admit(ctx, c, &s.t); err != nil {
+	s := &clientStream{b: b, ctx: ctx, serverStreams: desc.ServerStreams}
+	s.st.method, s.st.t.stream = method, true
+	if err := b.admit(ctx, c, &s.st.t); err != nil {
 		return nil, refusal(err, opts)
 	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
@@ -131,11 +134,9 @@ type clientStream struct {
 	grpc.ClientStream
 	b             *Breaker
 	ctx           context.Context
-	method        string
 	serverStreams bool
-	t             ticket
+	st            streamTicket
 	stop          atomic.Pointer[func() bool] // context.AfterFunc's
-	received      atomic.Bool
 	finished      atomic.Bool
 }
 
@@ -147,17 +148,14 @@ func (s *clientStream) finish(err error, trailer metadata.MD) {
 	if stop := s.stop.Load(); stop != nil {
 		(*stop)()
 	}
-	if err != nil && s.received.Load() && s.ctx.Err() != nil {
-		err = nil // it answered, then its caller ended it
-	}
-	s.b.done(s.ctx, &s.t, &Result{Method: s.method, GRPC: true, Err: err, Trailer: trailer})
+	s.b.streamEnded(s.ctx, &s.st, err, trailer)
 }
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	switch {
 	case err == nil:
-		s.received.Store(true)
+		s.b.streamAnswered(s.ctx, &s.st)
 		if !s.serverStreams {
 			s.finish(nil, nil) // a single answer: the stream is done
 		}
@@ -167,6 +165,16 @@ func (s *clientStream) RecvMsg(m any) error {
 		s.finish(err, s.ClientStream.Trailer())
 	}
 	return err
+}
+
+// Header is the stream's header: its arrival is an answer (grpc-go returns no
+// metadata for a stream that ended without one).
+func (s *clientStream) Header() (metadata.MD, error) {
+	md, err := s.ClientStream.Header()
+	if err == nil && md != nil {
+		s.b.streamAnswered(s.ctx, &s.st)
+	}
+	return md, err
 }
 
 func (s *clientStream) SendMsg(m any) error {

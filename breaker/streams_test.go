@@ -103,3 +103,69 @@ func TestGRPCStreamUnderEndedContext(t *testing.T) {
 		t.Errorf("stats %+v; want 20 neutral outcomes, one per cancelled stream", st)
 	}
 }
+
+// halfOpenGRPC opens b's circuit with a failing unary call (b trips on one
+// failure) and waits until it lets probes through.
+func halfOpenGRPC(t *testing.T, s *watchBackend, b *breaker.Breaker, client testgrpc.TestServiceClient) {
+	t.Helper()
+	s.down.Store(true)
+	defer s.down.Store(false)
+	if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v; want UNAVAILABLE", err)
+	}
+	for {
+		cs := b.Circuits()
+		if len(cs) == 1 && cs[0].State == breaker.HalfOpen {
+			return
+		}
+		time.Sleep(time.Millisecond) // the sleep is a lower bound: no upper one is assumed
+	}
+}
+
+// A healthy long-lived watch taken as the half-open probe closes the circuit at its
+// first message, not when it ends: the target's unary calls flow at once, and the
+// watch's end is not counted again.
+func TestGRPCProbeWatchClosesAtFirstMessage(t *testing.T) {
+	for _, first := range []string{"message", "header"} {
+		t.Run(first, func(t *testing.T) {
+			s := &watchBackend{}
+			// The sleep is long beside the test's steps: the probe's slot would be
+			// given up on only after it.
+			b := breaker.New(breaker.WithConsecutiveFailures(1), breaker.WithOpenFor(300*time.Millisecond), breaker.WithProbes(1))
+			client := serveWatch(t, s, b)
+			halfOpenGRPC(t, s, b, client)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == "message" {
+				_, err = st.Recv()
+			} else {
+				_, err = st.Header()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := b.Circuits()[0]; c.State != breaker.Closed {
+				t.Errorf("circuit %v once the probe watch answered (%s); want closed", c.State, first)
+			}
+			if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
+				t.Errorf("a unary call while the probe watch runs: %v; want it sent", err)
+			}
+			before := b.Stats()
+			cancel()
+			for {
+				if _, err := st.Recv(); err != nil {
+					break
+				}
+			}
+			after := b.Stats()
+			if after.Successes+after.Failures+after.Neutral != before.Successes+before.Failures+before.Neutral {
+				t.Errorf("the probe watch's end was counted again: %+v, then %+v", before, after)
+			}
+		})
+	}
+}

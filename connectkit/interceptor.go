@@ -332,7 +332,8 @@ func (s *endingStream) discard(err error) {
 
 // admittingStream asks admit, before the stream's first message goes out (connect-go
 // sends nothing before it), whether the stream may open; a refused stream sends
-// nothing, and answers the refusal. connect-go lets a bidi stream's Send and Receive
+// nothing, and answers the refusal. It reports the stream's first message received
+// (a half-open probe's verdict) and its outcome. connect-go lets a bidi stream's Send and Receive
 // run on two goroutines at once: the stream is admitted once, by whichever comes
 // first, the other waiting for the answer, and its outcome is reported once.
 type admittingStream struct {
@@ -345,22 +346,25 @@ type admittingStream struct {
 	refusal   error
 	isRefused atomic.Bool
 
-	mu  sync.Mutex
-	end func(error) // nil once reported, or when refused
+	answered func() // set by once
+	mu       sync.Mutex
+	end      func(error) // nil once reported, or when refused
+	received atomic.Bool
 }
 
 func (s *admittingStream) open() error {
 	s.once.Do(func() {
 		spec := s.Spec()
-		end, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
+		report, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
 		if err != nil {
 			s.refusal = layerError(err)
 			s.isRefused.Store(true)
 			discard(s.StreamingClientConn, s.refusal)
 			return
 		}
+		s.answered = report.Answered
 		s.mu.Lock()
-		s.end = end
+		s.end = report.End
 		s.mu.Unlock()
 	})
 	return s.refusal
@@ -394,8 +398,12 @@ func (s *admittingStream) Receive(m any) error {
 		return err
 	}
 	err := s.StreamingClientConn.Receive(m)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.finish(err)
+	case !s.received.Load() && !s.received.Swap(true):
+		// The first answer: a probe's verdict.
+		s.answered()
 	}
 	return err
 }

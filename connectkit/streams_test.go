@@ -45,7 +45,7 @@ type watchFunc func(ctx context.Context, req *connect.Request[msg], s *connect.S
 
 // serveStreams starts a streamServer over transport tr ("http1" or "h2c") whose Watch
 // is watch (nil: one message, "tick"); Upload counts the messages it received, Chat
-// echoes each message.
+// echoes each message; Get answers "ok".
 func serveStreams(t *testing.T, tr string, watch watchFunc, opts ...connect.HandlerOption) *streamServer {
 	t.Helper()
 	if watch == nil {
@@ -55,6 +55,7 @@ func serveStreams(t *testing.T, tr string, watch watchFunc, opts ...connect.Hand
 	}
 	s := new(streamServer)
 	mux := http.NewServeMux()
+	mux.Handle(procGet, connect.NewUnaryHandler(procGet, ok, opts...))
 	mux.Handle(procWatch, connect.NewServerStreamHandler(procWatch, watch, opts...))
 	mux.Handle(procUpload, connect.NewClientStreamHandler(procUpload, func(ctx context.Context, st *connect.ClientStream[msg]) (*connect.Response[msg], error) {
 		n := 0
@@ -348,6 +349,47 @@ func TestBidiSendReceiveConcurrently(t *testing.T) {
 			}
 			if s := b.Circuits()[0].State; s != breaker.Closed {
 				t.Errorf("circuit %v after the probe stream ended well; want closed", s)
+			}
+		})
+	}
+}
+
+// A healthy long-lived watch taken as the half-open probe closes the circuit at its
+// first message, not when it ends: the target's unary calls flow at once.
+func TestProbeWatchClosesAtFirstMessage(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			w := newSwitchable()
+			srv := serveStreams(t, "h2c", w.watch)
+			// The sleep is long beside the test's steps: the probe's slot would be
+			// given up on only after it.
+			b := breaker.New(breaker.WithConsecutiveFailures(1), breaker.WithOpenFor(300*time.Millisecond), breaker.WithProbes(1))
+			// No retry layer: it would wait out a refusal's pushback and send later.
+			opts := []connect.ClientOption{p.opt, connectkit.ClientOption(deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))}
+			halfOpen(t, b, srv, w, opts...)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := connect.NewClient[msg, msg](srv.hc, srv.url+procWatch, opts...).CallServerStream(ctx, connect.NewRequest(wrapperspb.String("a")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if !st.Receive() {
+				t.Fatalf("the watch ended: %v", st.Err())
+			}
+			if s := b.Circuits()[0].State; s != breaker.Closed {
+				t.Errorf("circuit %v once the probe watch answered; want closed", s)
+			}
+			if _, err := client(srv.hc, srv.url, procGet, opts...).CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("a"))); err != nil {
+				t.Errorf("a unary call while the probe watch runs: %v; want it sent", err)
+			}
+			probes := b.Stats()
+			cancel()
+			for st.Receive() {
+			}
+			if after := b.Stats(); after.Successes+after.Failures+after.Neutral != probes.Successes+probes.Failures+probes.Neutral {
+				t.Errorf("the probe watch's end was counted again: %+v, then %+v", probes, after)
 			}
 		})
 	}

@@ -226,10 +226,11 @@ type ticket struct {
 // it ends; one that answered, then ended by its caller's cancellation or deadline,
 // is a success.
 type streamTicket struct {
-	t        ticket
-	method   string
-	answered atomic.Bool
-	reported atomic.Bool
+	t             ticket
+	method        string
+	serverStreams bool // Result.ServerStreams
+	answered      atomic.Bool
+	reported      atomic.Bool
 }
 
 // streamAnswered takes the stream's first answer (later ones cost a load).
@@ -238,7 +239,7 @@ func (b *Breaker) streamAnswered(ctx context.Context, s *streamTicket) {
 		return
 	}
 	if s.t.probe && s.reported.CompareAndSwap(false, true) {
-		b.done(ctx, &s.t, &Result{Method: s.method, GRPC: true})
+		b.done(ctx, &s.t, &Result{Method: s.method, GRPC: true, ServerStreams: s.serverStreams})
 	}
 }
 
@@ -251,7 +252,7 @@ func (b *Breaker) streamEnded(ctx context.Context, s *streamTicket, err error, t
 	if err != nil && s.answered.Load() && ctx.Err() != nil {
 		err = nil // it answered, then its caller ended it
 	}
-	b.done(ctx, &s.t, &Result{Method: s.method, GRPC: true, Err: err, Trailer: trailer})
+	b.done(ctx, &s.t, &Result{Method: s.method, GRPC: true, Err: err, Trailer: trailer, ServerStreams: s.serverStreams})
 }
 
 // admit decides whether the call may be sent through c, filling t; it returns the

@@ -93,7 +93,9 @@ func refusal(err error, opts []grpc.CallOption) error {
 // outcome is known when it ends: RecvMsg's final error (io.EOF: success), or its
 // caller's context ending; a stream that answered (a message, or its header) and
 // then ended by its caller's cancellation or deadline counts as a success (reported
-// to the classifier with a nil Err). A stream admitted as a half-open probe is
+// to the classifier with a nil Err); a server-streaming or bidi stream ended by its
+// caller's deadline before any answer is neutral ([Result.ServerStreams]). A
+// stream admitted as a half-open probe is
 // judged at its first answer instead, a success, and its end is not counted: a
 // healthy watch closes the circuit as soon as it answers, however long it then
 // runs. Streams do not count as slow calls, nor feed the typical latency.
@@ -107,7 +109,7 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		return streamer(ctx, desc, cc, method, opts...)
 	}
 	s := &clientStream{b: b, ctx: ctx, serverStreams: desc.ServerStreams}
-	s.st.method, s.st.t.stream = method, true
+	s.st.method, s.st.serverStreams, s.st.t.stream = method, desc.ServerStreams, true
 	if err := b.admit(ctx, c, &s.st.t); err != nil {
 		return nil, refusal(err, opts)
 	}

@@ -43,7 +43,7 @@ func (b *Breaker) rpcStream(ctx context.Context, call *rpc.Call) (rpc.StreamRepo
 	if c == nil {
 		return rpc.StreamReport{Answered: func() {}, End: func(error) {}}, nil
 	}
-	st := &streamTicket{method: call.Procedure}
+	st := &streamTicket{method: call.Procedure, serverStreams: call.ServerStreams}
 	st.t.stream = true
 	if err := b.admit(ctx, c, &st.t); err != nil {
 		if oe, ok := err.(*OpenError); ok {

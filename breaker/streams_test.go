@@ -169,3 +169,33 @@ func TestGRPCProbeWatchClosesAtFirstMessage(t *testing.T) {
 		})
 	}
 }
+
+// A watch that receives nothing before its caller's deadline says nothing of the
+// target: the deadline a caller sets on a stream is the caller's choice of how long
+// to listen. Idle watches do not open the circuit.
+func TestGRPCIdleWatchDeadlineIsNeutral(t *testing.T) {
+	s := &watchBackend{}
+	s.idle.Store(true)
+	b := breaker.New(breaker.WithConsecutiveFailures(1))
+	client := serveWatch(t, s, b)
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		st, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("err = %v; want DEADLINE_EXCEEDED", err)
+		}
+	}
+	for st := b.Stats(); st.Neutral+st.Successes+st.Failures != 3; st = b.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	if st := b.Stats(); st.Failures != 0 || st.Opens != 0 {
+		t.Errorf("stats %+v after 3 idle watches ended by their deadline; want no failure, no open", st)
+	}
+	if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
+		t.Errorf("a unary call after the idle watches: %v", err)
+	}
+}

@@ -355,7 +355,7 @@ type admittingStream struct {
 func (s *admittingStream) open() error {
 	s.once.Do(func() {
 		spec := s.Spec()
-		report, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
+		report, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr, ServerStreams: spec.StreamType&connect.StreamTypeServer != 0})
 		if err != nil {
 			s.refusal = layerError(err)
 			s.isRefused.Store(true)

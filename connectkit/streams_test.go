@@ -260,11 +260,11 @@ func TestBreakerRefusedStreamEndsWhatWasStarted(t *testing.T) {
 }
 
 // switchable is a Watch that fails with UNAVAILABLE while down is set, and else
-// sends "tick" and then holds the stream open until its caller ends it, or until
-// release is closed.
+// sends "tick" (unless idle is set) and then holds the stream open until its
+// context ends, or until release is closed.
 type switchable struct {
-	down    atomic.Bool
-	release chan struct{}
+	down, idle atomic.Bool // idle: it sends nothing
+	release    chan struct{}
 }
 
 func newSwitchable() *switchable { return &switchable{release: make(chan struct{})} }
@@ -273,14 +273,17 @@ func (w *switchable) watch(ctx context.Context, req *connect.Request[msg], s *co
 	if w.down.Load() {
 		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
 	}
-	if err := s.Send(wrapperspb.String("tick")); err != nil {
-		return err
+	if !w.idle.Load() {
+		if err := s.Send(wrapperspb.String("tick")); err != nil {
+			return err
+		}
 	}
 	select {
 	case <-ctx.Done():
+		return ctx.Err()
 	case <-w.release:
+		return nil
 	}
-	return nil
 }
 
 // halfOpen opens b's circuit with a failing Watch on srv through opts (b trips on
@@ -390,6 +393,37 @@ func TestProbeWatchClosesAtFirstMessage(t *testing.T) {
 			}
 			if after := b.Stats(); after.Successes+after.Failures+after.Neutral != probes.Successes+probes.Failures+probes.Neutral {
 				t.Errorf("the probe watch's end was counted again: %+v, then %+v", probes, after)
+			}
+		})
+	}
+}
+
+// A watch that receives nothing before its caller's deadline says nothing of the
+// target: idle watches do not open the circuit.
+func TestIdleWatchDeadlineIsNeutral(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			w := newSwitchable()
+			w.idle.Store(true)
+			srv := serveStreams(t, "h2c", w.watch)
+			b := breaker.New(breaker.WithConsecutiveFailures(1))
+			opts := []connect.ClientOption{p.opt, connectkit.ClientOption(deadlinekit.WithSharedBreaker(b))}
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				st, err := connect.NewClient[msg, msg](srv.hc, srv.url+procWatch, opts...).CallServerStream(ctx, connect.NewRequest(wrapperspb.String("a")))
+				if err == nil {
+					for st.Receive() {
+					}
+					err = st.Err()
+					_ = st.Close()
+				}
+				cancel()
+				if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+					t.Fatalf("err = %v; want DeadlineExceeded", err)
+				}
+			}
+			if st := b.Stats(); st.Failures != 0 || st.Opens != 0 {
+				t.Errorf("stats %+v after 3 idle watches ended by their deadline; want no failure, no open", st)
 			}
 		})
 	}

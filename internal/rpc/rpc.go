@@ -26,6 +26,9 @@ type Call struct {
 	// (connect-go's Spec.IdempotencyLevel); the layers' own knowledge (declared
 	// methods, the proto registry, an idempotency key) is added to it.
 	Idempotent bool
+	// ServerStreams is true for a stream on which the server sends a stream of
+	// messages (server streaming, bidi).
+	ServerStreams bool
 }
 
 // Answer is what an attempt, or a whole call, came back with.

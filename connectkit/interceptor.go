@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
@@ -127,14 +128,25 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 
 // attempt is the request one attempt sends: a copy of req with a header of its own,
 // carrying what the layers added (ctx's outgoing metadata: the attempt count, an
-// idempotency key) and the attempt span's trace context. connect-go writes each send's timeout header into the header it
-// sends, and each send's HTTP method into the request, so attempts in flight at once
-// (hedges) must not share them; the message is shared, and only read.
+// idempotency key) and the attempt span's trace context. connect-go writes each
+// send's timeout header into the header it sends, and each send's HTTP method into
+// the request, so attempts in flight at once (hedges) must not share them; the
+// message is shared, and only read.
+//
+// The outgoing metadata may hold more than the layers wrote: a handler that forwards
+// its incoming metadata puts the caller's there. As grpc-go does, the protocol's own
+// headers are not sent from it (connect-go writes them: content type, timeouts,
+// encodings, pseudo-headers), and grpc-previous-rpc-attempts is sent once, with
+// the value the nearest layer appended last.
 func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 	h := req.Header().Clone()
 	if md, ok := metadata.FromOutgoingContext(ctx); ok {
 		for k, vs := range md {
-			if !strings.HasSuffix(k, "-bin") {
+			switch {
+			case strings.HasSuffix(k, "-bin") || reservedHeader(k) || len(vs) == 0:
+			case k == attempts.Key:
+				h[attempts.Header] = vs[len(vs)-1:]
+			default:
 				h[http.CanonicalHeaderKey(k)] = vs
 			}
 		}
@@ -143,6 +155,24 @@ func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 	// wrote into the caller's header.
 	record.InjectHTTP(ctx, h)
 	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
+}
+
+// reservedHeader reports whether the metadata key k (lower case) names a header of
+// the protocols connect-go speaks, or of HTTP itself, which connect-go and net/http
+// write: gRPC's reserved headers (as grpc-go skips them in outgoing metadata), the
+// Connect protocol's, and HTTP's framing.
+func reservedHeader(k string) bool {
+	if k == "" || k[0] == ':' || strings.HasPrefix(k, "connect-") {
+		return true
+	}
+	switch k {
+	case "content-type", "content-length", "content-encoding", "accept-encoding",
+		"user-agent", "te", "host", "connection", "transfer-encoding", "upgrade",
+		"grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "grpc-message-type",
+		"grpc-message", "grpc-status":
+		return true
+	}
+	return false
 }
 
 // attemptRequest is one attempt's copy of a unary request.

@@ -18,7 +18,8 @@ import (
 
 // watchBackend's StreamingOutputCall is a watch: it fails with UNAVAILABLE while
 // down is set; else it sends one message unless idle is set, then holds the stream
-// open until its caller ends it.
+// open until its context ends (the caller's cancellation, or the deadline the
+// caller sent).
 type watchBackend struct {
 	testgrpc.UnimplementedTestServiceServer
 	down, idle atomic.Bool
@@ -43,7 +44,7 @@ func (s *watchBackend) StreamingOutputCall(_ *testgrpc.StreamingOutputCallReques
 		}
 	}
 	<-st.Context().Done()
-	return nil
+	return status.FromContextError(st.Context().Err()).Err()
 }
 
 // serveWatch starts a loopback gRPC server of s, and returns a client through b's

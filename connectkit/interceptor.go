@@ -363,9 +363,10 @@ func (s *endingStream) discard(err error) {
 // admittingStream asks admit, before the stream's first message goes out (connect-go
 // sends nothing before it), whether the stream may open; a refused stream sends
 // nothing, and answers the refusal. It reports the stream's first message received
-// (a half-open probe's verdict) and its outcome. connect-go lets a bidi stream's Send and Receive
-// run on two goroutines at once: the stream is admitted once, by whichever comes
-// first, the other waiting for the answer, and its outcome is reported once.
+// (a half-open probe's verdict) and its outcome. connect-go lets a bidi stream's
+// Send and Receive run on two goroutines at once: the stream is admitted once, by
+// whichever comes first, the other waiting for the answer, and its outcome is
+// reported once.
 type admittingStream struct {
 	connect.StreamingClientConn
 	ctx   context.Context
@@ -461,8 +462,8 @@ func (s *admittingStream) ResponseTrailer() http.Header {
 	return s.StreamingClientConn.ResponseTrailer()
 }
 
-// discard: a layer above refused the stream; unless it was admitted already, it
-// is never asked.
+// discard: a layer above refused the stream, before it was sent: it is never
+// asked.
 func (s *admittingStream) discard(err error) {
 	s.once.Do(func() { s.refusal = err; s.isRefused.Store(true) })
 	s.finish(err)

@@ -112,11 +112,14 @@ func spanCounts(t *testing.T) (*tracetest.SpanRecorder, context.Context, func())
 	return rec, ctx, func() { span.End() }
 }
 
-// ctxCapture is a connect interceptor that remembers the context each stream was
-// created with: beneath the stack, the context propagate derived for it.
+// ctxCapture is a connect interceptor, put beneath the stack, that remembers the
+// context each stream was created with (the context propagate derived for it), and
+// counts the calls of the stream's Send, CloseRequest, Receive and CloseResponse
+// that reach the connection.
 type ctxCapture struct {
 	connect.Interceptor
-	ctxs chan context.Context
+	ctxs  chan context.Context
+	calls atomic.Int32
 }
 
 func newCtxCapture() *ctxCapture {
@@ -126,8 +129,33 @@ func newCtxCapture() *ctxCapture {
 func (c *ctxCapture) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		c.ctxs <- ctx
-		return next(ctx, spec)
+		return &countingConn{StreamingClientConn: next(ctx, spec), calls: &c.calls}
 	}
+}
+
+type countingConn struct {
+	connect.StreamingClientConn
+	calls *atomic.Int32
+}
+
+func (c *countingConn) Send(m any) error {
+	c.calls.Add(1)
+	return c.StreamingClientConn.Send(m)
+}
+
+func (c *countingConn) CloseRequest() error {
+	c.calls.Add(1)
+	return c.StreamingClientConn.CloseRequest()
+}
+
+func (c *countingConn) Receive(m any) error {
+	c.calls.Add(1)
+	return c.StreamingClientConn.Receive(m)
+}
+
+func (c *countingConn) CloseResponse() error {
+	c.calls.Add(1)
+	return c.StreamingClientConn.CloseResponse()
 }
 
 // kindErr is the error of a stream of one kind.
@@ -184,13 +212,17 @@ func TestFloorRefusedStreamSendsNothing(t *testing.T) {
 				defer cancel()
 				b := breaker.New()
 				opt := connectkit.ClientOption(deadlinekit.WithFloor(time.Second), deadlinekit.WithReserve(100*time.Millisecond), deadlinekit.WithSharedBreaker(b))
-				for _, k := range refusedKinds(t, ctx, srv, p.opt, opt) {
+				capture := newCtxCapture()
+				for _, k := range refusedKinds(t, ctx, srv, p.opt, opt, connect.WithInterceptors(capture)) {
 					if connect.CodeOf(k.err) != connect.CodeDeadlineExceeded {
 						t.Errorf("%s stream: err = %v; want DeadlineExceeded", k.kind, k.err)
 					}
 				}
 				if n := srv.requests.Load(); n != 0 {
 					t.Errorf("%d requests reached the server; want none: a refused stream sends nothing", n)
+				}
+				if n := capture.calls.Load(); n != 0 {
+					t.Errorf("%d calls of the refused streams reached the connection; want none", n)
 				}
 				if st := b.Stats(); st.Successes != 0 || st.Failures != 0 {
 					t.Errorf("the breaker counted %d successes, %d failures of streams never sent; want none", st.Successes, st.Failures)
@@ -230,6 +262,7 @@ func TestBreakerRefusedStreamEndsWhatWasStarted(t *testing.T) {
 				}
 				<-capture.ctxs
 				sent := srv.requests.Load()
+				capture.calls.Store(0)
 
 				rec, ctx, endCaller := spanCounts(t)
 				ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -249,6 +282,9 @@ func TestBreakerRefusedStreamEndsWhatWasStarted(t *testing.T) {
 				}
 				if n := srv.requests.Load() - sent; n != 0 {
 					t.Errorf("%d requests of refused streams reached the server; want none", n)
+				}
+				if n := capture.calls.Load(); n != 0 {
+					t.Errorf("%d calls of the refused streams reached the connection; want none", n)
 				}
 				endCaller()
 				if s, e := len(rec.Started()), len(rec.Ended()); s != e || s != 4 {

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
@@ -214,6 +216,43 @@ type ticket struct {
 	probe bool
 	// stream: a gRPC stream, whose lifetime is neither slow nor a latency.
 	stream bool
+}
+
+// streamTicket carries a stream from its admission to its verdict, given once. A
+// stream admitted as a half-open probe is judged at its first answer (a message, or
+// its header): the target answered, which is all a probe asks, and a healthy stream
+// (a watch) may then run for hours, holding the circuit half-open if its verdict
+// waited for its end; that end is then not counted. Any other stream is counted when
+// it ends; one that answered, then ended by its caller's cancellation or deadline,
+// is a success.
+type streamTicket struct {
+	t             ticket
+	method        string
+	serverStreams bool // Result.ServerStreams
+	answered      atomic.Bool
+	reported      atomic.Bool
+}
+
+// streamAnswered takes the stream's first answer (later ones cost a load).
+func (b *Breaker) streamAnswered(ctx context.Context, s *streamTicket) {
+	if s.answered.Load() || s.answered.Swap(true) {
+		return
+	}
+	if s.t.probe && s.reported.CompareAndSwap(false, true) {
+		b.done(ctx, &s.t, &Result{Method: s.method, GRPC: true, ServerStreams: s.serverStreams})
+	}
+}
+
+// streamEnded takes the stream's end, with its final error and trailer, unless its
+// verdict was given.
+func (b *Breaker) streamEnded(ctx context.Context, s *streamTicket, err error, trailer metadata.MD) {
+	if !s.reported.CompareAndSwap(false, true) {
+		return
+	}
+	if err != nil && s.answered.Load() && ctx.Err() != nil {
+		err = nil // it answered, then its caller ended it
+	}
+	b.done(ctx, &s.t, &Result{Method: s.method, GRPC: true, Err: err, Trailer: trailer, ServerStreams: s.serverStreams})
 }
 
 // admit decides whether the call may be sent through c, filling t; it returns the

@@ -68,6 +68,10 @@ type Result struct {
 	// CallerErr is the caller's context's error when the call ended: the caller
 	// cancelled (context.Canceled) or its deadline passed.
 	CallerErr error
+	// ServerStreams says the call is a stream on which the server sends a stream of
+	// messages (server streaming, bidi), as grpc.StreamDesc says it: how long such
+	// a stream runs is its caller's choice (a watch listens until its deadline).
+	ServerStreams bool
 }
 
 // Classifier decides what a call says of its target's health.
@@ -81,7 +85,11 @@ type Classifier func(r Result) Outcome
 //     cancelled (or that failed CANCELED); a timeout (the caller's deadline passed, a
 //     context.DeadlineExceeded or net timeout error, DEADLINE_EXCEEDED, 504) of a call
 //     whose budget was below the target's typical latency: the caller gave it too
-//     little time, which is not the target's fault;
+//     little time, which is not the target's fault; a timeout of a server-streaming
+//     or bidi stream ([Result.ServerStreams]) when its caller's deadline has passed
+//     or it ran for half its budget or more (the deadline the layers beneath sent,
+//     less their reserve): a watch that heard nothing before the deadline its
+//     caller set is idle, not failed;
 //   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
 //     Retry-After, google.rpc.RetryInfo or grpc-retry-pushback-ms, read apart from a
 //     "do not retry" beside it): the server is up and shedding load, or relaying a
@@ -155,8 +163,16 @@ func Classify(r Result) Outcome {
 }
 
 // timedOut classifies a timeout: neutral when the call's budget was below the
-// target's typical latency (the caller starved it), else a failure.
+// target's typical latency (the caller starved it), or when it ended a stream of the
+// server's messages at the deadline its caller set; else a failure.
 func timedOut(r Result) Outcome {
+	if r.ServerStreams && (r.CallerErr != nil || r.HasBudget && r.Took >= r.Budget/2) {
+		// The caller chose how long to listen. The layers beneath keep a reserve
+		// of its budget (propagate), so the stream's own deadline comes a little
+		// before the caller's: one that ran for half its budget or more was ended
+		// by it.
+		return Neutral
+	}
 	if r.HasBudget && r.HasTypical && r.Budget < r.Typical {
 		return Neutral
 	}

@@ -59,6 +59,10 @@ func TestClassify(t *testing.T) {
 	canceled := func(r breaker.Result) breaker.Result { r.CallerErr = context.Canceled; return r }
 	expired := func(r breaker.Result) breaker.Result { r.CallerErr = context.DeadlineExceeded; return r }
 	withTrailer := func(r breaker.Result, md metadata.MD) breaker.Result { r.Trailer = md; return r }
+	watch := func(r breaker.Result, took time.Duration) breaker.Result {
+		r.ServerStreams, r.Took = true, took
+		return r
+	}
 
 	for _, c := range []struct {
 		name string
@@ -91,6 +95,8 @@ func TestClassify(t *testing.T) {
 		{"gRPC DEADLINE_EXCEEDED, typical unknown", G(grpcErr(codes.DeadlineExceeded)), breaker.Failure},
 		{"gRPC error without status", G(refusedConn), breaker.Failure},
 		{"gRPC context deadline, fair budget", fair(expired(G(context.DeadlineExceeded))), breaker.Failure},
+		{"gRPC watch's DEADLINE_EXCEEDED early in its budget", watch(fair(G(grpcErr(codes.DeadlineExceeded))), 10*time.Millisecond), breaker.Failure},
+		{"gRPC watch's UNAVAILABLE at its deadline", watch(fair(expired(G(grpcErr(codes.Unavailable)))), time.Second), breaker.Failure},
 
 		// Neutral.
 		{"HTTP caller cancelled", canceled(E(context.Canceled)), breaker.Neutral},
@@ -110,6 +116,9 @@ func TestClassify(t *testing.T) {
 		{"gRPC DEADLINE_EXCEEDED, starved budget", starved(expired(G(grpcErr(codes.DeadlineExceeded)))), breaker.Neutral},
 		{"gRPC DEADLINE_EXCEEDED with pushback -1: a guard's refusal", fair(withTrailer(G(grpcErr(codes.DeadlineExceeded)), refusedTrailer)), breaker.Neutral},
 		{"gRPC local refusal", G(budget), breaker.Neutral},
+		{"gRPC idle watch ended by its caller's deadline", watch(fair(expired(G(grpcErr(codes.DeadlineExceeded)))), time.Second), breaker.Neutral},
+		{"gRPC idle watch ended by its own deadline, less the reserve", watch(fair(G(grpcErr(codes.DeadlineExceeded))), 995*time.Millisecond), breaker.Neutral},
+		{"gRPC idle watch ended by its caller's deadline, no typical latency", watch(expired(G(context.DeadlineExceeded)), time.Second), breaker.Neutral},
 		{"gRPC open breaker beneath", G(open), breaker.Neutral},
 		{"HTTP 503 with Retry-After: overloaded, come back", H(503, "Retry-After", "3"), breaker.Neutral},
 		{"HTTP 503 with a Retry-After date ahead", H(503, "Retry-After", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)), breaker.Neutral},

@@ -17,4 +17,13 @@
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe
 // comes before its deadline.
+//
+// Two rules hold for every layer. Every refusal, at any layer, for a unary call or a
+// stream, ends every span and context that the layers beneath it started, and sends
+// nothing. No pooled or reused object crosses a layer boundary while the call may
+// still run: what the breaker hands the layer beneath (a gRPC call's options) is a
+// call's own, since a hedge beneath may still be starting as the call returns.
+//
+// A stream is counted when it ends, except a half-open probe: it is judged at its
+// first answer, so that a long-lived watch closes the circuit as soon as it answers.
 package breaker

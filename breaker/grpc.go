@@ -3,7 +3,6 @@ package breaker
 import (
 	"context"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -36,19 +35,16 @@ func (b *Breaker) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return b.unary
 }
 
-// unaryCall is what a unary call allocates, kept in a pool: the trailer (for a
-// guard's "do not retry") and the call options that capture it.
+// unaryCall is what a unary call allocates, once: the trailer (for a guard's "do
+// not retry"), the call option that captures it, and room for the call's options.
+// It is not reused: the layer beneath may still read the options when the call
+// returns (a hedge that its timer is starting, which the call's end cancels, copies
+// them), so nothing handed to it may be overwritten by the next call.
 type unaryCall struct {
 	trailer metadata.MD
 	topt    grpc.TrailerCallOption
-	opts    []grpc.CallOption
+	opts    [4]grpc.CallOption
 }
-
-var unaryCalls = sync.Pool{New: func() any {
-	u := new(unaryCall)
-	u.topt.TrailerAddr = &u.trailer
-	return u
-}}
 
 func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c := b.grpcCircuit(ctx, cc, method)
@@ -59,13 +55,10 @@ func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *
 	if err := b.admit(ctx, c, &tk); err != nil {
 		return refusal(err, opts)
 	}
-	u := unaryCalls.Get().(*unaryCall)
-	u.opts = append(append(u.opts[:0], opts...), &u.topt)
-	err := invoker(ctx, method, req, reply, cc, u.opts...)
+	u := new(unaryCall)
+	u.topt.TrailerAddr = &u.trailer
+	err := invoker(ctx, method, req, reply, cc, append(append(u.opts[:0], opts...), &u.topt)...)
 	b.done(ctx, &tk, &Result{Method: method, GRPC: true, Err: err, Trailer: u.trailer})
-	clear(u.opts)
-	u.opts, u.trailer = u.opts[:0], nil
-	unaryCalls.Put(u)
 	return err
 }
 
@@ -98,9 +91,14 @@ func refusal(err error, opts []grpc.CallOption) error {
 // StreamClientInterceptor returns a stream client interceptor with b's circuits. A
 // refused stream is not opened (the error is the unary interceptor's). A stream's
 // outcome is known when it ends: RecvMsg's final error (io.EOF: success), or its
-// caller's context ending; a stream that received a message and then ended by its
-// caller's cancellation or deadline counts as a success (reported to the classifier
-// with a nil Err). Streams do not count as slow calls, nor feed the typical latency.
+// caller's context ending; a stream that answered (a message, or its header) and
+// then ended by its caller's cancellation or deadline counts as a success (reported
+// to the classifier with a nil Err); a server-streaming or bidi stream ended by its
+// caller's deadline before any answer is neutral ([Result.ServerStreams]). A
+// stream admitted as a half-open probe is
+// judged at its first answer instead, a success, and its end is not counted: a
+// healthy watch closes the circuit as soon as it answers, however long it then
+// runs. Streams do not count as slow calls, nor feed the typical latency.
 func (b *Breaker) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return b.stream
 }
@@ -110,9 +108,9 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 	if c == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	s := &clientStream{b: b, ctx: ctx, method: method, serverStreams: desc.ServerStreams}
-	s.t.stream = true
-	if err := b.admit(ctx, c, &s.t); err != nil {
+	s := &clientStream{b: b, ctx: ctx, serverStreams: desc.ServerStreams}
+	s.st.method, s.st.serverStreams, s.st.t.stream = method, desc.ServerStreams, true
+	if err := b.admit(ctx, c, &s.st.t); err != nil {
 		return nil, refusal(err, opts)
 	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
@@ -121,12 +119,16 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		return nil, err
 	}
 	s.ClientStream = cs
-	s.stop = context.AfterFunc(ctx, func() {
+	// When ctx has ended already, or ends now, the function runs at once on a
+	// goroutine of its own, while stop is being stored: finish reads it
+	// atomically, and has nothing to stop from that goroutine anyway.
+	stop := context.AfterFunc(ctx, func() {
 		// The user's classifier and observers run here, on a goroutine of the
 		// breaker's: a panic of theirs must not kill the process.
 		defer func() { _ = recover() }()
 		s.finish(ctx.Err(), nil)
 	})
+	s.stop.Store(&stop)
 	return s, nil
 }
 
@@ -134,11 +136,9 @@ type clientStream struct {
 	grpc.ClientStream
 	b             *Breaker
 	ctx           context.Context
-	method        string
 	serverStreams bool
-	t             ticket
-	stop          func() bool
-	received      atomic.Bool
+	st            streamTicket
+	stop          atomic.Pointer[func() bool] // context.AfterFunc's
 	finished      atomic.Bool
 }
 
@@ -147,20 +147,17 @@ func (s *clientStream) finish(err error, trailer metadata.MD) {
 	if !s.finished.CompareAndSwap(false, true) {
 		return
 	}
-	if s.stop != nil {
-		s.stop()
+	if stop := s.stop.Load(); stop != nil {
+		(*stop)()
 	}
-	if err != nil && s.received.Load() && s.ctx.Err() != nil {
-		err = nil // it answered, then its caller ended it
-	}
-	s.b.done(s.ctx, &s.t, &Result{Method: s.method, GRPC: true, Err: err, Trailer: trailer})
+	s.b.streamEnded(s.ctx, &s.st, err, trailer)
 }
 
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	switch {
 	case err == nil:
-		s.received.Store(true)
+		s.b.streamAnswered(s.ctx, &s.st)
 		if !s.serverStreams {
 			s.finish(nil, nil) // a single answer: the stream is done
 		}
@@ -170,6 +167,16 @@ func (s *clientStream) RecvMsg(m any) error {
 		s.finish(err, s.ClientStream.Trailer())
 	}
 	return err
+}
+
+// Header is the stream's header: its arrival is an answer (grpc-go returns no
+// metadata for a stream that ended without one).
+func (s *clientStream) Header() (metadata.MD, error) {
+	md, err := s.ClientStream.Header()
+	if err == nil && md != nil {
+		s.b.streamAnswered(s.ctx, &s.st)
+	}
+	return md, err
 }
 
 func (s *clientStream) SendMsg(m any) error {

@@ -35,21 +35,26 @@ func init() {
 	})
 }
 
-// rpcStream admits a stream as [Breaker.StreamClientInterceptor] does; its outcome is
-// counted when it ends, neither slow nor a latency.
-func (b *Breaker) rpcStream(ctx context.Context, call *rpc.Call) (func(error), error) {
+// rpcStream admits a stream as [Breaker.StreamClientInterceptor] does, and judges it
+// as that does: a probe at its first message, any other stream when it ends; neither
+// slow nor a latency.
+func (b *Breaker) rpcStream(ctx context.Context, call *rpc.Call) (rpc.StreamReport, error) {
 	c := b.rpcCircuit(ctx, call.Target, call.Procedure)
 	if c == nil {
-		return func(error) {}, nil
+		return rpc.StreamReport{Answered: func() {}, End: func(error) {}}, nil
 	}
-	tk := &ticket{stream: true}
-	if err := b.admit(ctx, c, tk); err != nil {
+	st := &streamTicket{method: call.Procedure, serverStreams: call.ServerStreams}
+	st.t.stream = true
+	if err := b.admit(ctx, c, &st.t); err != nil {
 		if oe, ok := err.(*OpenError); ok {
-			return nil, &rpc.Refusal{Err: oe.carried(), Meta: metadata.Pairs(pushback.Key, oe.PushbackMs())}
+			return rpc.StreamReport{}, &rpc.Refusal{Err: oe.carried(), Meta: metadata.Pairs(pushback.Key, oe.PushbackMs())}
 		}
-		return nil, err
+		return rpc.StreamReport{}, err
 	}
-	return func(err error) { b.done(ctx, tk, &Result{Method: call.Procedure, GRPC: true, Err: err}) }, nil
+	return rpc.StreamReport{
+		Answered: func() { b.streamAnswered(ctx, st) },
+		End:      func(err error) { b.streamEnded(ctx, st, err, nil) },
+	}, nil
 }
 
 // rpcCircuit is grpcCircuit for a call to target made through a framework.

@@ -518,3 +518,49 @@ func TestFastSlots(t *testing.T) {
 		}
 	}
 }
+
+// A stream taken as the half-open probe is judged at its first answer: a healthy
+// watch closes the circuit then, calls flow while it runs on, and its end (hours
+// later, however it ends) is not counted. A probe stream that fails before any
+// answer reopens the circuit when it ends.
+func TestProbeStreamJudgedAtFirstAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := fixed(WithProbes(1), WithConsecutiveFailures(1))
+		c := b.circuit(key{kind: keyCustom, b: "a"})
+		stream := func() (*streamTicket, error) {
+			st := &streamTicket{method: "/pkg.S/Watch"}
+			st.t.stream = true
+			return st, b.admit(ctx, c, &st.t)
+		}
+		calls(t, b, "a", 1, 1)
+		wantState(t, b, "a", Open)
+		time.Sleep(time.Hour) // past any sleep
+		watch, err := stream()
+		if err != nil || !watch.t.probe {
+			t.Fatalf("the watch: %v, probe %v; want admitted as the probe", err, watch.t.probe)
+		}
+		if err := do(b, "a", 0, nil); err == nil {
+			t.Fatal("a call admitted beside the one probe")
+		}
+		b.streamAnswered(ctx, watch)
+		wantState(t, b, "a", Closed)
+		calls(t, b, "a", 3, 0)
+		time.Sleep(10 * time.Hour)
+		before := b.Stats()
+		b.streamEnded(ctx, watch, errFail, nil)
+		if after := b.Stats(); after != before {
+			t.Errorf("the watch's end was counted: %+v, then %+v", before, after)
+		}
+		wantState(t, b, "a", Closed)
+
+		calls(t, b, "a", 1, 1)
+		time.Sleep(time.Hour)
+		dead, err := stream()
+		if err != nil || !dead.t.probe {
+			t.Fatalf("the second watch: %v, probe %v; want admitted as the probe", err, dead.t.probe)
+		}
+		b.streamEnded(ctx, dead, errFail, nil)
+		wantState(t, b, "a", Open)
+	})
+}

@@ -12,4 +12,10 @@
 // procedure is idempotent when its Spec says so (NO_SIDE_EFFECTS, IDEMPOTENT) or the
 // proto registry does. It is a package of its own so that a program that does not
 // use connect-go does not compile it.
+//
+// Two rules hold for every layer. Every refusal, at any layer, for a unary call or a
+// stream, ends every span and context that the layers beneath it started, and sends
+// nothing: a stream refused by propagate's floor or by an open breaker makes no
+// request, and its call span and derived context end with the refusal. No pooled or
+// reused object crosses a layer boundary while the call may still run.
 package connectkit

@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"connectrpc.com/connect"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
@@ -108,7 +110,7 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 		return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 			sctx, end, err := i.stream(ctx, &rpc.Call{Procedure: spec.Procedure})
 			if err != nil {
-				return &refusedStream{StreamingClientConn: next(ctx, spec), err: clientError(rpc.Answer{Err: err})}
+				return newRefusedStream(next(ctx, spec), clientError(rpc.Answer{Err: err}))
 			}
 			return &endingStream{StreamingClientConn: next(sctx, spec), end: end}
 		}
@@ -136,14 +138,25 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 
 // attempt is the request one attempt sends: a copy of req with a header of its own,
 // carrying what the layers added (ctx's outgoing metadata: the attempt count, an
-// idempotency key) and the attempt span's trace context. connect-go writes each send's timeout header into the header it
-// sends, and each send's HTTP method into the request, so attempts in flight at once
-// (hedges) must not share them; the message is shared, and only read.
+// idempotency key) and the attempt span's trace context. connect-go writes each
+// send's timeout header into the header it sends, and each send's HTTP method into
+// the request, so attempts in flight at once (hedges) must not share them; the
+// message is shared, and only read.
+//
+// The outgoing metadata may hold more than the layers wrote: a handler that forwards
+// its incoming metadata puts the caller's there. As grpc-go does, the protocol's own
+// headers are not sent from it (connect-go writes them: content type, timeouts,
+// encodings, pseudo-headers), and grpc-previous-rpc-attempts is sent once, with
+// the value the nearest layer appended last.
 func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 	h := req.Header().Clone()
 	if md, ok := metadata.FromOutgoingContext(ctx); ok {
 		for k, vs := range md {
-			if !strings.HasSuffix(k, "-bin") {
+			switch {
+			case strings.HasSuffix(k, "-bin") || reservedHeader(k) || len(vs) == 0:
+			case k == attempts.Key:
+				h[attempts.Header] = vs[len(vs)-1:]
+			default:
 				h[http.CanonicalHeaderKey(k)] = vs
 			}
 		}
@@ -152,6 +165,24 @@ func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 	// wrote into the caller's header.
 	record.InjectHTTP(ctx, h)
 	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
+}
+
+// reservedHeader reports whether the metadata key k (lower case) names a header of
+// the protocols connect-go speaks, or of HTTP itself, which connect-go and net/http
+// write: gRPC's reserved headers (as grpc-go skips them in outgoing metadata), the
+// Connect protocol's, and HTTP's framing.
+func reservedHeader(k string) bool {
+	if k == "" || k[0] == ':' || strings.HasPrefix(k, "connect-") {
+		return true
+	}
+	switch k {
+	case "content-type", "content-length", "content-encoding", "accept-encoding",
+		"user-agent", "te", "host", "connection", "transfer-encoding", "upgrade",
+		"grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "grpc-message-type",
+		"grpc-message", "grpc-status":
+		return true
+	}
+	return false
 }
 
 // attemptRequest is one attempt's copy of a unary request.
@@ -294,62 +325,116 @@ func toConnect(err error, md metadata.MD) error {
 	return out
 }
 
+// A stream refused by a layer sends nothing, and ends what the layers beneath that
+// layer started for it when it was created (propagate's call span and derived
+// context): the refusing layer discards the conn beneath it, and never passes
+// anything else to it. connect-go answers a refused Send by closing both sides of the
+// stream, and the real connection would answer those by sending the request; no
+// stream of a refusal passes them on.
+
+// discarder is a layer's stream that started something when it was created.
+type discarder interface {
+	// discard ends what this layer and the layers beneath it started for the
+	// stream, as for a stream that ended with err. Nothing is sent after it.
+	discard(err error)
+}
+
+// discard discards conn, when it is a layer's stream: the first conn that is not
+// (the real connection, a user's interceptor) is left as it is, unsent.
+func discard(conn connect.StreamingClientConn, err error) {
+	if d, ok := conn.(discarder); ok {
+		d.discard(err)
+	}
+}
+
 // endingStream calls end with the stream's outcome when its response side is
-// closed or ends.
+// closed or ends, or when a layer above discards it.
 type endingStream struct {
 	connect.StreamingClientConn
 	end  func(error)
-	done bool
+	done atomic.Bool
+}
+
+func (s *endingStream) finish(err error) {
+	if s.done.CompareAndSwap(false, true) {
+		s.end(err)
+	}
 }
 
 func (s *endingStream) Receive(m any) error {
 	err := s.StreamingClientConn.Receive(m)
-	if err != nil && !s.done {
-		s.done = true
-		s.end(err)
+	if err != nil {
+		s.finish(err)
 	}
 	return err
 }
 
 func (s *endingStream) CloseResponse() error {
 	err := s.StreamingClientConn.CloseResponse()
-	if !s.done {
-		s.done = true
-		s.end(nil)
-	}
+	s.finish(nil)
 	return err
+}
+
+func (s *endingStream) discard(err error) {
+	s.finish(err)
+	discard(s.StreamingClientConn, err)
 }
 
 // admittingStream asks admit, before the stream's first message goes out (connect-go
 // sends nothing before it), whether the stream may open; a refused stream sends
-// nothing, and answers the refusal.
+// nothing, and answers the refusal. It reports the stream's first message received
+// (a half-open probe's verdict) and its outcome. connect-go lets a bidi stream's
+// Send and Receive run on two goroutines at once: the stream is admitted once, by
+// whichever comes first, the other waiting for the answer, and its outcome is
+// reported once.
 type admittingStream struct {
 	connect.StreamingClientConn
-	ctx     context.Context
-	admit   rpc.StreamAdmit
-	asked   bool
-	refusal error
-	end     func(error)
+	ctx   context.Context
+	admit rpc.StreamAdmit
+	once  sync.Once
+	// refusal, set by once, is the error that refused the stream; isRefused says
+	// so to those that do not go through once.
+	refusal   error
+	isRefused atomic.Bool
+
+	answered func() // set by once
+	mu       sync.Mutex
+	end      func(error) // nil once reported, or when refused
+	received atomic.Bool
 }
 
 func (s *admittingStream) open() error {
-	if !s.asked {
-		s.asked = true
+	s.once.Do(func() {
 		spec := s.Spec()
-		end, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr})
+		report, err := s.admit(s.ctx, &rpc.Call{Procedure: spec.Procedure, Target: s.Peer().Addr, ServerStreams: spec.StreamType&connect.StreamTypeServer != 0})
 		if err != nil {
 			s.refusal = layerError(err)
+			s.isRefused.Store(true)
+			discard(s.StreamingClientConn, s.refusal)
+			return
 		}
-		s.end = end
-	}
+		s.answered = report.Answered
+		s.mu.Lock()
+		s.end = report.End
+		s.mu.Unlock()
+	})
 	return s.refusal
 }
+
+// refused reports whether the stream was refused, without asking.
+func (s *admittingStream) refused() bool { return s.isRefused.Load() }
 
 func (s *admittingStream) Send(m any) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	return s.StreamingClientConn.Send(m)
+	err := s.StreamingClientConn.Send(m)
+	if err != nil && !errors.Is(err, io.EOF) {
+		// Not the server's answer (that wraps io.EOF, and Receive reads it): the
+		// stream failed on this side, or a layer beneath refused it.
+		s.finish(err)
+	}
+	return err
 }
 
 func (s *admittingStream) CloseRequest() error {
@@ -364,8 +449,12 @@ func (s *admittingStream) Receive(m any) error {
 		return err
 	}
 	err := s.StreamingClientConn.Receive(m)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.finish(err)
+	case !s.received.Load() && !s.received.Swap(true):
+		// The first answer: a probe's verdict.
+		s.answered()
 	}
 	return err
 }
@@ -379,9 +468,35 @@ func (s *admittingStream) CloseResponse() error {
 	return err
 }
 
+func (s *admittingStream) ResponseHeader() http.Header {
+	if s.refused() {
+		return http.Header{}
+	}
+	return s.StreamingClientConn.ResponseHeader()
+}
+
+func (s *admittingStream) ResponseTrailer() http.Header {
+	if s.refused() {
+		return http.Header{}
+	}
+	return s.StreamingClientConn.ResponseTrailer()
+}
+
+// discard: a layer above refused the stream, before it was sent: it is never
+// asked.
+func (s *admittingStream) discard(err error) {
+	s.once.Do(func() { s.refusal = err; s.isRefused.Store(true) })
+	s.finish(err)
+	discard(s.StreamingClientConn, err)
+}
+
 // finish reports the stream's outcome, once: io.EOF is a stream that ended well.
 func (s *admittingStream) finish(err error) {
-	if s.end == nil {
+	s.mu.Lock()
+	end := s.end
+	s.end = nil
+	s.mu.Unlock()
+	if end == nil {
 		return
 	}
 	if errors.Is(err, io.EOF) {
@@ -390,16 +505,25 @@ func (s *admittingStream) finish(err error) {
 	if err != nil {
 		err = answer(nil, err).Err
 	}
-	s.end(err)
-	s.end = nil
+	end(err)
 }
 
-// refusedStream is a stream a layer refused before it was opened: it sends nothing
-// and answers err.
+// refusedStream is a stream a layer refused when it was created: it sends nothing,
+// answers err, and passes nothing on to the conn beneath, which it discarded.
 type refusedStream struct {
 	connect.StreamingClientConn
 	err error
 }
 
-func (s *refusedStream) Send(any) error    { return s.err }
-func (s *refusedStream) Receive(any) error { return s.err }
+func newRefusedStream(conn connect.StreamingClientConn, err error) *refusedStream {
+	discard(conn, err)
+	return &refusedStream{StreamingClientConn: conn, err: err}
+}
+
+func (s *refusedStream) Send(any) error               { return s.err }
+func (s *refusedStream) Receive(any) error            { return s.err }
+func (s *refusedStream) CloseRequest() error          { return nil }
+func (s *refusedStream) CloseResponse() error         { return nil }
+func (s *refusedStream) ResponseHeader() http.Header  { return http.Header{} }
+func (s *refusedStream) ResponseTrailer() http.Header { return http.Header{} }
+func (s *refusedStream) discard(error)                {}

@@ -89,8 +89,10 @@ func Hedge(opts ...hedge.Option) connect.Interceptor {
 // classified as gRPC calls' are, and a refused call fails at once, unsent, with
 // CodeUnavailable and the time to the next probe as its grpc-retry-pushback-ms, an
 // error matching [breaker.ErrOpen]. A stream is admitted before its first message
-// goes out (a refused one sends nothing), and its outcome counted when it ends. On a
-// handler it does nothing.
+// goes out (a refused one sends nothing, and ends what the layers beneath started
+// for it), and its outcome counted when it ends; a stream admitted as a half-open
+// probe is judged at its first message, so that a long-lived watch closes the
+// circuit as soon as it answers. On a handler it does nothing.
 func Breaker(opts ...breaker.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func(*breaker.Breaker) rpc.Layer]("breaker")(breaker.New(opts...)))
 }

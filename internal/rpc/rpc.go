@@ -26,6 +26,9 @@ type Call struct {
 	// (connect-go's Spec.IdempotencyLevel); the layers' own knowledge (declared
 	// methods, the proto registry, an idempotency key) is added to it.
 	Idempotent bool
+	// ServerStreams is true for a stream on which the server sends a stream of
+	// messages (server streaming, bidi).
+	ServerStreams bool
 }
 
 // Answer is what an attempt, or a whole call, came back with.
@@ -56,10 +59,18 @@ type Client func(ctx context.Context, c *Call, send Send) Answer
 type StreamClient func(ctx context.Context, c *Call) (context.Context, func(error), error)
 
 // StreamAdmit is a client layer's admission of a stream, when the stream is about to
-// send (its target is known then, and nothing has gone out): it returns the function
-// to call once with the stream's outcome (nil: it ended well), or the error that
-// refuses the stream.
-type StreamAdmit func(ctx context.Context, c *Call) (func(error), error)
+// send (its target is known then, and nothing has gone out): it returns what the
+// stream reports to the layer, or the error that refuses the stream.
+type StreamAdmit func(ctx context.Context, c *Call) (StreamReport, error)
+
+// StreamReport is what an admitted stream tells the layer that admitted it.
+type StreamReport struct {
+	// Answered is called when the stream's first message arrives (more calls are
+	// allowed, and ignored).
+	Answered func()
+	// End is called once with the stream's outcome (nil: it ended well).
+	End func(error)
+}
 
 // Layer is one layer's adapters; a nil field is a side the layer does not have.
 type Layer struct {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs connect-go's conformance suite (connectrpc.com/conformance, the version
+# conformance/go.mod requires) against the reference client and server with the
+# deadlinekit stack added, on the narrow configuration of conformance/config.yaml.
+#
+#   scripts/conformance.sh build          fetch the module, patch and build into .bin/conformance
+#   scripts/conformance.sh run MODE VARIANT [runner flags...]
+#                                         MODE: client or server; VARIANT: off, default or nodefault
+#   scripts/conformance.sh ci             build, then every check CI makes (see below)
+#
+# The reference implementations live in internal packages, so they are built from a
+# copy of the module with conformance/stack.patch applied: it appends the options of
+# package github.com/deadlinekit/deadlinekit/conformance (chosen by DEADLINEKIT_STACK)
+# to those the reference server and client build. The runner itself is built
+# unpatched, so the reference peer it runs in-process is always bare.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/.bin/conformance
+conf=$root/conformance
+
+build() {
+  (cd "$conf" && go mod download)
+  local src
+  src=$(cd "$conf" && go list -m -f '{{.Dir}}' connectrpc.com/conformance)
+  rm -rf "$bin/src"
+  mkdir -p "$bin"
+  cp -R "$src" "$bin/src"
+  chmod -R u+w "$bin/src"
+  patch -s -p1 -d "$bin/src" <"$conf/stack.patch"
+  (
+    cd "$bin/src"
+    go mod edit \
+      -require=github.com/deadlinekit/deadlinekit/conformance@v0.0.0 \
+      -replace=github.com/deadlinekit/deadlinekit/conformance="$conf" \
+      -replace=github.com/deadlinekit/deadlinekit="$root"
+    sort -u go.sum "$conf/go.sum" "$root/go.sum" -o go.sum
+    go build -mod=mod -o "$bin/referenceserver" ./cmd/referenceserver
+    go build -mod=mod -o "$bin/referenceclient" ./cmd/referenceclient
+  )
+  (cd "$conf" && go build -o "$bin/connectconformance" connectrpc.com/conformance/cmd/connectconformance)
+}
+
+# run MODE VARIANT [flags]: the suite against the patched reference MODE under VARIANT.
+run() {
+  local mode=$1 variant=$2
+  shift 2
+  "$bin/connectconformance" --mode "$mode" --conf "$conf/config.yaml" "$@" -- \
+    env DEADLINEKIT_STACK="$variant" "$bin/reference$mode"
+}
+
+case "${1:-}" in
+build) build ;;
+run) shift; run "$@" ;;
+*) echo "usage: $0 build | run MODE VARIANT [flags] | ci" >&2; exit 2 ;;
+esac

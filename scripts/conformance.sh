@@ -42,10 +42,18 @@ build() {
 
 # run MODE VARIANT [flags]: the suite against the patched reference MODE under VARIANT.
 run() {
-  local mode=$1 variant=$2
+  local mode=${1:-} variant=${2:-}
+  case "$mode" in client | server) ;; *) echo "MODE $mode: want client or server" >&2; return 2 ;; esac
   shift 2
+  if [ ! -x "$bin/reference$mode" ]; then echo "no $bin/reference$mode: run $0 build first" >&2; return 2; fi
   "$bin/connectconformance" --mode "$mode" --conf "$conf/config.yaml" "$@" -- \
     env DEADLINEKIT_STACK="$variant" "$bin/reference$mode"
+}
+
+# check MODE VARIANT [flags]: run, noting a failure in failed instead of stopping.
+check() {
+  printf -- '-- %s\n' "$*"
+  run "$@" || failed+=("$*")
 }
 
 # ci: the checks .ci/run makes. The bare reference must pass every case in both
@@ -55,19 +63,12 @@ run() {
 # fail) with the defaults. Every run is made and its count printed before the verdict.
 ci() {
   build
-  local failed=() check
-  checks=(
-    "server off"
-    "client off"
-    "server default --known-failing @$conf/known-failing-server-default.txt"
-    "server nodefault"
-    "client default"
-  )
-  for check in "${checks[@]}"; do
-    printf -- '-- %s\n' "$check"
-    # shellcheck disable=SC2086 # check is words: mode, variant, runner flags
-    if ! run $check; then failed+=("$check"); fi
-  done
+  failed=()
+  check server off
+  check client off
+  check server default --known-failing "@$conf/known-failing-server-default.txt"
+  check server nodefault
+  check client default
   if [ ${#failed[@]} -gt 0 ]; then
     printf 'conformance failed: %s\n' "${failed[@]}"
     return 1

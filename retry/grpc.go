@@ -164,9 +164,7 @@ type grpcCall struct {
 }
 
 func (g grpcCall) send(actx context.Context, n int, _ bool) (struct{}, error, bool) {
-	if n > 1 {
-		actx = metadata.AppendToOutgoingContext(actx, attempts.Key, attempts.Format(n-1))
-	}
+	actx = attempts.Outgoing(actx, n-1)
 	g.cs.trailer = nil
 	return struct{}{}, g.invoker(actx, g.method, g.req, g.reply, g.cc, g.opts...), true
 }

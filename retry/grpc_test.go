@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,5 +343,34 @@ func TestGRPCCancelDuringWait(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("took %v; want the wait to end with the context", took)
+	}
+}
+
+// A handler that forwards its incoming metadata forwards its caller's attempt count;
+// each attempt still sends one value, its own.
+func TestGRPCForwardedAttemptCount(t *testing.T) {
+	var seen [][]string
+	var mu sync.Mutex
+	s := &testServer{fn: func(ctx context.Context, n int) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		mu.Lock()
+		seen = append(seen, md.Get("grpc-previous-rpc-attempts"))
+		mu.Unlock()
+		if n == 1 {
+			return status.Error(codes.Unavailable, "busy")
+		}
+		return nil
+	}}
+	client := serveGRPC(t, s, nil, grpc.WithUnaryInterceptor(retry.UnaryClientInterceptor(fast, idem, retry.WithBudget(nil))))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, metadata.Pairs("grpc-previous-rpc-attempts", "2"))
+	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || len(seen[0]) != 0 || !slices.Equal(seen[1], []string{"1"}) {
+		t.Errorf("the server saw grpc-previous-rpc-attempts %q; want [] then [1]", seen)
 	}
 }

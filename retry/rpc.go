@@ -59,9 +59,7 @@ type rpcCall struct {
 }
 
 func (r rpcCall) send(actx context.Context, n int, _ bool) (rpc.Answer, error, bool) {
-	if n > 1 {
-		actx = metadata.AppendToOutgoingContext(actx, attempts.Key, attempts.Format(n-1))
-	}
+	actx = attempts.Outgoing(actx, n-1)
 	a := r.next(actx)
 	return a, a.Err, true
 }

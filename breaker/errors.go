@@ -27,7 +27,7 @@ type OpenError struct {
 }
 
 func (e *OpenError) Error() string {
-	return "breaker: circuit " + e.State.String() + " for " + e.Target + ": call refused before sending, next probe in " + deadline.Format(e.RetryAfter)
+	return e.Target + ": circuit " + e.State.String() + ", next probe in " + deadline.Format(e.RetryAfter) + " (call not sent)"
 }
 
 // Is reports whether target is [ErrOpen].

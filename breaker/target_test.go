@@ -72,7 +72,7 @@ func TestOpenError(t *testing.T) {
 	if got := e.PushbackMs(); got != "1501" {
 		t.Fatalf("PushbackMs = %q, want 1501 (rounded up)", got)
 	}
-	if got, want := e.Error(), "breaker: circuit open for dns:///svc:50051: call refused before sending, next probe in 1.5s"; got != want {
+	if got, want := e.Error(), "dns:///svc:50051: circuit open, next probe in 1.5s (call not sent)"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 	if status.Code(e) != codes.Unavailable {

@@ -29,13 +29,20 @@ var ErrInsufficientBudget = errors.New("insufficient time budget")
 type BudgetError struct {
 	Remaining time.Duration // time left on the context when the check was made
 	Needed    time.Duration // the least the step needs (a floor or an explicit need)
+	// Reserve is the part of Needed kept back for the answer's way back (a
+	// [Policy]'s reserve), zero when none: Needed is then the floor plus it.
+	Reserve time.Duration
 }
 
 func (e *BudgetError) Error() string {
-	if e.Remaining <= 0 {
-		return "insufficient time budget: deadline passed " + Format(-e.Remaining) + " ago, need " + Format(e.Needed)
+	need := Format(e.Needed)
+	if e.Reserve > 0 {
+		need += " (" + Format(e.Needed-e.Reserve) + " floor + " + Format(e.Reserve) + " reserve)"
 	}
-	return "insufficient time budget: " + Format(e.Remaining) + " left, need " + Format(e.Needed)
+	if e.Remaining <= 0 {
+		return "insufficient time budget: deadline passed " + Format(-e.Remaining) + " ago, need " + need
+	}
+	return "insufficient time budget: " + Format(e.Remaining) + " left, need " + need
 }
 
 // Format writes d at the precision a person reads in an error message, the one way

@@ -21,7 +21,7 @@ func ExamplePolicy_Budget() {
 	fmt.Println(err, errors.Is(err, deadline.ErrInsufficientBudget))
 	// Output:
 	// 140ms <nil>
-	// insufficient time budget: 15ms left, need 20ms true
+	// insufficient time budget: 25ms left, need 30ms (20ms floor + 10ms reserve) true
 }
 
 func ExamplePolicy_Derive() {

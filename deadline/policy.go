@@ -47,13 +47,14 @@ func (p Policy) Budget(left time.Duration, has bool) (budget time.Duration, ok b
 		}
 		// A default budget is a fresh allowance, not an inbound one: the reserve
 		// is not taken from it, but the floor still applies.
-		return budget, true, p.checkFloor(budget)
+		return budget, true, p.checkFloor(budget, budget, 0)
 	}
-	budget = left - p.reserve(left)
+	r := p.reserve(left)
+	budget = left - r
 	if p.MaxPerHop > 0 && p.MaxPerHop < budget {
 		budget = p.MaxPerHop
 	}
-	return budget, true, p.checkFloor(budget)
+	return budget, true, p.checkFloor(budget, left, r)
 }
 
 func (p Policy) reserve(left time.Duration) time.Duration {
@@ -64,10 +65,13 @@ func (p Policy) reserve(left time.Duration) time.Duration {
 	return r
 }
 
-func (p Policy) checkFloor(budget time.Duration) error {
+// checkFloor refuses a child budget below the floor. The error states the time the
+// caller had left and what the step needs of it, the reserve included: "deadline
+// passed" only when it had.
+func (p Policy) checkFloor(budget, left, reserve time.Duration) error {
 	floor := max(p.Floor, 0)
 	if budget <= 0 || budget < floor {
-		return &BudgetError{Remaining: budget, Needed: floor}
+		return &BudgetError{Remaining: left, Needed: floor + reserve, Reserve: reserve}
 	}
 	return nil
 }

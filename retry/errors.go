@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
@@ -49,19 +51,37 @@ type StopError struct {
 	stop record.StopReason // the stop reason recorded for it
 }
 
+// Error leads with the last attempt's failure, the cause, and says after it why the
+// layer did not try again: "<cause>; not retried: 4ms left, the pushback asks 5s".
 func (e *StopError) Error() string {
+	var why string
 	switch {
 	case e.deadlineRule():
-		what := "backoff"
+		what := "the backoff"
 		if e.Pushback {
-			what = "pushback"
+			what = "the pushback"
 		}
-		return fmt.Sprintf("retry: no time for another attempt after %d: %s left, need %s %s + %s floor: %v",
-			e.Attempts, deadline.Format(e.Remaining), deadline.Format(e.Wait), what, deadline.Format(e.Floor), e.Last)
+		why = fmt.Sprintf("%s left, %s asks %s", deadline.Format(e.Remaining), what, deadline.Format(e.Wait))
+		if e.Floor > 0 {
+			why += " and an attempt needs " + deadline.Format(e.Floor)
+		}
 	case errors.Is(e.Cause, ErrBudgetExhausted):
-		return fmt.Sprintf("retry: budget exhausted after %d attempt(s): %v", e.Attempts, e.Last)
+		why = "retry budget exhausted"
+	default:
+		why = e.Reason
 	}
-	return fmt.Sprintf("retry: stopped after %d attempt(s): %s: %v", e.Attempts, e.Reason, e.Last)
+	verb := "not retried"
+	if e.Attempts > 1 {
+		verb = "stopped after " + strconv.Itoa(e.Attempts) + " attempts"
+	}
+	if e.Last == nil {
+		return "retry: " + verb + ": " + why
+	}
+	cause := e.Last.Error()
+	if st, ok := e.Last.(interface{ GRPCStatus() *status.Status }); ok && st.GRPCStatus() != nil {
+		cause = st.GRPCStatus().Message() // without grpc-go's "rpc error: code = … desc =" prefix
+	}
+	return cause + "; " + verb + ": " + why
 }
 
 // Unwrap returns Cause (if any) and the last attempt's failure.

@@ -483,6 +483,11 @@ func wirePushback(err, target error) time.Duration {
 // message is the text sent for err: its own, but a gRPC status's message without
 // grpc-go's prefix, and the root package's prefix on a core package's bare error.
 func message(err error) string {
+	if ue, ok := err.(*url.Error); ok && toolkitError(ue.Err) {
+		// net/http's "Post \"http://…\": " before a toolkit's refusal, which names
+		// its target itself: the message leads with the cause.
+		return message(ue.Err)
+	}
 	switch e := err.(type) {
 	case *deadline.BudgetError, *propagate.TimeoutError:
 		return "deadlinekit: " + e.Error()
@@ -492,6 +497,15 @@ func message(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// toolkitError reports whether err is one of the layers' own failures, whose
+// message leads with its cause.
+func toolkitError(err error) bool {
+	var se *retry.StopError
+	var oe *breaker.OpenError
+	var be *deadline.BudgetError
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &be)
 }
 
 // wireStatus builds the gRPC status of an answer, keeping the details of the status

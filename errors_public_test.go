@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +65,16 @@ func TestMessagesLeadWithTheCause(t *testing.T) {
 		if !strings.HasPrefix(m, "http://127.0.0.1:18081: circuit open, next probe in 4.9s") || strings.Contains(m, "after 1") {
 			t.Errorf("message %q; want it to lead with the circuit's target and state", m)
 		}
+	}
+}
+
+// Through net/http, a toolkit's refusal comes wrapped in a *url.Error; the relayed
+// message still leads with the refusal, which names its target.
+func TestRelayedMessageLeadsWithTheRefusal(t *testing.T) {
+	open := &breaker.OpenError{Target: "http://127.0.0.1:18081", State: breaker.Open, RetryAfter: time.Second}
+	w := httptest.NewRecorder()
+	deadlinekit.WriteHTTPError(w, &url.Error{Op: "Post", URL: "http://127.0.0.1:18081/reserve", Err: open})
+	if got := strings.TrimSpace(w.Body.String()); got != open.Error() {
+		t.Errorf("relayed %q; want %q", got, open.Error())
 	}
 }

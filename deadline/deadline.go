@@ -6,7 +6,10 @@ import (
 	"time"
 )
 
-// DefaultBudget is the budget [DefaultPolicy] gives to a context that has no deadline.
+// DefaultBudget is the budget [DefaultPolicy] gives to a context that has no deadline,
+// and the budget a server gives a unary request that came without one (package
+// propagate). A stream gets no default: a timeout used as a stream's whole budget
+// kills a watch or a long download that was doing well.
 const DefaultBudget = 30 * time.Second
 
 // DefaultFloor is the least budget a hop or an attempt is worth starting with, about

@@ -151,7 +151,10 @@ func closeBody(req *http.Request) {
 //  3. X-Envoy-Expected-Rq-Timeout-Ms, only with [WithTrustEnvoy]
 //
 // The budget is clamped to [WithMaxTimeout] (default 5 minutes). With no header, the
-// default budget applies ([WithDefaultTimeout], default 30 s). A malformed header, or
+// default budget applies ([WithDefaultTimeout], default 30 s). A request whose answer
+// streams ([WithStreamingHTTP]; by default one that accepts text/event-stream or asks
+// for an Upgrade) gets neither: it keeps its caller's deadline or none, bounded only
+// by [WithMaxStreamTimeout]. A malformed header, or
 // the same header repeated, is answered with 400 Bad Request naming the header, unless
 // [WithIgnoreMalformed] is set. A request that arrives with no time left is answered
 // with 504 Gateway Timeout without calling the handler, and the header
@@ -172,14 +175,16 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 				http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 				return
 			}
+			stream := c.streamHTTP != nil && c.streamHTTP(r)
 			if !found {
-				if c.serverDefault <= 0 {
+				d := c.defaultBudget(stream)
+				if d <= 0 {
 					next.ServeHTTP(w, r)
 					return
 				}
-				in = Inbound{Budget: c.serverDefault, Source: SourceDefault}
+				in = Inbound{Budget: d, Source: SourceDefault}
 			}
-			c.clamp(&in)
+			c.clamp(&in, stream)
 			if in.Budget <= 0 {
 				record.Inbound(r.Context(), in.Budget, in.Source, in.Clamped)
 				w.Header().Set(pushback.Key, pushback.DoNotRetry)

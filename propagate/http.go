@@ -21,7 +21,7 @@ import (
 // by [WithMaxPerHop], rounded down. With no option it passes exactly the time left.
 //
 // When nothing is left, or less than the floor ([WithFloor], default
-// [deadline.DefaultFloor]), RoundTrip returns an error wrapping
+// [deadline.MinFloor]), RoundTrip returns an error wrapping
 // context.DeadlineExceeded (a *deadline.BudgetError) without sending, whatever base
 // would have done. A request whose context has no deadline goes out without a header,
 // unless [WithDefaultTimeout] is set.

@@ -229,7 +229,7 @@ func WithTrustGRPC(f func(ctx context.Context) bool) Option {
 }
 
 // Headers an untrusted caller's request is stripped of.
-var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header}
+var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header, attempts.CoveredHeader}
 
 // Inbound describes the deadline a server applied to a request: what budget it got,
 // where from, and whether the clamp cut it. Read it with [InboundFromContext] in a

@@ -196,8 +196,13 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 			md = md.Copy()
 			delete(md, envoyMetadataKey)
 			delete(md, attempts.Key)
+			delete(md, attempts.CoveredKey)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
+	} else if attempts.Covers(firstValue(ctx, attempts.CoveredKey), firstValue(ctx, attempts.Key)) {
+		// A layer above may send this call again: its handler's calls are not
+		// hedged (the chain rule, package hedge).
+		ctx = attempts.WithCovered(ctx)
 	}
 	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey), stream)
 }
@@ -259,3 +264,11 @@ func (c *config) envoyTimeout(vs []string) (time.Duration, bool, error) {
 }
 
 func noop() {}
+
+// firstValue is the first value of the incoming metadata key k, or "".
+func firstValue(ctx context.Context, k string) string {
+	if vs := metadata.ValueFromIncomingContext(ctx, k); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -162,13 +163,21 @@ func closeBody(req *http.Request) {
 // retry could only arrive with less time.
 //
 // The handler finds the applied budget with [InboundFromContext]; its context is
-// cancelled when the budget runs out.
+// cancelled when the budget runs out. A request that is itself a copy
+// (grpc-previous-rpc-attempts ≥ 1) or that a hedging layer above may send again
+// (deadlinekit-hedged-above) gets a context whose calls package hedge does not hedge:
+// the chain rule, see package hedge.
 func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	c := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
+			}
+			if attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header)) {
+				// A layer above may send this request again: its handler's calls
+				// are not hedged (the chain rule, package hedge).
+				r = r.WithContext(attempts.WithCovered(r.Context()))
 			}
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {

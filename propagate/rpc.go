@@ -76,6 +76,9 @@ func (c *config) rpcServerContext(ctx context.Context, h http.Header, stream boo
 	if c.trustGRPC != nil && !c.trustGRPC(ctx) {
 		h.Del(HeaderEnvoyTimeout)
 		h.Del(attempts.Header)
+		h.Del(attempts.CoveredHeader)
+	} else if attempts.Covers(h.Get(attempts.CoveredHeader), h.Get(attempts.Header)) {
+		ctx = attempts.WithCovered(ctx) // the chain rule, package hedge
 	}
 	source := SourceGRPCTimeout
 	if h.Get(HeaderConnectTimeout) != "" {

@@ -13,11 +13,20 @@ import (
 
 // DefaultReserve is the time a client keeps for itself from the budget it passes on:
 // the downstream is told (time left − reserve), so that the answer arrives while the
-// caller can still use it. It goes with the floor ([deadline.DefaultFloor]) so that
-// no layer undoes another's work: a client never sends a request with less time than
-// the downstream's guard demands, and never hedges or retries with less than that
-// plus its reserve.
+// caller can still use it. It is at most [DefaultReserveFraction] of the time left,
+// so that it does not eat a short budget: a call with 20 ms left keeps 2 ms.
+//
+// With the defaults, no floor compounds down a chain: each server's guard learns its
+// floor from its own handler (package shortcircuit: the median of its recent
+// durations, between 1 ms and 1 s), and a client, which cannot know the
+// downstream's, refuses to send only below [deadline.MinFloor] (1 ms) and hedges or
+// retries only with that plus the reserve left. A chain of four 3 ms handlers
+// answers a 25 ms budget (BENCHMARKS.md); a hop whose handler takes 50 ms still
+// refuses a request that arrives with 30 ms.
 const DefaultReserve = 5 * time.Millisecond
+
+// DefaultReserveFraction bounds the reserve at this share of the time left.
+const DefaultReserveFraction = 0.1
 
 // Layer names one layer of the stack, for [Without].
 type Layer uint8
@@ -58,6 +67,8 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	floor, reserve time.Duration
+	floorSet       bool // WithFloor was given: a static floor for every layer
+	reserveSet     bool // WithReserve was given: that reserve, unbounded
 	without        [Breaker + 1]bool
 	idempotent     []string
 	hedger         *hedge.Hedger
@@ -70,7 +81,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{floor: deadline.DefaultFloor, reserve: DefaultReserve}
+	c := &config{floor: deadline.MinFloor, reserve: DefaultReserve}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
@@ -79,21 +90,28 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// WithFloor sets the least budget a hop is worth starting with, for every layer at
-// once: the server's guard refuses a request with less left (shortcircuit), the
-// client does not send one with less after its reserve (propagate), and hedges and
-// retries go out only with at least floor + reserve left (hedge, retry), since
-// anything less would be refused downstream. Zero or less turns the floors off.
-// Default [deadline.DefaultFloor] (20 ms).
+// WithFloor sets a static floor, the least budget a hop is worth starting with, for
+// every layer at once: the server's guard refuses a request with less left
+// (shortcircuit, which then no longer learns its floor), the client does not send
+// one with less after its reserve (propagate), and hedges and retries go out only
+// with at least floor + reserve left (hedge, retry), since anything less would be
+// refused downstream. Zero or less turns the floors off.
+//
+// Default: no static floor. The guard learns each route's floor from its handler
+// (see [shortcircuit.WithFloor]), and the client side uses [deadline.MinFloor]
+// (1 ms): a static floor at every hop is paid at every hop, so that a chain of fast
+// handlers needs hops × floor of budget.
 func WithFloor(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.floor = max(d, 0) })
+	return optionFunc(func(c *config) { c.floor, c.floorSet = max(d, 0), true })
 }
 
 // WithReserve sets the time a client keeps for itself from the budget it passes on
-// (propagate's reserve); hedges and retries need floor + reserve. Zero or less: none.
-// Default [DefaultReserve] (5 ms).
+// (propagate's reserve); hedges and retries need floor + reserve. Zero or less:
+// none. Default [DefaultReserve] (5 ms), at most [DefaultReserveFraction] of the
+// time left; a reserve given here is kept whole (bound it with
+// WithPropagate(propagate.WithMaxReserveFraction(f))).
 func WithReserve(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.reserve = max(d, 0) })
+	return optionFunc(func(c *config) { c.reserve, c.reserveSet = max(d, 0), true })
 }
 
 // Without leaves layers out of the stack, e.g. Without(Hedge) for a client whose
@@ -173,10 +191,17 @@ func (c *config) newBreaker() *breaker.Breaker {
 func (c *config) has(l Layer) bool { return !c.without[l] }
 
 func (c *config) propagateOptions() []propagate.Option {
-	return append([]propagate.Option{propagate.WithFloor(c.floor), propagate.WithReserve(c.reserve)}, c.propagate...)
+	o := []propagate.Option{propagate.WithFloor(c.floor), propagate.WithReserve(c.reserve)}
+	if !c.reserveSet {
+		o = append(o, propagate.WithMaxReserveFraction(DefaultReserveFraction))
+	}
+	return append(o, c.propagate...)
 }
 
 func (c *config) shortcircuitOptions() []shortcircuit.Option {
+	if !c.floorSet {
+		return c.shortcircuit // the guard learns its floor
+	}
 	return append([]shortcircuit.Option{shortcircuit.WithFloor(c.floor)}, c.shortcircuit...)
 }
 

@@ -59,7 +59,7 @@ func TestPropagateFloorRefusesBeforeSending(t *testing.T) {
 		calls.Add(1)
 		return ok(ctx, req)
 	})
-	c := client(hc, url, procGet, connect.WithInterceptors(connectkit.Propagate()))
+	c := client(hc, url, procGet, connect.WithInterceptors(connectkit.Propagate(propagate.WithFloor(20*time.Millisecond))))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	_, err := c.CallUnary(ctx, connect.NewRequest(wrapperspb.String("x")))

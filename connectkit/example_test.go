@@ -16,8 +16,8 @@ import (
 )
 
 // A connect handler and client with the stack: the handler sees the caller's budget
-// less the client's reserve (100 ms here), and a call with less than the floor
-// (20 ms) left is refused before it is sent. (With generated code, pass the options to the generated
+// less the client's reserve (100 ms here), and a call with less than the reserve and
+// the floor left is refused before it is sent. (With generated code, pass the options to the generated
 // constructors: pingv1connect.NewPingServiceClient(hc, url, connectkit.ClientOption()).)
 func Example() {
 	mux := http.NewServeMux()

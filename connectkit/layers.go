@@ -46,7 +46,8 @@ func HandlerOption(opts ...deadlinekit.Option) connect.HandlerOption {
 // with less than the floor left fails with CodeDeadlineExceeded, unsent. On a
 // handler, it applies the server's rules to the deadline connect-go read (the clamp,
 // the default budget, Envoy's header when trusted: [propagate.WithTrustGRPC] decides
-// per call, from its context) and refuses a request that arrived with no time left
+// per call, from its context; a streaming handler gets no default budget and no
+// clamp, only [propagate.WithMaxStreamTimeout]) and refuses a request that arrived with no time left
 // with CodeDeadlineExceeded and grpc-retry-pushback-ms: -1.
 func Propagate(opts ...propagate.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(opts))

@@ -6,15 +6,27 @@ import (
 	"time"
 )
 
-// DefaultBudget is the budget [DefaultPolicy] gives to a context that has no deadline.
+// DefaultBudget is the budget [DefaultPolicy] gives to a context that has no deadline,
+// and the budget a server gives a unary request that came without one (package
+// propagate). A stream gets no default: a timeout used as a stream's whole budget
+// kills a watch or a long download that was doing well.
 const DefaultBudget = 30 * time.Second
 
-// DefaultFloor is the least budget a hop or an attempt is worth starting with, about
-// the least a meaningful attempt needs. Every layer's WithFloor defaults to it: a
-// server's guard refuses a request with less left (shortcircuit), a client does not
-// send one with less (propagate), and retries and hedges go out only with at least
-// this much left (retry, hedge).
+// DefaultFloor is the least time left for which a retry or a hedge goes out, about the
+// least a meaningful attempt needs (package retry's and package hedge's WithFloor
+// default to it). It is no longer the floor of a hop: a constant is wrong for a 2 ms
+// handler and for a 200 ms one, and one at every hop compounds down a chain. A
+// server's guard learns its floor from its own handler's durations (shortcircuit),
+// and a client, which cannot know the downstream's, refuses to send only below
+// [MinFloor] (propagate).
 const DefaultFloor = 20 * time.Millisecond
+
+// MinFloor is the least budget worth sending to a hop whose needs are not known, and
+// the least floor a server's guard learns: a millisecond, about what a request
+// spends on the wire and in the server's own layers before a handler can do
+// anything. Package propagate's client floor defaults to it; package shortcircuit's
+// learned floor is never below it.
+const MinFloor = time.Millisecond
 
 // ErrInsufficientBudget is the sentinel for a budget that cannot pay for the work:
 // nothing is left, or less than the floor. Match it with [errors.Is]; the concrete

@@ -9,7 +9,8 @@ import (
 // the zero value passes the parent's deadline through unchanged, and every field is
 // opt-in. Negative durations count as zero.
 //
-//	child deadline = min(parent deadline − (Reserve + ReserveFraction × left), now + MaxPerHop)
+//	reserve        = Reserve + ReserveFraction × left, at most MaxReserveFraction × left
+//	child deadline = min(parent deadline − reserve, now + MaxPerHop)
 type Policy struct {
 	// Reserve is time kept back from the downstream for the caller's own work after
 	// the downstream answers.
@@ -17,6 +18,12 @@ type Policy struct {
 	// ReserveFraction is a further share of the time left kept back, in [0, 1]
 	// (values outside are clamped). 0.1 keeps 10% of what is left.
 	ReserveFraction float64
+	// MaxReserveFraction bounds the reserve at a share of the time left, in [0, 1]
+	// (values outside are clamped; zero: no bound), so that a fixed Reserve does not
+	// eat a short budget: with Reserve 5 ms and 0.1, a call with 200 ms left keeps
+	// 5 ms, one with 20 ms left keeps 2 ms. Down a chain, a fixed reserve is taken
+	// at every hop; a bounded one leaves each hop at least (1 − share) of what it got.
+	MaxReserveFraction float64
 	// MaxPerHop caps the budget of any one downstream call. Zero means no cap.
 	MaxPerHop time.Duration
 	// Floor is the least budget worth sending downstream. When the child's budget
@@ -61,6 +68,9 @@ func (p Policy) reserve(left time.Duration) time.Duration {
 	r := max(p.Reserve, 0)
 	if f := min(max(p.ReserveFraction, 0), 1); f > 0 && left > 0 {
 		r += time.Duration(float64(left) * f)
+	}
+	if f := min(max(p.MaxReserveFraction, 0), 1); f > 0 && left > 0 {
+		r = min(r, time.Duration(float64(left)*f))
 	}
 	return r
 }

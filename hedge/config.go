@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 )
 
 // Defaults of the options, and the bounds the options are clamped to.
@@ -108,6 +109,7 @@ type config struct {
 	nonFatalGRPC []codes.Code
 	idempotent   map[string]bool
 	observers    []func(context.Context, Event)
+	noChainRule  bool
 }
 
 func newConfig(opts []Option) *config {
@@ -126,6 +128,19 @@ func newConfig(opts []Option) *config {
 		}
 	}
 	return c
+}
+
+// markOf is the chain rule's mark on copy n ≥ 1 of a hedged call: the last copy the
+// layer may send is not covered by it ([attempts.LastCopyValue]), the others are;
+// none without the rule.
+func (c *config) markOf(n int) string {
+	switch {
+	case c.noChainRule:
+		return ""
+	case n >= c.maxAttempts-1:
+		return attempts.LastCopyValue
+	}
+	return attempts.CoveredValue
 }
 
 // disabled reports whether the options leave no room for a hedge.
@@ -229,4 +244,13 @@ func WithObserver(f func(ctx context.Context, e Event)) Option {
 			c.observers = append(c.observers, f)
 		}
 	})
+}
+
+// WithoutChainRule makes the Hedger hedge the calls of a request that a layer above
+// may send again, and leaves the mark that says so off its own calls: each layer of
+// a chain then hedges for itself, as before the chain rule, and the extra load
+// multiplies down the chain (about 1.15 per hop that hedges, in BENCHMARKS.md). It
+// is meant for measuring that. Default: the chain rule holds (see [Hedger]).
+func WithoutChainRule() Option {
+	return optionFunc(func(c *config) { c.noChainRule = true })
 }

@@ -17,4 +17,45 @@
 //
 // To share the latencies, the cap and the statistics between adapters, make one
 // [Hedger] with [New].
+//
+// # The chain rule
+//
+// In a chain where every hop hedges, the hedges multiply: a hop that is slow makes
+// its caller hedge it, and the caller's caller, and each copy's subtree hedges again
+// (each layer's 15% cap holds for its own calls, and 1.15³ ≈ 1.52 over three hops).
+// A hedge sent because its parent is slow cannot help. So, as retries are made in
+// one layer only, a call is hedged by the hop nearest the user that may hedge it, and
+// by nobody below:
+//
+//   - a call the layer may hedge (idempotent, replayable, hedging on) carries the
+//     header deadlinekit-hedged-above: 1 (gRPC metadata of the same name), and so
+//     does every call a handler makes while serving such a request;
+//   - a server (package propagate's server side: deadlinekit.NewHandler,
+//     ServerOptions, connectkit.HandlerOption) marks the context of a request that
+//     carries it, or that is a retry's copy (grpc-previous-rpc-attempts ≥ 1 without
+//     the header), and the calls made under that context are sent once (span
+//     attribute deadlinekit.hedge.skip = "covered", [Stats].Covered), with the
+//     header;
+//   - the last copy a layer may send (the hedge, with the default of two copies)
+//     carries deadlinekit-hedged-above: 0 instead: nothing above will send it again,
+//     so the hops below may hedge in its subtree. A stall that hits the primary and
+//     then the hedge is still hedged once, below, and the P99.9 keeps the benefit of
+//     more than one hedging layer without their product.
+//
+// A copy of the call at the top runs the whole subtree again, so the subtree's
+// slowness is still hedged: the extra load at the bottom of the chain is about the
+// top hedger's, within its cap, instead of the product of every hop's. A call the
+// top cannot hedge (a write without an idempotency key) carries no header, and the
+// hops below it hedge their own calls as before. [WithoutChainRule] turns the rule
+// off, for measuring it (BENCHMARKS.md has the figures).
+//
+// # Choosing the percentile
+//
+// A hedge after P99 helps when fewer than 1% of calls are slow. When more are (3% of
+// calls stalling on a CPU stall, a garbage collection, a cold cache), the P99 is the
+// stall itself: the hedge goes out when the stall is over, and does nothing but add
+// load. Hedge below the share of slow calls instead: with 3–5% slow, WithPercentile(0.9)
+// (or 0.95 once below 5%); or a fixed delay a little above the normal latency,
+// WithDelay(Delay{Initial: d, Min: d, Max: d, MinSamples: 1 << 30}). The cap
+// ([WithMaxExtraLoad]) still bounds the cost.
 package hedge

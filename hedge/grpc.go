@@ -75,6 +75,14 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 		h.notReplayable.Add(1)
 		ev.Skipped = record.HedgeSkipNotIdempotent
 	}
+	covered := h.covered(ctx)
+	if ev.Skipped == "" && h.marks() || covered {
+		ctx = withMark(ctx)
+	}
+	if ev.Skipped == "" && covered {
+		h.coveredCalls.Add(1)
+		ev.Skipped = record.HedgeSkipCovered
+	}
 	if ev.Skipped != "" {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		recordSentOnce(ctx, &ev)
@@ -218,7 +226,7 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (struc
 	}
 	hc := newHedgeCall(p.replyType, p.opts)
 	p.hedges[n] = hc
-	return struct{}{}, p.invoker(withAttempt(ctx, n), p.method, p.req, hc.reply, p.cc, hc.opts...)
+	return struct{}{}, p.invoker(withAttempt(ctx, n, p.cfg.markOf(n)), p.method, p.req, hc.reply, p.cc, hc.opts...)
 }
 
 // newHedgeCall returns a hedge's own reply, and its call options: the caller's, with
@@ -245,10 +253,19 @@ func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *h
 	return hc
 }
 
-// withAttempt returns ctx with grpc-previous-rpc-attempts set for hedge n. A layer
-// above (retry) may have counted attempts already: n adds to its count, replacing its
-// value rather than sending two.
-func withAttempt(ctx context.Context, n int) context.Context {
+// withMark returns ctx with the chain rule's mark in its outgoing metadata, once.
+func withMark(ctx context.Context) context.Context {
+	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(attempts.CoveredKey)) > 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, attempts.CoveredKey, attempts.CoveredValue)
+}
+
+// withAttempt returns ctx with grpc-previous-rpc-attempts set for hedge n, and the
+// chain rule's mark set to mark (none when empty). A layer above (retry) may have
+// counted attempts already: n adds to its count, replacing its value rather than
+// sending two.
+func withAttempt(ctx context.Context, n int, mark string) context.Context {
 	md, ok := metadata.FromOutgoingContext(ctx) // a copy of its own
 	if !ok {
 		md = metadata.MD{}
@@ -258,6 +275,9 @@ func withAttempt(ctx context.Context, n int) context.Context {
 		k = attempts.Parse(vs[len(vs)-1]) // the nearest layer above appended the last
 	}
 	md.Set(attempts.Key, attempts.Format(k+n))
+	if mark != "" {
+		md.Set(attempts.CoveredKey, mark)
+	}
 	return metadata.NewOutgoingContext(ctx, md)
 }
 

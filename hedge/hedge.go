@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
@@ -47,7 +48,7 @@ type Hedger struct {
 	tokens       *tokens
 
 	primaries, hedges, wins, refusedCap, refusedDeadline atomic.Uint64
-	notIdempotent, notReplayable                         atomic.Uint64
+	notIdempotent, notReplayable, coveredCalls           atomic.Uint64
 }
 
 // target is what a Hedger knows of one target. One lookup per call finds it.
@@ -101,6 +102,10 @@ type Stats struct {
 	// body cannot be replayed (no GetBody), and of gRPC calls whose reply is not a
 	// proto.Message.
 	NotReplayable uint64
+	// Covered is the number of idempotent calls sent once by the chain rule: the
+	// request they serve is one a layer above may send again (see the package
+	// documentation).
+	Covered uint64
 	// Tokens is the balance of the token account: how many hedges may go out now.
 	Tokens float64
 }
@@ -115,6 +120,7 @@ func (h *Hedger) Stats() Stats {
 		RefusedByDeadline: h.refusedDeadline.Load(),
 		NotIdempotent:     h.notIdempotent.Load(),
 		NotReplayable:     h.notReplayable.Load(),
+		Covered:           h.coveredCalls.Load(),
 		Tokens:            h.tokens.value(),
 	}
 }
@@ -218,6 +224,16 @@ func (h *Hedger) delay(w *quantile.Window, now time.Time) (time.Duration, bool) 
 	}
 	return d, true
 }
+
+// covered reports whether the calls made under ctx are not hedged by the chain rule:
+// the request ctx serves is one a layer above may send again.
+func (h *Hedger) covered(ctx context.Context) bool {
+	return !h.cfg.noChainRule && attempts.Covered(ctx)
+}
+
+// marks reports whether a call that is hedgeable (or covered) carries the chain
+// rule's mark to the downstream.
+func (h *Hedger) marks() bool { return !h.cfg.noChainRule && !h.cfg.disabled() }
 
 // plan is how a hedgeable call goes out.
 type plan struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -118,6 +119,14 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		h.notReplayable.Add(1)
 		ev.Skipped = record.HedgeSkipNotIdempotent
 	}
+	covered := h.covered(ctx)
+	if ev.Skipped == "" && h.marks() || covered {
+		req = markRequest(req)
+	}
+	if ev.Skipped == "" && covered {
+		h.coveredCalls.Add(1)
+		ev.Skipped = record.HedgeSkipCovered
+	}
 	if ev.Skipped != "" {
 		resp, err := t.base.RoundTrip(req)
 		recordSentOnce(ctx, &ev)
@@ -140,6 +149,25 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
+
+// markRequest returns a copy of req carrying the chain rule's mark, with a header map of
+// its own (the caller's request is never modified).
+func markRequest(req *http.Request) *http.Request {
+	if len(req.Header[attempts.CoveredHeader]) == 1 && req.Header[attempts.CoveredHeader][0] == attempts.CoveredValue {
+		return req
+	}
+	m := &markedRequest{r: *req, v: [1]string{attempts.CoveredValue}}
+	m.r.Header = make(http.Header, len(req.Header)+1)
+	maps.Copy(m.r.Header, req.Header)
+	m.r.Header[attempts.CoveredHeader] = m.v[:]
+	return &m.r
+}
+
+// markedRequest is a request and its mark's value, in one allocation.
+type markedRequest struct {
+	r http.Request
+	v [1]string
+}
 
 // httpCall is everything a hedged HTTP call allocates, in one allocation: the call's
 // state, its event and the winner's body.
@@ -243,6 +271,9 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	}
 	// A layer above (retry) may have counted attempts already: add to its count.
 	r.Header[attempts.Header] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(attempts.Header)) + n)}
+	if mark := p.t.h.cfg.markOf(n); mark != "" {
+		r.Header[attempts.CoveredHeader] = []string{mark}
+	}
 	if p.hasBody {
 		r.Body, p.bodies[n] = p.bodies[n], nil
 	}

@@ -30,9 +30,19 @@ func init() {
 func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
 	ev := Event{Target: c.Procedure, Attempts: 1}
 	t := h.target(c.Procedure, grpcMethod)
-	if !c.Idempotent && !h.grpcIdempotent(ctx, t, c.Procedure) {
-		h.notIdempotent.Add(1)
-		ev.Skipped = record.HedgeSkipNotIdempotent
+	idem := c.Idempotent || h.grpcIdempotent(ctx, t, c.Procedure)
+	covered := h.covered(ctx)
+	if idem && h.marks() || covered {
+		ctx = withMark(ctx)
+	}
+	if !idem || covered {
+		if !idem {
+			h.notIdempotent.Add(1)
+			ev.Skipped = record.HedgeSkipNotIdempotent
+		} else {
+			h.coveredCalls.Add(1)
+			ev.Skipped = record.HedgeSkipCovered
+		}
 		a := send(ctx)
 		recordSentOnce(ctx, &ev)
 		h.observe(ctx, &ev)
@@ -73,7 +83,7 @@ func (p *rpcAttempts) abandon(int)       {}
 
 func (p *rpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (rpc.Answer, error) {
 	if n > 0 {
-		ctx = withAttempt(ctx, n)
+		ctx = withAttempt(ctx, n, p.cfg.markOf(n))
 	}
 	a := p.next(ctx)
 	return a, a.Err

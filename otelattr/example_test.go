@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -17,12 +18,12 @@ import (
 
 // A test of a service's own reads what the toolkit recorded by key: here, the server
 // spans of two requests, one that arrived with 250 ms (grpc-timeout: 250m) and one
-// with 5 ms, below the stack's 20 ms floor. The SDK stands in for the one a service
+// with 5 ms, below a static 20 ms floor. The SDK stands in for the one a service
 // installs at start-up, and the spans for those otelhttp's handler would start.
 func Example() {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	h := deadlinekit.NewHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := deadlinekit.NewHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), deadlinekit.WithFloor(20*time.Millisecond))
 
 	for _, timeout := range []string{"250m", "5m"} {
 		ctx, span := tp.Tracer("example").Start(context.Background(), "GET /price", trace.WithSpanKind(trace.SpanKindServer))

@@ -3,6 +3,8 @@ package propagate
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -29,6 +31,8 @@ type config struct {
 	// server side
 	maxTimeout      time.Duration
 	serverDefault   time.Duration
+	maxStream       time.Duration // zero: a stream's budget is the caller's, unclamped
+	streamHTTP      func(*http.Request) bool
 	ignoreMalformed bool
 	trustEnvoy      bool
 	trustHTTP       func(*http.Request) bool
@@ -37,9 +41,10 @@ type config struct {
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		policy:        deadline.Policy{Floor: deadline.DefaultFloor},
+		policy:        deadline.Policy{Floor: deadline.MinFloor},
 		maxTimeout:    DefaultMaxTimeout,
 		serverDefault: deadline.DefaultBudget,
+		streamHTTP:    StreamingRequest,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -61,6 +66,14 @@ func WithReserveFraction(f float64) Option {
 	return optionFunc(func(c *config) { c.policy.ReserveFraction = f })
 }
 
+// WithMaxReserveFraction bounds the reserve ([WithReserve], [WithReserveFraction]) at
+// a fraction f (in [0, 1]) of the time left, so that a fixed reserve does not eat a
+// short budget (see [deadline.Policy].MaxReserveFraction). Client side. Default 0: no
+// bound.
+func WithMaxReserveFraction(f float64) Option {
+	return optionFunc(func(c *config) { c.policy.MaxReserveFraction = f })
+}
+
 // WithMaxPerHop caps the budget sent to any one downstream call at d, and shortens the
 // call's own deadline to match. Client side. Default: no cap.
 func WithMaxPerHop(d time.Duration) Option {
@@ -70,15 +83,26 @@ func WithMaxPerHop(d time.Duration) Option {
 // WithFloor makes a call fail at once, without sending anything, when the budget it
 // would send is below d: the downstream could not do useful work with it. The error is
 // a *deadline.BudgetError (gRPC DeadlineExceeded). Client side. Default
-// [deadline.DefaultFloor] (20 ms); zero sends any positive budget.
+// [deadline.MinFloor] (1 ms); zero sends any positive budget.
+//
+// The default is small on purpose: a client cannot know what the downstream needs
+// (its guard learns that from its own handler, package shortcircuit), and a floor
+// of its own at every hop of a chain compounds: with 20 ms per hop, a chain of 2 ms
+// handlers needed 45 ms of budget to answer in 15.
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.policy.Floor = d })
 }
 
 // WithDefaultTimeout sets the budget used when none is known. Client side: a call whose
 // context has no deadline gets d (default: none, the call goes out without a deadline
-// header). Server side: a request that carried no deadline gets d (default
+// header). Server side: a unary request that carried no deadline gets d (default
 // [deadline.DefaultBudget], 30 s). Zero or less means no default on either side.
+//
+// A stream never gets the default: a gRPC or connect streaming call, and an HTTP
+// request [WithStreamingHTTP] calls streaming, keep the deadline their caller sent,
+// or none. A watch or a long download whose handler watches its context would
+// otherwise die at 30 s, a timeout used as the whole budget of something that has
+// none. [WithMaxStreamTimeout] bounds a stream's life when the server wants one.
 func WithDefaultTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.policy.Default = max(d, 0)
@@ -93,10 +117,80 @@ func WithConnectTimeoutHeader() Option {
 	return optionFunc(func(c *config) { c.sendConnect = true })
 }
 
-// WithMaxTimeout clamps inbound budgets to d. Server side. Default
-// [DefaultMaxTimeout] (5 minutes). Zero or less disables the clamp.
+// WithMaxTimeout clamps inbound budgets of unary requests to d. Server side. Default
+// [DefaultMaxTimeout] (5 minutes). Zero or less disables the clamp. Streams are not
+// clamped by it ([WithMaxStreamTimeout]).
 func WithMaxTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxTimeout = d })
+}
+
+// WithMaxStreamTimeout bounds the life of every stream (gRPC and connect streaming
+// calls, HTTP requests [WithStreamingHTTP] calls streaming) at d: a stream whose
+// caller sent a longer budget, or none, gets d. Server side. Default: none, a stream
+// keeps its caller's deadline, however long, and one that came without a deadline
+// has none.
+//
+// Why streams are not clamped by [WithMaxTimeout]: the clamp keeps a caller from
+// holding a unary handler for years by asking for it, but a stream's caller holds it
+// as long as it likes by sending no deadline at all; cutting a stated deadline
+// protects nothing and kills the long watches that stated theirs. A server that
+// must bound its streams' life says so here, for every stream alike.
+func WithMaxStreamTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxStream = max(d, 0) })
+}
+
+// WithStreamingHTTP decides which HTTP requests the middleware treats as streams
+// (no default budget, [WithMaxStreamTimeout] instead of the clamp), e.g. by route:
+//
+//	propagate.WithStreamingHTTP(func(r *http.Request) bool {
+//		return propagate.StreamingRequest(r) || strings.HasPrefix(r.URL.Path, "/download/")
+//	})
+//
+// Server side. Default [StreamingRequest]; nil: no HTTP request is a stream.
+func WithStreamingHTTP(f func(r *http.Request) bool) Option {
+	return optionFunc(func(c *config) { c.streamHTTP = f })
+}
+
+// StreamingRequest reports whether r asks for an answer that streams: it accepts
+// text/event-stream (server-sent events), or asks to switch protocols (an Upgrade
+// header: WebSocket), or is a Connect streaming call (content type
+// application/connect+…). (A gRPC request's content type is the same for unary calls
+// and streams: the gRPC server interceptors and connectkit tell them apart.) It is the
+// default of [WithStreamingHTTP].
+func StreamingRequest(r *http.Request) bool {
+	if r.Header.Get("Upgrade") != "" {
+		return true
+	}
+	for _, v := range r.Header.Values("Accept") {
+		if acceptsEventStream(v) {
+			return true
+		}
+	}
+	return strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "application/connect+")
+}
+
+// acceptsEventStream reports whether one Accept value lists text/event-stream with
+// a weight above zero.
+func acceptsEventStream(v string) bool {
+	for part := range strings.SplitSeq(v, ",") {
+		mt, params, _ := strings.Cut(part, ";")
+		if !strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+			continue
+		}
+		zero := false
+		for p := range strings.SplitSeq(params, ";") {
+			k, val, _ := strings.Cut(p, "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				if q, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil && q <= 0 {
+					zero = true
+				}
+			}
+		}
+		if !zero {
+			return true
+		}
+	}
+	return false
 }
 
 // WithIgnoreMalformed makes the server treat a malformed deadline header as absent
@@ -135,7 +229,7 @@ func WithTrustGRPC(f func(ctx context.Context) bool) Option {
 }
 
 // Headers an untrusted caller's request is stripped of.
-var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header}
+var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header, attempts.CoveredHeader}
 
 // Inbound describes the deadline a server applied to a request: what budget it got,
 // where from, and whether the clamp cut it. Read it with [InboundFromContext] in a
@@ -147,7 +241,8 @@ type Inbound struct {
 }
 
 // Values of [Inbound].Source: the lower-case name of the header the budget came from,
-// or SourceDefault when none came and the server's default applied.
+// or SourceDefault when none came and the server's default applied (for a stream,
+// the stream maximum).
 const (
 	SourceGRPCTimeout    = "grpc-timeout"
 	SourceConnectTimeout = "connect-timeout-ms"
@@ -185,10 +280,24 @@ func InboundFromContext(ctx context.Context) (Inbound, bool) {
 	return *in, true
 }
 
-// clamp applies the server's maximum to an inbound budget.
-func (c *config) clamp(in *Inbound) {
-	if c.maxTimeout > 0 && in.Budget > c.maxTimeout {
-		in.Budget = c.maxTimeout
+// clamp applies the server's maximum to an inbound budget: [WithMaxTimeout] for a
+// unary request, [WithMaxStreamTimeout] for a stream.
+func (c *config) clamp(in *Inbound, stream bool) {
+	limit := c.maxTimeout
+	if stream {
+		limit = c.maxStream
+	}
+	if limit > 0 && in.Budget > limit {
+		in.Budget = limit
 		in.Clamped = true
 	}
+}
+
+// defaultBudget is the budget of a request that came without one: the unary default,
+// or for a stream the stream maximum (none by default). Zero: none.
+func (c *config) defaultBudget(stream bool) time.Duration {
+	if stream {
+		return c.maxStream
+	}
+	return c.serverDefault
 }

@@ -11,6 +11,14 @@
 //	server: otelhttp/otelgrpc → propagate → shortcircuit → handler
 //	client: otelhttp/otelgrpc → retry → hedge → propagate → transport
 //
+// A unary request that came without a deadline gets a default budget (30 s), and an
+// inbound budget is clamped to a maximum (5 minutes). A stream gets neither: gRPC and
+// connect streaming calls, and HTTP requests whose answer streams (text/event-stream,
+// an Upgrade; [WithStreamingHTTP] names others), keep their caller's deadline or none,
+// since a caller can hold a stream open without any deadline, and a stream cut at a
+// timeout it never asked for is the bug, not the guard; [WithMaxStreamTimeout]
+// bounds every stream's life when the server wants a bound.
+//
 // Inbound deadline headers are untrusted input: malformed ones are refused with a
 // clear error, and a request that arrives with no time left is answered at once with
 // "do not retry". With an OTel SDK installed, the budgets received and sent are

@@ -144,7 +144,7 @@ func (e statusError) GRPCStatus() *status.Status {
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, cancel, err := c.serverContext(ctx)
+		ctx, cancel, err := c.serverContext(ctx, false)
 		if err != nil {
 			if status.Code(err) == codes.DeadlineExceeded {
 				_ = grpc.SetTrailer(ctx, doNotRetry)
@@ -156,11 +156,15 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor is the streaming form of [UnaryServerInterceptor].
+// StreamServerInterceptor is the streaming form of [UnaryServerInterceptor], with the
+// rules of streams: a stream that came without a deadline gets no default budget,
+// and the caller's deadline is not clamped by [WithMaxTimeout]; both are bounded by
+// [WithMaxStreamTimeout] only (default: no bound). A watch whose caller sent no
+// deadline runs until one side ends it.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 	c := newConfig(opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, cancel, err := c.serverContext(ss.Context())
+		ctx, cancel, err := c.serverContext(ss.Context(), true)
 		if err != nil {
 			if status.Code(err) == codes.DeadlineExceeded {
 				ss.SetTrailer(doNotRetry)
@@ -185,25 +189,31 @@ const envoyMetadataKey = "x-envoy-expected-rq-timeout-ms"
 // (gRPC A6) -1, "do not retry".
 var doNotRetry = metadata.Pairs(pushback.Key, pushback.DoNotRetry)
 
-func (c *config) serverContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
+func (c *config) serverContext(ctx context.Context, stream bool) (context.Context, context.CancelFunc, error) {
 	trusted := c.trustGRPC == nil || c.trustGRPC(ctx)
 	if !trusted {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			md = md.Copy()
 			delete(md, envoyMetadataKey)
 			delete(md, attempts.Key)
+			delete(md, attempts.CoveredKey)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
+	} else if attempts.Covers(firstValue(ctx, attempts.CoveredKey), firstValue(ctx, attempts.Key)) {
+		// A layer above may send this call again: its handler's calls are not
+		// hedged (the chain rule, package hedge).
+		ctx = attempts.WithCovered(ctx)
 	}
-	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey))
+	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey), stream)
 }
 
 // frameworkContext applies the server's rules to a deadline that the framework
 // (grpc-go, connect-go) read from the timeout header named by source and set on ctx
 // itself: with none, the Envoy header's values envoy when trusted, else the default
 // budget; then the clamp, and the refusal of a request with no time left. The
-// framework's deadline stands unless the clamp cut it or none came.
-func (c *config) frameworkContext(ctx context.Context, source string, envoy []string) (context.Context, context.CancelFunc, error) {
+// framework's deadline stands unless the clamp cut it or none came. A stream gets no
+// default budget and the stream maximum for a clamp.
+func (c *config) frameworkContext(ctx context.Context, source string, envoy []string, stream bool) (context.Context, context.CancelFunc, error) {
 	var in Inbound
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, source
@@ -211,12 +221,12 @@ func (c *config) frameworkContext(ctx context.Context, source string, envoy []st
 		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	} else if ok {
 		in.Budget, in.Source = d, SourceEnvoyTimeout
-	} else if c.serverDefault > 0 {
-		in.Budget, in.Source = c.serverDefault, SourceDefault
+	} else if d := c.defaultBudget(stream); d > 0 {
+		in.Budget, in.Source = d, SourceDefault
 	} else {
 		return ctx, noop, nil
 	}
-	c.clamp(&in)
+	c.clamp(&in, stream)
 	if in.Budget <= 0 {
 		record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 		return ctx, nil, status.Error(codes.DeadlineExceeded, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")")
@@ -254,3 +264,11 @@ func (c *config) envoyTimeout(vs []string) (time.Duration, bool, error) {
 }
 
 func noop() {}
+
+// firstValue is the first value of the incoming metadata key k, or "".
+func firstValue(ctx context.Context, k string) string {
+	if vs := metadata.ValueFromIncomingContext(ctx, k); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}

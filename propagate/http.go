@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -21,7 +22,7 @@ import (
 // by [WithMaxPerHop], rounded down. With no option it passes exactly the time left.
 //
 // When nothing is left, or less than the floor ([WithFloor], default
-// [deadline.DefaultFloor]), RoundTrip returns an error wrapping
+// [deadline.MinFloor]), RoundTrip returns an error wrapping
 // context.DeadlineExceeded (a *deadline.BudgetError) without sending, whatever base
 // would have done. A request whose context has no deadline goes out without a header,
 // unless [WithDefaultTimeout] is set.
@@ -151,7 +152,10 @@ func closeBody(req *http.Request) {
 //  3. X-Envoy-Expected-Rq-Timeout-Ms, only with [WithTrustEnvoy]
 //
 // The budget is clamped to [WithMaxTimeout] (default 5 minutes). With no header, the
-// default budget applies ([WithDefaultTimeout], default 30 s). A malformed header, or
+// default budget applies ([WithDefaultTimeout], default 30 s). A request whose answer
+// streams ([WithStreamingHTTP]; by default one that accepts text/event-stream or asks
+// for an Upgrade) gets neither: it keeps its caller's deadline or none, bounded only
+// by [WithMaxStreamTimeout]. A malformed header, or
 // the same header repeated, is answered with 400 Bad Request naming the header, unless
 // [WithIgnoreMalformed] is set. A request that arrives with no time left is answered
 // with 504 Gateway Timeout without calling the handler, and the header
@@ -159,7 +163,10 @@ func closeBody(req *http.Request) {
 // retry could only arrive with less time.
 //
 // The handler finds the applied budget with [InboundFromContext]; its context is
-// cancelled when the budget runs out.
+// cancelled when the budget runs out. A request that is itself a copy
+// (grpc-previous-rpc-attempts ≥ 1) or that a hedging layer above may send again
+// (deadlinekit-hedged-above) gets a context whose calls package hedge does not hedge:
+// the chain rule, see package hedge.
 func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	c := newConfig(opts)
 	return func(next http.Handler) http.Handler {
@@ -167,19 +174,26 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
 			}
+			if attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header)) {
+				// A layer above may send this request again: its handler's calls
+				// are not hedged (the chain rule, package hedge).
+				r = r.WithContext(attempts.WithCovered(r.Context()))
+			}
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {
 				http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 				return
 			}
+			stream := c.streamHTTP != nil && c.streamHTTP(r)
 			if !found {
-				if c.serverDefault <= 0 {
+				d := c.defaultBudget(stream)
+				if d <= 0 {
 					next.ServeHTTP(w, r)
 					return
 				}
-				in = Inbound{Budget: c.serverDefault, Source: SourceDefault}
+				in = Inbound{Budget: d, Source: SourceDefault}
 			}
-			c.clamp(&in)
+			c.clamp(&in, stream)
 			if in.Budget <= 0 {
 				record.Inbound(r.Context(), in.Budget, in.Source, in.Clamped)
 				w.Header().Set(pushback.Key, pushback.DoNotRetry)

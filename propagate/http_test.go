@@ -119,9 +119,9 @@ func TestTransportRefusesWithoutTime(t *testing.T) {
 			opts  []propagate.Option
 		}{
 			{"below the floor", 0, []propagate.Option{propagate.WithFloor(15 * time.Millisecond)}},
-			{"below the default floor", 0, nil}, // deadline.DefaultFloor, 20 ms
+			{"below the default floor", 9500 * time.Microsecond, nil}, // deadline.MinFloor, 1 ms
 			{"reserve eats it all", 0, []propagate.Option{propagate.WithFloor(0), propagate.WithReserve(10 * time.Millisecond)}},
-			{"expired", 10 * time.Millisecond, nil},
+			{"expired", time.Millisecond, nil},
 		} {
 			time.Sleep(tc.sleep)
 			body := &trackedBody{Reader: strings.NewReader("payload")}

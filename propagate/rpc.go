@@ -55,7 +55,7 @@ func (c *config) rpcStream(ctx context.Context, call *rpc.Call) (context.Context
 }
 
 func (c *config) rpcServer(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
-	ctx, cancel, err := c.rpcServerContext(ctx, in.Header)
+	ctx, cancel, err := c.rpcServerContext(ctx, in.Header, in.Stream)
 	if err != nil {
 		r := &rpc.Refusal{Err: err}
 		if status.Code(err) == codes.DeadlineExceeded {
@@ -69,16 +69,20 @@ func (c *config) rpcServer(ctx context.Context, in *rpc.Inbound, handle rpc.Hand
 
 // rpcServerContext is serverContext for a framework that applied the caller's
 // timeout header to ctx itself, with the request's headers h: the Envoy header when
-// trusted, the clamp and the default budget. For a caller [WithTrustGRPC] refuses, the
-// Envoy and attempt headers are removed from h, which the handler sees.
-func (c *config) rpcServerContext(ctx context.Context, h http.Header) (context.Context, context.CancelFunc, error) {
+// trusted, the clamp and the default budget (for a stream, neither: the stream
+// maximum only). For a caller [WithTrustGRPC] refuses, the Envoy and attempt headers
+// are removed from h, which the handler sees.
+func (c *config) rpcServerContext(ctx context.Context, h http.Header, stream bool) (context.Context, context.CancelFunc, error) {
 	if c.trustGRPC != nil && !c.trustGRPC(ctx) {
 		h.Del(HeaderEnvoyTimeout)
 		h.Del(attempts.Header)
+		h.Del(attempts.CoveredHeader)
+	} else if attempts.Covers(h.Get(attempts.CoveredHeader), h.Get(attempts.Header)) {
+		ctx = attempts.WithCovered(ctx) // the chain rule, package hedge
 	}
 	source := SourceGRPCTimeout
 	if h.Get(HeaderConnectTimeout) != "" {
 		source = SourceConnectTimeout
 	}
-	return c.frameworkContext(ctx, source, h.Values(HeaderEnvoyTimeout))
+	return c.frameworkContext(ctx, source, h.Values(HeaderEnvoyTimeout), stream)
 }

@@ -35,7 +35,8 @@ const (
 )
 
 func hostileOpts(extra ...propagate.Option) []propagate.Option {
-	return append([]propagate.Option{propagate.WithMaxTimeout(hostileMax), propagate.WithDefaultTimeout(hostileDefault)}, extra...)
+	return append([]propagate.Option{propagate.WithMaxTimeout(hostileMax), propagate.WithDefaultTimeout(hostileDefault),
+		propagate.WithMaxStreamTimeout(hostileMax)}, extra...)
 }
 
 // hostileHTTPStack wraps h in the full HTTP server stack.
@@ -355,8 +356,12 @@ func TestHostileGRPCStackClient(t *testing.T) {
 					t.Errorf("handler deadline %v ahead; want within (0, %v]", g.ahead, hostileMax)
 				}
 				if tc.budget == hostileMax || tc.budget == hostileDefault {
-					if g.budget != tc.budget {
-						t.Errorf("applied budget %v; want %v", g.budget, tc.budget)
+					want := tc.budget
+					if kind == "stream" && want == hostileDefault {
+						want = hostileMax // a stream gets no default budget: the stream maximum
+					}
+					if g.budget != want {
+						t.Errorf("applied budget %v; want %v", g.budget, want)
 					}
 				}
 				if kind == "unary" && g.serving != tc.serving {

@@ -217,7 +217,8 @@ func panicGRPCChains(c *shortcircuit.Counter) []panicGRPCChain {
 	return []panicGRPCChain{
 		{name: "bare"},
 		{name: "propagate", unary: []grpc.UnaryServerInterceptor{propagate.UnaryServerInterceptor()},
-			stream: []grpc.StreamServerInterceptor{propagate.StreamServerInterceptor()}, deadline: true},
+			// (A stream gets a deadline of propagate's only with a stream maximum.)
+			stream: []grpc.StreamServerInterceptor{propagate.StreamServerInterceptor(propagate.WithMaxStreamTimeout(time.Minute))}, deadline: true},
 		{name: "retry", unary: []grpc.UnaryServerInterceptor{retry.UnaryServerInterceptor()}},
 		{name: "shortcircuit",
 			unary:  []grpc.UnaryServerInterceptor{shortcircuit.UnaryServerInterceptor(shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithObserver(c.Observe))},
@@ -225,7 +226,7 @@ func panicGRPCChains(c *shortcircuit.Counter) []panicGRPCChain {
 		{name: "full stack",
 			unary: []grpc.UnaryServerInterceptor{propagate.UnaryServerInterceptor(), retry.UnaryServerInterceptor(),
 				shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(time.Millisecond), shortcircuit.WithObserver(c.Observe))},
-			stream: []grpc.StreamServerInterceptor{propagate.StreamServerInterceptor(),
+			stream: []grpc.StreamServerInterceptor{propagate.StreamServerInterceptor(propagate.WithMaxStreamTimeout(time.Minute)),
 				shortcircuit.StreamServerInterceptor(shortcircuit.WithFloor(time.Millisecond), shortcircuit.WithObserver(c.Observe))},
 			deadline: true},
 	}

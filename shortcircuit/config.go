@@ -21,8 +21,12 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	floor     time.Duration
 	floorFunc func(route string) time.Duration
-	adaptive  *Adaptive
-	observers []func(context.Context, Event)
+	adaptive  *Adaptive // given with WithAdaptiveFloor
+	// learned: no static floor was given, so the floor is learned from the handler
+	// (DefaultAdaptive) unless WithAdaptiveFloor says how; stream: the guard of
+	// streams, whose lives are no service time to learn a floor from.
+	learned, stream bool
+	observers       []func(context.Context, Event)
 
 	maxConcurrency int // zero: no limit (unless adaptiveLimit)
 	adaptiveLimit  *AdaptiveLimit
@@ -31,20 +35,37 @@ type config struct {
 }
 
 func newConfig(opts []Option) config {
-	c := config{floor: deadline.DefaultFloor, maxQueue: -1}
+	c := config{floor: deadline.MinFloor, learned: true, maxQueue: -1}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
 		}
 	}
+	if c.adaptive == nil && c.learned && !c.stream {
+		a := DefaultAdaptive
+		c.adaptive = &a
+	}
 	return c
 }
 
 // WithFloor sets a static floor for every request: a request with less than d left
-// is refused before the handler runs. Default [deadline.DefaultFloor] (20 ms); with
+// is refused before the handler runs, and the floor is no longer learned (unless
+// [WithAdaptiveFloor] is given too: the larger of the two is then in force). With
 // zero (or less), only requests already past their deadline are refused.
+//
+// Default: the floor follows what the route's handler takes. Each route (the gRPC
+// method, the HTTP pattern or path) learns the median of its handler's recent
+// successful durations ([DefaultAdaptive]: the last 10 s, once 20 are known), held
+// between [deadline.MinFloor] (1 ms) and 1 s; until a route has learned, and for a
+// route past [Adaptive].MaxRoutes, its floor is 1 ms. A request with less time left
+// than half of the route's recent calls took is refused: a 2 ms handler admits a
+// request with 3 ms left, a 50 ms one refuses a request with 30 ms. The upper bound
+// (1 s, not the 20 ms static floor of earlier versions) is what lets a slow route
+// refuse what it cannot finish; it only bounds the damage of a handler that turns
+// very slow. A stream's guard learns nothing by default (a stream's life is no
+// service time): its floor is 1 ms.
 func WithFloor(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.floor = max(d, 0) })
+	return optionFunc(func(c *config) { c.floor, c.learned = max(d, 0), false })
 }
 
 // WithFloorFunc sets a floor per route, computed by f from the route key: the gRPC
@@ -66,7 +87,8 @@ func WithFloorFunc(f func(route string) time.Duration) Option {
 
 // Adaptive configures the adaptive floor: a quantile of the durations of a route's
 // recent successful calls (gRPC: the handler returned nil; HTTP: a status below 500;
-// a stream's whole life), learned after the handler returns and read without a lock
+// a stream's whole life; never a call whose context ended while its handler ran,
+// whose duration is the budget it was given), learned after the handler returns and read without a lock
 // on the admit path. A route has a floor once its window holds MinSamples durations,
 // held between Min and Max. It is plain data; zero fields take the value of
 // [DefaultAdaptive].
@@ -102,15 +124,16 @@ type Adaptive struct {
 	MaxRoutes int
 }
 
-// DefaultAdaptive is the adaptive floor's default: the median of the successful
-// durations of the last 10 s (10 buckets of 1 s), once 20 are known, between 0 and 1 s,
-// for at most 256 routes.
+// DefaultAdaptive is the adaptive floor's default, and the floor of a guard given no
+// [WithFloor]: the median of the successful durations of the last 10 s (10 buckets
+// of 1 s), once 20 are known, between 1 ms ([deadline.MinFloor]) and 1 s, for at most
+// 256 routes.
 var DefaultAdaptive = Adaptive{
 	Quantile:   0.5,
 	Window:     10 * time.Second,
 	Buckets:    10,
 	MinSamples: 20,
-	Min:        0,
+	Min:        deadline.MinFloor,
 	Max:        time.Second,
 	MaxRoutes:  256,
 }
@@ -141,9 +164,10 @@ func (a Adaptive) withDefaults() Adaptive {
 	return a
 }
 
-// WithAdaptiveFloor turns on the adaptive floor, learned per route from the handler's
-// own recent successful durations (see [Adaptive] for how it follows a
-// handler that slows down or speeds up). Pass [DefaultAdaptive] for the defaults.
+// WithAdaptiveFloor sets how the floor is learned, per route from the handler's own
+// recent successful durations (see [Adaptive] for how it follows a handler that
+// slows down or speeds up), and keeps it learned beside a static [WithFloor]. Without
+// any floor option the guard learns with [DefaultAdaptive].
 //
 // For HTTP, telling success needs the response status, so with an adaptive floor the
 // guard hands the handler a wrapped [net/http.ResponseWriter] (one allocation per
@@ -266,9 +290,10 @@ func WithAdaptiveConcurrency(a AdaptiveLimit) Option {
 	})
 }
 
-// withoutLimit removes the concurrency limit (streams).
+// withoutLimit makes the guard of streams: no concurrency limit, and no floor learned
+// unless [WithAdaptiveFloor] asks for one.
 func withoutLimit() Option {
-	return optionFunc(func(c *config) { c.maxConcurrency, c.adaptiveLimit = 0, nil })
+	return optionFunc(func(c *config) { c.maxConcurrency, c.adaptiveLimit, c.stream = 0, nil, true })
 }
 
 // WithQueue sets the queue of the concurrency limit: at most n requests wait for a

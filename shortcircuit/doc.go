@@ -10,8 +10,10 @@
 //
 //	user's tracing (otelhttp, otelgrpc) → propagate → shortcircuit → handler
 //
-// The floor in force is the largest of [WithFloor], [WithFloorFunc] and
-// [WithAdaptiveFloor]; [WithMaxConcurrency] and [WithAdaptiveConcurrency] add a limit
+// By default the floor follows what each route's handler takes: the median of its
+// recent successful durations, between 1 ms and 1 s ([WithFloor] says why); a static
+// floor replaces it. The floor in force is the largest of [WithFloor], [WithFloorFunc]
+// and [WithAdaptiveFloor]; [WithMaxConcurrency] and [WithAdaptiveConcurrency] add a limit
 // that admits a request only if it can finish in time. A request without a deadline
 // is never refused for its budget. [Check] makes the same test inside a handler.
 package shortcircuit

@@ -333,7 +333,9 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 		t.released = true
 		g.lim.releaseAt(end, max(took, 1))
 	}
-	if ok && t.win != nil {
+	if ok && t.win != nil && ctx.Err() == nil {
+		// A handler whose context ended (its deadline passed, its caller left) ran
+		// as long as it was let: that is the budget it got, not its service time.
 		t.win.Add(end, took)
 	}
 	if len(g.observers) == 0 {

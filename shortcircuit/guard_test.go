@@ -120,13 +120,14 @@ func TestStaticFloorHTTP(t *testing.T) {
 		if w.Code != 504 || w.Body.String() != want || ran != before {
 			t.Fatalf("expired: %d %q; want 504 %q and no handler", w.Code, w.Body, want)
 		}
-		// With no option the floor is deadline.DefaultFloor; with a zero floor, a
-		// request with any time left runs.
-		if w := serve(bare, "/x", deadline.DefaultFloor-time.Nanosecond); w.Code != 504 {
-			t.Fatalf("default floor, %v left: %d; want 504", deadline.DefaultFloor-time.Nanosecond, w.Code)
+		// With no option, a route that has not learned its handler's time yet has
+		// the floor deadline.MinFloor; with a zero floor, a request with any time
+		// left runs.
+		if w := serve(bare, "/x", deadline.MinFloor-time.Nanosecond); w.Code != 504 {
+			t.Fatalf("default floor, %v left: %d; want 504", deadline.MinFloor-time.Nanosecond, w.Code)
 		}
-		if w := serve(bare, "/x", deadline.DefaultFloor); w.Code != 200 {
-			t.Fatalf("default floor, %v left: %d; want 200", deadline.DefaultFloor, w.Code)
+		if w := serve(bare, "/x", deadline.MinFloor); w.Code != 200 {
+			t.Fatalf("default floor, %v left: %d; want 200", deadline.MinFloor, w.Code)
 		}
 		none := shortcircuit.NewMiddleware(shortcircuit.WithFloor(0))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 		if w := serve(none, "/x", time.Nanosecond); w.Code != 200 {

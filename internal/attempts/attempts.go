@@ -6,7 +6,10 @@
 // untrusted caller's request. One parser and one formatter serve them all.
 package attempts
 
-import "strconv"
+import (
+	"context"
+	"strconv"
+)
 
 const (
 	// Key is the gRPC metadata key, and the HTTP header name for http.Header's Get,
@@ -75,4 +78,57 @@ func Parse(v string) int {
 // [Parse] reads back as the same number.
 func Format(n int) string {
 	return strconv.Itoa(min(max(n, 0), Max))
+}
+
+// The chain rule of hedging. A call that a hedging layer may send again (a hedgeable
+// call: idempotent, replayable, hedging on) carries the header
+// deadlinekit-hedged-above, and so does every call a server makes while serving one:
+// a copy of that call would run the whole subtree again, so hedging inside it only
+// multiplies the load (1.15 per hop that hedges) and cannot help, its parent being
+// slow. A retry's copy (grpc-previous-rpc-attempts ≥ 1, no mark) counts as covered as
+// well; the last copy a hedging layer sends is marked not covered ([LastCopyValue]).
+// Package propagate's server side reads them
+// ([Covers]) and marks the request's context ([WithCovered]); package hedge sends
+// such a context's calls once, with the header.
+const (
+	// CoveredKey is the gRPC metadata key of the mark, and the HTTP header name for
+	// http.Header's methods, which canonicalize it.
+	CoveredKey = "deadlinekit-hedged-above"
+	// CoveredHeader is the HTTP header name in canonical form.
+	CoveredHeader = "Deadlinekit-Hedged-Above"
+	// CoveredValue is the mark's value on a call the layer above may send again.
+	CoveredValue = "1"
+	// LastCopyValue is the mark's value on the last copy a hedging layer sends: no
+	// further copy of it will come, so its subtree is not covered, and the hops below
+	// may hedge their own calls in it (a second stall inside the last copy is still
+	// hedged once).
+	LastCopyValue = "0"
+)
+
+// Covers reports whether an inbound request with the mark's value covered and the
+// attempt count's value prev is covered by a layer above: a mark other than
+// [LastCopyValue] (a hostile caller gains nothing from one but fewer hedges), or,
+// with no mark, a count of 1 or more (a retry's copy).
+func Covers(covered, prev string) bool {
+	if covered != "" {
+		return covered != LastCopyValue
+	}
+	return Parse(prev) > 0
+}
+
+type coveredKey struct{}
+
+// WithCovered returns ctx marked as serving a request a layer above may send again.
+func WithCovered(ctx context.Context) context.Context {
+	if Covered(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, coveredKey{}, true)
+}
+
+// Covered reports whether ctx serves a request a layer above may send again
+// ([WithCovered]).
+func Covered(ctx context.Context) bool {
+	v, _ := ctx.Value(coveredKey{}).(bool)
+	return v
 }

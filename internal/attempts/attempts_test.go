@@ -1,6 +1,7 @@
 package attempts_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -118,4 +119,33 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(Format(%d)) = %d", n, got)
 		}
 	})
+}
+
+// Which inbound requests the chain rule covers, hostile values included: a mark
+// other than "0" covers (it can only cost its sender hedges), no mark falls back on
+// the attempt count.
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		mark, prev string
+		want       bool
+	}{
+		{"", "", false},
+		{"1", "", true},
+		{"0", "", false},
+		{"0", "3", false}, // the last copy of a hedge: not covered, whatever it counts
+		{"", "1", true},   // a retry's copy
+		{"", "0", false},
+		{"", "x", false},
+		{"yes", "", true},
+		{" 0", "", true}, // not exactly the last copy's value
+		{"1", "0", true},
+	} {
+		if got := attempts.Covers(c.mark, c.prev); got != c.want {
+			t.Errorf("Covers(%q, %q) = %v; want %v", c.mark, c.prev, got, c.want)
+		}
+	}
+	ctx := context.Background()
+	if attempts.Covered(ctx) || !attempts.Covered(attempts.WithCovered(ctx)) {
+		t.Error("Covered(ctx) = true without WithCovered, or false with it")
+	}
 }

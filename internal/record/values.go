@@ -31,6 +31,7 @@ const (
 	HedgeSkipDeadline      HedgeSkip = "deadline"       // less than the hedge floor was left when the hedge was due
 	HedgeSkipNotDue        HedgeSkip = "not_due"        // the call ended before its hedge delay
 	HedgeSkipDisabled      HedgeSkip = "disabled"       // hedging is configured off (one attempt, or no extra load)
+	HedgeSkipCovered       HedgeSkip = "covered"        // a layer above may send the request this call serves again (the chain rule)
 )
 
 // AttemptKind says why an attempt was made.

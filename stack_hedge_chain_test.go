@@ -1,0 +1,287 @@
+package deadlinekit_test
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
+)
+
+// hedgeChain is user → A (HTTP) → B (gRPC, an idempotent method) → C (HTTP), three
+// loopback servers built with the root constructors, every client hedging (the
+// user's included). work[i] is hop i's handler before it calls the next (C's is its
+// whole work); it gets the handler's context and the hop's request number (1-based).
+type hedgeChain struct {
+	tb      testing.TB
+	client  *http.Client
+	url     string
+	runs    [3]atomic.Int64  // handler runs per hop
+	hedgers [3]*hedge.Hedger // the user's client's, A's, B's
+}
+
+func startHedgeChain(tb testing.TB, work [3]func(ctx context.Context, n int64), hedgeOpts ...hedge.Option) *hedgeChain {
+	tb.Helper()
+	ch := &hedgeChain{tb: tb}
+	for i := range ch.hedgers {
+		ch.hedgers[i] = hedge.New(append([]hedge.Option{hedge.WithIdempotentMethods(hopMethod)}, hedgeOpts...)...)
+	}
+	client := func(i int) []deadlinekit.Option {
+		return []deadlinekit.Option{deadlinekit.WithSharedHedger(ch.hedgers[i])}
+	}
+	c := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		work[2](r.Context(), ch.runs[2].Add(1))
+		io.WriteString(w, "ok")
+	})))
+	tb.Cleanup(c.Close)
+	toC := &http.Client{Transport: deadlinekit.NewTransport(nil, client(2)...)}
+	tb.Cleanup(toC.CloseIdleConnections)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := grpc.NewServer(deadlinekit.ServerOptions()...)
+	gs.RegisterService(hopService(func(ctx context.Context) error {
+		work[1](ctx, ch.runs[1].Add(1))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+		if err != nil {
+			return err
+		}
+		return deadlinekit.GRPCError(ctx, deadlinekit.FromHTTP(toC.Do(req)))
+	}), nil)
+	go gs.Serve(lis)
+	tb.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(client(1)...),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+
+	a := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		work[0](r.Context(), ch.runs[0].Add(1))
+		if err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil); err != nil {
+			deadlinekit.WriteHTTPError(w, err)
+			return
+		}
+		io.WriteString(w, "ok")
+	})))
+	tb.Cleanup(a.Close)
+	ch.url = a.URL
+	ch.client = &http.Client{Transport: deadlinekit.NewTransport(nil, client(0)...)}
+	tb.Cleanup(ch.client.CloseIdleConnections)
+	return ch
+}
+
+// call sends one user request (a GET) with a 2 s budget; hdr adds request headers.
+func (ch *hedgeChain) call(hdr ...string) (int, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ch.url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	start := time.Now()
+	resp, err := ch.client.Do(req)
+	if err != nil {
+		ch.tb.Fatalf("the user's call failed: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(start)
+}
+
+// stall holds the handler until its context ends, or 2 s.
+func stall(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+	}
+}
+
+// The chain rule: every hop hedges, B is slow, and only the hedge nearest the user
+// is sent. The user's call is hedgeable, so A's calls (and B's) are covered: a copy
+// of the user's call runs them again. A does not hedge its call to B: B runs twice
+// for one user request (the primary's, held until the user's hedge wins, and the
+// hedge's, which is fast). Without the rule A hedges B as well.
+func TestChainHedgesOnce(t *testing.T) {
+	delay := hedge.WithDelay(hedge.Delay{Initial: 5 * time.Millisecond, MinSamples: 1 << 30})
+	slowB := func(slow int64) [3]func(context.Context, int64) {
+		return [3]func(context.Context, int64){
+			func(context.Context, int64) {},
+			func(ctx context.Context, n int64) {
+				if n <= slow {
+					stall(ctx) // B's first requests are slow
+				}
+			},
+			func(context.Context, int64) {},
+		}
+	}
+	for _, v := range []struct {
+		name string
+		opts []hedge.Option
+		rule bool
+	}{{"chain rule", nil, true}, {"without the rule", []hedge.Option{hedge.WithoutChainRule()}, false}} {
+		t.Run(v.name, func(t *testing.T) {
+			// B's first request stalls; A's second (the user's hedge) takes 20 ms
+			// before it calls B, so that A's own hedge of its slow call to B would
+			// be due (after 5 ms) before the user's hedge could win.
+			work := slowB(1)
+			work[0] = func(_ context.Context, n int64) {
+				if n == 2 {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			ch := startHedgeChain(t, work, append([]hedge.Option{delay}, v.opts...)...)
+			if code, _ := ch.call(); code != http.StatusOK {
+				t.Fatalf("status %d", code)
+			}
+			user, a, b := ch.hedgers[0].Stats(), ch.hedgers[1].Stats(), ch.hedgers[2].Stats()
+			if v.rule {
+				if user.Hedges != 1 || a.Hedges != 0 || b.Hedges != 0 || ch.runs[1].Load() != 2 {
+					t.Errorf("hedges sent: user %d, A %d, B %d; B ran %d times; want 1, 0, 0 and 2", user.Hedges, a.Hedges, b.Hedges, ch.runs[1].Load())
+				}
+			} else if a.Hedges == 0 {
+				t.Errorf("without the rule A sent no hedge (B ran %d times); want A hedging its slow call too (this test's control)", ch.runs[1].Load())
+			}
+		})
+	}
+	// The user's hedge is the last copy its layer sends (two copies in all): its
+	// subtree is not covered, so when it stalls as well, A hedges it there, once.
+	t.Run("the last copy is hedged below", func(t *testing.T) {
+		ch := startHedgeChain(t, slowB(2), delay)
+		if code, _ := ch.call(); code != http.StatusOK {
+			t.Fatalf("status %d", code)
+		}
+		user, a := ch.hedgers[0].Stats(), ch.hedgers[1].Stats()
+		if user.Hedges != 1 || a.Hedges != 1 || a.Covered != 1 || ch.runs[1].Load() != 3 {
+			t.Errorf("hedges: user %d, A %d (A's calls covered: %d); B ran %d times; want 1, 1 (in the last copy), 1 and 3",
+				user.Hedges, a.Hedges, a.Covered, ch.runs[1].Load())
+		}
+	})
+	// A request that is itself a retry (grpc-previous-rpc-attempts ≥ 1, no mark) is
+	// covered too, whoever sent it: A does not hedge B for it.
+	t.Run("serving a retry", func(t *testing.T) {
+		work := slowB(0)
+		work[1] = func(ctx context.Context, n int64) {
+			if n == 1 {
+				time.Sleep(50 * time.Millisecond) // slow, but it answers
+			}
+		}
+		ch := startHedgeChain(t, work, delay)
+		ch.client = &http.Client{Transport: http.DefaultTransport} // a caller that does not hedge
+		if code, _ := ch.call("grpc-previous-rpc-attempts", "1"); code != http.StatusOK {
+			t.Fatalf("status %d", code)
+		}
+		if a := ch.hedgers[1].Stats(); a.Hedges != 0 {
+			t.Errorf("A sent %d hedges for a request that is itself a retry; want 0", a.Hedges)
+		}
+	})
+}
+
+// BenchmarkHedgeChain measures the chain rule on the chain of [TestChainHedgesOnce]:
+// every hop hedges (the root constructors' defaults), and B stalls for 100 ms in 5% of
+// its calls (a seeded draw; 1 ms of work at every hop otherwise). After 300 warm-up
+// requests, 4000 user requests, 4 at a time: the calls that reach the bottom (C) per
+// user request, the hedges sent per user request by each client, and the user's
+// latency percentiles. "before" is each hop hedging for itself
+// (hedge.WithoutChainRule), "after" the chain rule; at the default percentile (P99)
+// and at P90 (hedge.WithPercentile(0.9)); "no-hedging" leaves the layer out.
+//
+//	go test -run '^$' -bench HedgeChain -benchtime 1x -count 1 .
+func BenchmarkHedgeChain(b *testing.B) {
+	const (
+		warm, n, workers = 300, 4000, 4
+		slowShare        = 0.05
+		stallFor         = 100 * time.Millisecond
+	)
+	for _, v := range []struct {
+		name string
+		opts []hedge.Option
+	}{
+		{"no-hedging", []hedge.Option{hedge.WithMaxAttempts(1)}},
+		{"P99/before", []hedge.Option{hedge.WithoutChainRule()}},
+		{"P99/after", nil},
+		{"P90/before", []hedge.Option{hedge.WithPercentile(0.9), hedge.WithoutChainRule()}},
+		{"P90/after", []hedge.Option{hedge.WithPercentile(0.9)}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			var mu sync.Mutex
+			rng := rand.New(rand.NewPCG(21, 3))
+			slow := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return rng.Float64() < slowShare
+			}
+			sleep := func(ctx context.Context, d time.Duration) {
+				t := time.NewTimer(d)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+			}
+			work := [3]func(context.Context, int64){
+				func(ctx context.Context, _ int64) { sleep(ctx, time.Millisecond) },
+				func(ctx context.Context, _ int64) {
+					d := time.Millisecond
+					if slow() {
+						d = stallFor
+					}
+					sleep(ctx, d)
+				},
+				func(ctx context.Context, _ int64) { sleep(ctx, time.Millisecond) },
+			}
+			ch := startHedgeChain(b, work, v.opts...)
+			b.ReportAllocs()
+			for b.Loop() {
+				testkit.Parallel(workers, warm, func(int) { ch.call() })
+				var before [3]uint64
+				for i, h := range ch.hedgers {
+					before[i] = h.Stats().Hedges
+				}
+				bottom0 := ch.runs[2].Load()
+				lat := make([]time.Duration, n)
+				testkit.Parallel(workers, n, func(i int) {
+					code, d := ch.call()
+					if code != http.StatusOK {
+						b.Errorf("status %d", code)
+					}
+					lat[i] = d
+				})
+				slices.Sort(lat)
+				pct := func(p float64) float64 {
+					return float64(lat[min(int(p*float64(n)), n-1)]) / float64(time.Millisecond)
+				}
+				bottom := float64(ch.runs[2].Load()-bottom0) / n
+				b.ReportMetric(bottom, "bottom-calls/req")
+				b.ReportMetric(100*(bottom-1), "bottom-extra-%")
+				for i, name := range []string{"user", "A", "B"} {
+					b.ReportMetric(float64(ch.hedgers[i].Stats().Hedges-before[i])/n, "hedges-"+name+"/req")
+				}
+				b.ReportMetric(float64(ch.hedgers[0].Stats().HedgeWins)/n, "wins-user/req")
+				if d, ok := ch.hedgers[0].Delay(ch.url[len("http://"):]); ok {
+					b.ReportMetric(float64(d)/float64(time.Millisecond), "delay-user-ms")
+				}
+				b.ReportMetric(pct(0.5), "p50-ms")
+				b.ReportMetric(pct(0.99), "p99-ms")
+				b.ReportMetric(pct(0.999), "p99.9-ms")
+			}
+		})
+	}
+}

@@ -125,7 +125,7 @@ func TestHedgeBeneathGetsItsOwnCallOptions(t *testing.T) {
 	// until the first call's hedge has gone by.
 	observe := func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		id, _ := ctx.Value(idKey{}).(string)
-		_, hedged := metadata.FromOutgoingContext(ctx)
+		hedged := len(metadata.ValueFromOutgoingContext(ctx, "grpc-previous-rpc-attempts")) > 0
 		for _, o := range opts {
 			if c, ok := o.(callID); ok && c.id != id {
 				mu.Lock()

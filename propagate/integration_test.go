@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -52,6 +54,11 @@ func (b *chainB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*tes
 		return nil, err
 	}
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// C's 504 is B's failure too: answered as success, it could reach the
+		// client before the client's own deadline, as a 200.
+		return nil, status.Error(codes.DeadlineExceeded, "C: "+resp.Status)
+	}
 	return &testgrpc.SimpleResponse{}, nil
 }
 

@@ -264,11 +264,10 @@ func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *h
 	return hc
 }
 
-// withMark returns ctx with the chain rule's mark in its outgoing metadata, once.
+// withMark returns ctx with the chain rule's mark in its outgoing metadata. (A
+// second hedging layer nested above would add a second value: the server reads the
+// first, and both say the same.)
 func withMark(ctx context.Context) context.Context {
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(attempts.CoveredKey)) > 0 {
-		return ctx
-	}
 	return metadata.AppendToOutgoingContext(ctx, attempts.CoveredKey, attempts.CoveredValue)
 }
 

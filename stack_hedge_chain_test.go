@@ -198,7 +198,7 @@ func TestChainHedgesOnce(t *testing.T) {
 // every hop hedges (the root constructors' defaults), and B stalls for 100 ms in 5%
 // of its calls (a seeded draw per chain; 1 ms of work at every hop otherwise). The
 // variants run side by side, call by call: one chain per variant, 300 warm-up
-// requests each, then 4000 rounds, 4 at a time, in which each variant gets one user
+// requests each, then 10000 rounds, 4 at a time, in which each variant gets one user
 // request in turn (the order rotating), so that the machine's noise falls on all of
 // them alike. Reported per variant (the unit's prefix): the extra calls that reach
 // the bottom (C) per user request, in percent, the hedges all clients sent per user
@@ -209,7 +209,7 @@ func TestChainHedgesOnce(t *testing.T) {
 //	go test -run '^$' -bench HedgeChain -benchtime 1x -count 2 .
 func BenchmarkHedgeChain(b *testing.B) {
 	const (
-		warm, n, workers = 300, 4000, 4
+		warm, n, workers = 300, 10000, 4
 		slowShare        = 0.05
 		stallFor         = 100 * time.Millisecond
 	)

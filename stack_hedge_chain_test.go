@@ -204,7 +204,8 @@ func TestChainHedgesOnce(t *testing.T) {
 // the bottom (C) per user request, in percent, the hedges all clients sent per user
 // request, and the user's P99 and P99.9. "before" is each hop hedging for itself (hedge.WithoutChainRule),
 // "after" the chain rule; at the default percentile (P99) and at P90
-// (hedge.WithPercentile(0.9)); "no-hedging" leaves hedging off (one attempt).
+// (hedge.WithPercentile(0.9)), and at P90 with three copies (hedge.WithMaxAttempts(3));
+// "no-hedging" leaves hedging off (one attempt).
 //
 //	go test -run '^$' -bench HedgeChain -benchtime 1x -count 2 .
 func BenchmarkHedgeChain(b *testing.B) {
@@ -222,6 +223,7 @@ func BenchmarkHedgeChain(b *testing.B) {
 		{"P99/after", nil},
 		{"P90/before", []hedge.Option{hedge.WithPercentile(0.9), hedge.WithoutChainRule()}},
 		{"P90/after", []hedge.Option{hedge.WithPercentile(0.9)}},
+		{"P90/after/3-copies", []hedge.Option{hedge.WithPercentile(0.9), hedge.WithMaxAttempts(3)}},
 	}
 	sleep := func(ctx context.Context, d time.Duration) {
 		t := time.NewTimer(d)

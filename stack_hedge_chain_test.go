@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,6 +173,25 @@ func TestChainHedgesOnce(t *testing.T) {
 		if user.Hedges != 1 || a.Hedges != 1 || a.Covered != 1 || ch.runs[1].Load() != 3 {
 			t.Errorf("hedges: user %d, A %d (A's calls covered: %d); B ran %d times; want 1, 1 (in the last copy), 1 and 3",
 				user.Hedges, a.Hedges, a.Covered, ch.runs[1].Load())
+		}
+	})
+	// A write the user's client may not hedge (a POST without an idempotency key)
+	// carries no mark: nothing above covers its subtree, so A hedges its slow
+	// (idempotent) call to B itself, and the write runs once.
+	t.Run("a write is not covered", func(t *testing.T) {
+		ch := startHedgeChain(t, slowB(1), delay)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ch.url, strings.NewReader("order"))
+		resp, err := ch.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		user, a := ch.hedgers[0].Stats(), ch.hedgers[1].Stats()
+		if resp.StatusCode != http.StatusOK || user.Hedges != 0 || user.NotIdempotent != 1 || a.Hedges != 1 || a.Covered != 0 || ch.runs[0].Load() != 1 {
+			t.Errorf("POST: status %d; user hedges %d (not idempotent %d), A hedges %d (covered %d), A ran %d times; want 200, 0 (1), 1 (0), once",
+				resp.StatusCode, user.Hedges, user.NotIdempotent, a.Hedges, a.Covered, ch.runs[0].Load())
 		}
 	})
 	// A request that is itself a retry (grpc-previous-rpc-attempts ≥ 1, no mark) is

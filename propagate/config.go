@@ -153,13 +153,13 @@ func WithStreamingHTTP(f func(r *http.Request) bool) Option {
 
 // StreamingRequest reports whether r asks for an answer that streams: it accepts
 // text/event-stream (server-sent events), or asks to switch protocols (an Upgrade
-// header: WebSocket), or is a Connect streaming call (content type
+// header other than h2c: WebSocket), or is a Connect streaming call (content type
 // application/connect+…). (A gRPC request's content type is the same for unary calls
 // and streams: the gRPC server interceptors and connectkit tell them apart.) It is the
 // default of [WithStreamingHTTP].
 func StreamingRequest(r *http.Request) bool {
-	if r.Header.Get("Upgrade") != "" {
-		return true
+	if u := r.Header.Get("Upgrade"); u != "" && !strings.EqualFold(strings.TrimSpace(u), "h2c") {
+		return true // (an h2c upgrade is a plain request over HTTP/2)
 	}
 	for _, v := range r.Header.Values("Accept") {
 		if acceptsEventStream(v) {

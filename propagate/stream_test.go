@@ -316,6 +316,7 @@ func TestStreamingRequest(t *testing.T) {
 		{"empty", map[string]string{"Accept": ""}, false},
 		{"commas", map[string]string{"Accept": ",,,;;;==="}, false},
 		{"websocket", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade"}, true},
+		{"h2c upgrade: a plain request", map[string]string{"Upgrade": "H2C", "Connection": "Upgrade, HTTP2-Settings"}, false},
 		{"connect stream", map[string]string{"Content-Type": "application/connect+proto"}, true},
 		{"connect unary", map[string]string{"Content-Type": "application/proto"}, false},
 		{"grpc (unary or not: the interceptors tell)", map[string]string{"Content-Type": "application/grpc"}, false},

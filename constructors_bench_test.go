@@ -18,9 +18,10 @@ import (
 // handNested is the stack of [deadlinekit.ServerOptions] and [deadlinekit.DialOptions]
 // with their defaults, nested by hand from the packages' adapters.
 func handNested() ([]grpc.ServerOption, []grpc.DialOption) {
-	floor, reserve := deadline.DefaultFloor, deadlinekit.DefaultReserve
-	po := []propagate.Option{propagate.WithFloor(floor), propagate.WithReserve(reserve)}
-	so := []shortcircuit.Option{shortcircuit.WithFloor(floor)}
+	floor, reserve := deadline.MinFloor, deadlinekit.DefaultReserve
+	po := []propagate.Option{propagate.WithFloor(floor), propagate.WithReserve(reserve),
+		propagate.WithMaxReserveFraction(deadlinekit.DefaultReserveFraction)}
+	var so []shortcircuit.Option // the guard learns its floor
 	server := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(propagate.UnaryServerInterceptor(po...), retry.UnaryServerInterceptor(), shortcircuit.UnaryServerInterceptor(so...)),
 		grpc.ChainStreamInterceptor(propagate.StreamServerInterceptor(po...), shortcircuit.StreamServerInterceptor(so...)),
@@ -66,5 +67,23 @@ func BenchmarkBreakerInStack(b *testing.B) {
 		with := startCallWith(b, deadlinekit.ServerOptions(), deadlinekit.DialOptions(idem), traced, 0)
 		b.ReportAllocs()
 		pairbench.Run(b, without, with)
+	})
+}
+
+// BenchmarkChainDefaults pairs (pairbench) one loopback gRPC unary call through the
+// stack with today's defaults (the guard's learned floor, the chain rule's mark on
+// the hedgeable call, a bounded reserve) against the same stack with the defaults
+// of earlier versions (a static 20 ms floor, no chain rule, a fixed reserve),
+// untraced and traced: what issue 21's defaults cost a call.
+//
+//	go test -run '^$' -bench ChainDefaults -benchtime 20000x -count 5 .
+func BenchmarkChainDefaults(b *testing.B) {
+	untracedAndTraced(b, func(b *testing.B, traced bool) {
+		old := []deadlinekit.Option{deadlinekit.WithIdempotentMethods(stackMethod), deadlinekit.WithFloor(deadline.DefaultFloor),
+			deadlinekit.WithHedge(hedge.WithoutChainRule()), deadlinekit.WithPropagate(propagate.WithMaxReserveFraction(0))}
+		before := startCallWith(b, deadlinekit.ServerOptions(old...), deadlinekit.DialOptions(old...), traced, 0)
+		after := startCallWith(b, deadlinekit.ServerOptions(), deadlinekit.DialOptions(deadlinekit.WithIdempotentMethods(stackMethod)), traced, 0)
+		b.ReportAllocs()
+		pairbench.Run(b, before, after)
 	})
 }

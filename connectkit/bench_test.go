@@ -110,7 +110,7 @@ func BenchmarkStack(b *testing.B) {
 // floor, the default percentile and cap), with opts after, shared with the stack
 // ([deadlinekit.WithSharedHedger]) only so that its Stats can be read.
 func benchHedger(opts ...hedge.Option) *hedge.Hedger {
-	return hedge.New(append([]hedge.Option{hedge.WithFloor(deadline.DefaultFloor + deadlinekit.DefaultReserve)}, opts...)...)
+	return hedge.New(append([]hedge.Option{hedge.WithFloor(deadline.MinFloor + deadlinekit.DefaultReserve)}, opts...)...)
 }
 
 // pair measures with against bare (pairbench), and reports each call's allocations

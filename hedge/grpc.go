@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -38,7 +39,9 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // outgoing metadata has an idempotency-key; other calls go through once, unchanged.
 // Each hedge decodes into a reply of its own (the reply must be a proto.Message) and
 // carries grpc-previous-rpc-attempts in its metadata (added to the count of a retry
-// layer above). When it wins, its reply is copied into the caller's, as are the
+// layer above). A hedgeable call carries deadlinekit-hedged-above, and a call made
+// under the context of a request a layer above may send again is sent once (the
+// chain rule: see the package documentation). When it wins, its reply is copied into the caller's, as are the
 // header, trailer and peer asked for with grpc.Header, grpc.Trailer and grpc.Peer.
 // The caller's grpc.OnFinish callbacks are taken off every copy and run once, with
 // the call's result. The other call options (credentials, codec, compressor, message
@@ -82,6 +85,14 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	if ev.Skipped == "" && covered {
 		h.coveredCalls.Add(1)
 		ev.Skipped = record.HedgeSkipCovered
+		start := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil {
+			h.learnCovered(t, start)
+		}
+		recordSentOnce(ctx, &ev)
+		h.observe(ctx, &ev)
+		return err
 	}
 	if ev.Skipped != "" {
 		err := invoker(ctx, method, req, reply, cc, opts...)
@@ -253,11 +264,10 @@ func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *h
 	return hc
 }
 
-// withMark returns ctx with the chain rule's mark in its outgoing metadata, once.
+// withMark returns ctx with the chain rule's mark in its outgoing metadata. (A
+// second hedging layer nested above would add a second value: the server reads the
+// first, and both say the same.)
 func withMark(ctx context.Context) context.Context {
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(attempts.CoveredKey)) > 0 {
-		return ctx
-	}
 	return metadata.AppendToOutgoingContext(ctx, attempts.CoveredKey, attempts.CoveredValue)
 }
 

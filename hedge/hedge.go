@@ -261,6 +261,16 @@ func (h *Hedger) plan(t *target) plan {
 	return p
 }
 
+// learnCovered feeds t's window with the latency of a call the chain rule sent once
+// (started at start), which has just succeeded: the hop hedges its calls when it
+// serves the last copy of a call from above, and must know their latency then.
+func (h *Hedger) learnCovered(t *target, start time.Time) {
+	if w := h.window(t); w != nil {
+		end := time.Now()
+		w.Add(end, end.Sub(start))
+	}
+}
+
 // learnLatency feeds the window with the latency of a call sent once, which has
 // just succeeded.
 func (p *plan) learnLatency() {

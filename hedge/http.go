@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
@@ -126,6 +127,14 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if ev.Skipped == "" && covered {
 		h.coveredCalls.Add(1)
 		ev.Skipped = record.HedgeSkipCovered
+		tgt, start := h.target(ev.Target, httpHost), time.Now()
+		resp, err := t.base.RoundTrip(req)
+		if httpVerdict(h.cfg, resp, err) == success {
+			h.learnCovered(tgt, start)
+		}
+		recordSentOnce(ctx, &ev)
+		t.observe(ctx, &ev, resp)
+		return resp, err
 	}
 	if ev.Skipped != "" {
 		resp, err := t.base.RoundTrip(req)

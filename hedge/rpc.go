@@ -3,6 +3,7 @@ package hedge
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/status"
 
@@ -42,6 +43,14 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 		} else {
 			h.coveredCalls.Add(1)
 			ev.Skipped = record.HedgeSkipCovered
+			start := time.Now()
+			a := send(ctx)
+			if a.Err == nil {
+				h.learnCovered(t, start)
+			}
+			recordSentOnce(ctx, &ev)
+			h.observe(ctx, &ev)
+			return a
 		}
 		a := send(ctx)
 		recordSentOnce(ctx, &ev)

@@ -153,13 +153,13 @@ func WithStreamingHTTP(f func(r *http.Request) bool) Option {
 
 // StreamingRequest reports whether r asks for an answer that streams: it accepts
 // text/event-stream (server-sent events), or asks to switch protocols (an Upgrade
-// header: WebSocket), or is a Connect streaming call (content type
+// header other than h2c: WebSocket), or is a Connect streaming call (content type
 // application/connect+…). (A gRPC request's content type is the same for unary calls
 // and streams: the gRPC server interceptors and connectkit tell them apart.) It is the
 // default of [WithStreamingHTTP].
 func StreamingRequest(r *http.Request) bool {
-	if r.Header.Get("Upgrade") != "" {
-		return true
+	if u := r.Header.Get("Upgrade"); u != "" && !strings.EqualFold(strings.TrimSpace(u), "h2c") {
+		return true // (an h2c upgrade is a plain request over HTTP/2)
 	}
 	for _, v := range r.Header.Values("Accept") {
 		if acceptsEventStream(v) {
@@ -211,16 +211,18 @@ func WithTrustEnvoy() Option {
 // WithTrustHTTP decides, per HTTP request, whether the caller's deadline and attempt
 // headers are believed. For a request f refuses (a caller from outside, say), the
 // middleware ignores grpc-timeout, Connect-Timeout-Ms and X-Envoy-Expected-Rq-Timeout-Ms
-// (the default budget applies) and strips them, with grpc-previous-rpc-attempts,
-// from the request the handler sees, so that nothing it forwards carries them on.
+// (the default budget applies) and strips them, with grpc-previous-rpc-attempts and
+// deadlinekit-hedged-above (the hedging chain rule's mark), from the request the
+// handler sees, so that nothing it forwards carries them on.
 // Server side. Default: every caller is trusted (and clamped).
 func WithTrustHTTP(f func(r *http.Request) bool) Option {
 	return optionFunc(func(c *config) { c.trustHTTP = f })
 }
 
 // WithTrustGRPC is [WithTrustHTTP] for the gRPC server interceptors: for a call f refuses,
-// X-Envoy-Expected-Rq-Timeout-Ms and grpc-previous-rpc-attempts are ignored and removed
-// from the incoming metadata the handler sees. grpc-timeout itself cannot be ignored:
+// X-Envoy-Expected-Rq-Timeout-Ms, grpc-previous-rpc-attempts and
+// deadlinekit-hedged-above are ignored and removed from the incoming metadata the
+// handler sees. grpc-timeout itself cannot be ignored:
 // grpc-go applies it to the stream before any interceptor runs and ends the call at
 // it whatever the handler does; [WithMaxTimeout] still clamps it. Server side.
 // Default: every caller is trusted.

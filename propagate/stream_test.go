@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -316,6 +317,7 @@ func TestStreamingRequest(t *testing.T) {
 		{"empty", map[string]string{"Accept": ""}, false},
 		{"commas", map[string]string{"Accept": ",,,;;;==="}, false},
 		{"websocket", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade"}, true},
+		{"h2c upgrade: a plain request", map[string]string{"Upgrade": "H2C", "Connection": "Upgrade, HTTP2-Settings"}, false},
 		{"connect stream", map[string]string{"Content-Type": "application/connect+proto"}, true},
 		{"connect unary", map[string]string{"Content-Type": "application/proto"}, false},
 		{"grpc (unary or not: the interceptors tell)", map[string]string{"Content-Type": "application/grpc"}, false},
@@ -350,4 +352,20 @@ func TestWithStreamingHTTP(t *testing.T) {
 	if left != 0 {
 		t.Errorf("a route the predicate calls streaming had %v left; want no deadline", left)
 	}
+}
+
+// FuzzStreamingRequest: any Accept value is read without a panic, and only one that
+// names text/event-stream makes a request a stream.
+func FuzzStreamingRequest(f *testing.F) {
+	for _, s := range []string{"text/event-stream", "text/event-stream;q=0", "a/b, text/event-stream ; q=0.5", ",;=", "text/event-stream;q=NaN", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, accept string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header["Accept"] = []string{accept}
+		got := propagate.StreamingRequest(r)
+		if got && !strings.Contains(strings.ToLower(accept), "text/event-stream") {
+			t.Errorf("Accept %q: a stream; want none without text/event-stream", accept)
+		}
+	})
 }

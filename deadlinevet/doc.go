@@ -1,0 +1,2 @@
+// Package deadlinevet is a go/analysis pass that finds lost deadlines.
+package deadlinevet

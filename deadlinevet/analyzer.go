@@ -46,9 +46,9 @@ var Analyzer = newAnalyzer()
 
 func newAnalyzer() *analysis.Analyzer {
 	a := &analysis.Analyzer{
-		Name:     "deadlinevet",
-		Doc:      doc,
-		URL:      "https://pkg.go.dev/github.com/deadlinekit/deadlinekit/deadlinevet",
+		Name: "deadlinevet",
+		Doc:  doc,
+		URL:  "https://pkg.go.dev/github.com/deadlinekit/deadlinekit/deadlinevet",
 	}
 	enabled := make(map[string]*bool, len(defaults))
 	for _, name := range []string{CheckNewRoot, CheckDetached, CheckNoCtx, CheckRetryLoop, CheckSleep} {
@@ -67,24 +67,22 @@ func newAnalyzer() *analysis.Analyzer {
 	return a
 }
 
-const doc = `deadlinevet finds lost deadlines
+const doc = `finds lost deadlines: code that holds its caller's context yet sends work on without it
 
-A request's deadline travels in its context.Context. deadlinevet reports code that
-drops it where the caller's context is at hand: a new root context (newroot), a
-context cut from its caller sent downstream (detached), an outbound call made
-without a context (noctx), a hand-written retry loop around a client that already
-retries (retryloop), and time.Sleep that outlasts the caller (sleep). Each check
-has a flag of its name (-newroot=false turns it off) and a category of its name.
-A comment //deadlinevet:detached <reason> accepts a deliberate detachment on its
-statement (or the statement below it).`
+Checks, each a flag and a category of its name: newroot (context.Background or
+TODO where a context is at hand), detached (a context cut from its caller sent
+downstream), noctx (an outbound call without the context), retryloop (a
+hand-written retry loop around a client that retries), sleep (time.Sleep where a
+context is at hand). //deadlinevet:detached <reason> accepts deliberate
+detachment on its statement.`
 
 // scope is one function body: the context it has at hand, if any.
 type scope struct {
-	fn     ast.Node        // *ast.FuncDecl or *ast.FuncLit
-	sig    *ast.FuncType   // its signature, for the sleep fix's return
-	ctx    string          // the expression that yields the context at hand ("ctx", "r.Context()"); "" if none
-	ctxObj types.Object    // the parameter behind ctx
-	inGo   bool            // a function literal started by a go statement
+	fn     ast.Node      // *ast.FuncDecl or *ast.FuncLit
+	sig    *ast.FuncType // its signature, for the sleep fix's return
+	ctx    string        // the expression that yields the context at hand ("ctx", "r.Context()"); "" if none
+	ctxObj types.Object  // the parameter behind ctx
+	inGo   bool          // a function literal started by a go statement
 }
 
 type checker struct {
@@ -141,12 +139,77 @@ func (c *checker) walk(f *ast.File) {
 					_, inGo = stack[k-2].(*ast.GoStmt)
 				}
 			}
-			scopes = append(scopes, c.newScope(n, n.Type, cur(), inGo))
+			outer := cur()
+			if escapes(stack, n) {
+				outer = nil
+			}
+			scopes = append(scopes, c.newScope(n, n.Type, outer, inGo))
 		}
 		stack = append(stack, n)
 		c.visit(n, cur())
 		return true
 	})
+}
+
+// escapes reports a function literal that its function returns or stores away
+// (in a struct, or in a variable it returns): it runs after that function has
+// returned, when the context that was at hand may be long gone, so it sees none.
+func escapes(stack []ast.Node, lit *ast.FuncLit) bool {
+	if len(stack) == 0 {
+		return false
+	}
+	switch p := stack[len(stack)-1].(type) {
+	case *ast.ReturnStmt, *ast.CompositeLit, *ast.KeyValueExpr:
+		return true
+	case *ast.AssignStmt, *ast.ValueSpec:
+		var name *ast.Ident
+		if a, ok := p.(*ast.AssignStmt); ok {
+			for i, r := range a.Rhs {
+				if r == lit && i < len(a.Lhs) {
+					name, _ = a.Lhs[i].(*ast.Ident)
+				}
+			}
+		} else {
+			v := p.(*ast.ValueSpec)
+			for i, r := range v.Values {
+				if r == lit && i < len(v.Names) {
+					name = v.Names[i]
+				}
+			}
+		}
+		if name == nil {
+			return false
+		}
+		// the innermost enclosing function's body: is the variable returned?
+		for i := len(stack) - 1; i >= 0; i-- {
+			var body *ast.BlockStmt
+			switch f := stack[i].(type) {
+			case *ast.FuncDecl:
+				body = f.Body
+			case *ast.FuncLit:
+				body = f.Body
+			}
+			if body == nil {
+				continue
+			}
+			returned := false
+			ast.Inspect(body, func(n ast.Node) bool {
+				if _, ok := n.(*ast.FuncLit); ok {
+					return false
+				}
+				if r, ok := n.(*ast.ReturnStmt); ok {
+					for _, e := range r.Results {
+						if id, ok := ast.Unparen(e).(*ast.Ident); ok && id.Name == name.Name {
+							returned = true
+						}
+					}
+				}
+				return !returned
+			})
+			return returned
+		}
+	}
+	return false
 }
 
 func (c *checker) visit(n ast.Node, s *scope) {

@@ -55,6 +55,9 @@ func (c *checker) noCtx(call *ast.CallExpr, s *scope) {
 			return
 		}
 	}
+	if c.dirs.accepts(call.Pos()) {
+		return
+	}
 	d := analysis.Diagnostic{
 		Pos:      call.Pos(),
 		End:      call.End(),

@@ -234,6 +234,7 @@ func (c *checker) retryLoop(loop ast.Stmt, s *scope) {
 	var body *ast.BlockStmt
 	var cond ast.Expr
 	var loopVars []types.Object
+	collection := false
 	switch l := loop.(type) {
 	case *ast.ForStmt:
 		body, cond = l.Body, l.Cond
@@ -249,6 +250,7 @@ func (c *checker) retryLoop(loop ast.Stmt, s *scope) {
 		if t := c.pass.TypesInfo.TypeOf(l.X); t != nil {
 			if b, ok := t.Underlying().(*types.Basic); !ok || b.Info()&types.IsInteger == 0 {
 				// ranging over a collection: each turn is another item, not another try
+				collection = true
 				for _, e := range []ast.Expr{l.Key, l.Value} {
 					if id, ok := e.(*ast.Ident); ok && e != nil {
 						loopVars = append(loopVars, c.pass.TypesInfo.ObjectOf(id))
@@ -280,9 +282,20 @@ func (c *checker) retryLoop(loop ast.Stmt, s *scope) {
 			if !client {
 				return true
 			}
+			// A loop whose variables feed the call (in its arguments, or in
+			// what the body builds before it) sends another item each turn,
+			// not another try.
 			for _, v := range loopVars {
 				for _, a := range call.Args {
 					if usesObj(c.pass.TypesInfo, a, v) {
+						return true
+					}
+				}
+				for _, st := range body.List {
+					if !collection || st.Pos() >= n.Pos() {
+						break
+					}
+					if usesObj(c.pass.TypesInfo, st, v) {
 						return true
 					}
 				}

@@ -35,7 +35,7 @@ func httpHandler(w http.ResponseWriter, r *http.Request) {
 
 func grpcHandler(ctx context.Context, cc grpc.ClientConnInterface, pc PingClient, cs PingServiceClient, c *connect.Client[Ping, Ping]) error {
 	d := context.WithoutCancel(ctx)
-	_ = cc.Invoke(d, "/p.P/Ping", nil, nil)                // want `ClientConnInterface.Invoke is sent a context cut from its caller`
+	_ = cc.Invoke(d, "/p.P/Ping", nil, nil)                  // want `ClientConnInterface.Invoke is sent a context cut from its caller`
 	_, _ = cc.NewStream(d, &grpc.StreamDesc{}, "/p.P/Watch") // want `ClientConnInterface.NewStream is sent`
 	_, _ = pc.Ping(d, &Ping{})                               // want `PingClient.Ping is sent`
 	_, _ = cs.Ping(d, connect.NewRequest(&Ping{}))           // want `PingServiceClient.Ping is sent`

@@ -103,3 +103,22 @@ func accepted(ctx context.Context) error {
 func acceptedTrailing(ctx context.Context) error {
 	return call(context.Background()) //deadlinevet:detached the cache refresh is shared by every caller
 }
+
+// A function literal the function returns or stores runs after it returned,
+// when its context may be gone: it sees none at hand.
+func returnsStop(ctx context.Context) func() {
+	stop := func() {
+		_ = call(context.Background())
+	}
+	return stop
+}
+
+func returnsLiteral(ctx context.Context) func() error {
+	return func() error { return call(context.Background()) }
+}
+
+type hooks struct{ onStop func() }
+
+func stores(ctx context.Context) hooks {
+	return hooks{onStop: func() { _ = call(context.Background()) }}
+}

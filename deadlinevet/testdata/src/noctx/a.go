@@ -12,7 +12,7 @@ func handler(w http.ResponseWriter, r *http.Request) {
 	resp, _ := http.Get("http://b/") // want `http.Get sends no context where r.Context\(\) is at hand: the call outlives its caller's deadline; build the request with http.NewRequestWithContext`
 	_ = resp
 	_, _ = http.Post("http://b/", "text/plain", strings.NewReader("x")) // want `http.Post sends no context`
-	req, _ := http.NewRequest("GET", "http://b/", nil)                 // want `http.NewRequest sends no context where r.Context\(\) is at hand: the call outlives its caller's deadline; use NewRequestWithContext\(r.Context\(\), ...\)`
+	req, _ := http.NewRequest("GET", "http://b/", nil)                  // want `http.NewRequest sends no context where r.Context\(\) is at hand: the call outlives its caller's deadline; use NewRequestWithContext\(r.Context\(\), ...\)`
 	_, _ = http.DefaultClient.Do(req)
 	_, _ = http.DefaultClient.Get("http://b/") // want `\(\*http.Client\).Get sends no context`
 }

@@ -167,3 +167,27 @@ func (s *service) body(req *http.Request) {
 		break
 	}
 }
+
+// A loop over budgets builds each turn's context from its item: not a retry.
+func (s *service) budgets(req *http.Request) {
+	for _, budget := range []time.Duration{time.Second, time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), budget) // want `context.Background\(\) where req.Context\(\) is at hand`
+		_, err := s.http.Do(req.WithContext(ctx))
+		cancel()
+		if err != nil {
+			continue
+		}
+	}
+}
+
+// A loop over backoffs is a retry loop all the same.
+func (s *service) backoffs(req *http.Request) error {
+	var err error
+	for _, wait := range []time.Duration{0, time.Millisecond, 10 * time.Millisecond} { // want `around s.http.Do, whose client already retries`
+		if _, err = s.http.Do(req); err == nil {
+			return nil
+		}
+		time.Sleep(wait) // want `time.Sleep where req.Context\(\) is at hand`
+	}
+	return err
+}

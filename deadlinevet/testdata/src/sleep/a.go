@@ -53,3 +53,8 @@ func waits(ctx context.Context) error {
 func blank(_ context.Context) {
 	time.Sleep(time.Second)
 }
+
+// Accepted with the directive: a demonstration of a server that ignores its caller.
+func slowOnPurpose(ctx context.Context) {
+	time.Sleep(time.Second) //deadlinevet:detached this server shows what ignoring the deadline costs
+}

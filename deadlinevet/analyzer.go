@@ -92,6 +92,7 @@ type checker struct {
 	dirs  *directives
 	flows *flows
 	retry *retrying
+	stack []ast.Node // the nodes enclosing the one visited, outermost first, itself last
 }
 
 func run(pass *analysis.Pass, on map[string]bool) {
@@ -146,6 +147,7 @@ func (c *checker) walk(f *ast.File) {
 			scopes = append(scopes, c.newScope(n, n.Type, outer, inGo))
 		}
 		stack = append(stack, n)
+		c.stack = stack
 		c.visit(n, cur())
 		return true
 	})
@@ -323,7 +325,7 @@ func (c *checker) newRootReported(call *ast.CallExpr, s *scope) bool {
 }
 
 func (c *checker) newRoot(call *ast.CallExpr, s *scope) {
-	if c.dirs.accepts(call.Pos()) {
+	if c.dirs.accepts(call.Pos()) || c.nilDefault(call, s) || c.afterDone(call, s) {
 		return
 	}
 	name := calleeName(c.pass.TypesInfo, call)
@@ -349,6 +351,67 @@ func (c *checker) newRoot(call *ast.CallExpr, s *scope) {
 		}
 	}
 	c.pass.Report(d)
+}
+
+// nilDefault reports `if ctx == nil { ctx = context.Background() }`: a nil
+// context is none at hand.
+func (c *checker) nilDefault(call *ast.CallExpr, s *scope) bool {
+	k := len(c.stack)
+	if k < 4 {
+		return false
+	}
+	a, ok := c.stack[k-2].(*ast.AssignStmt)
+	if !ok || len(a.Lhs) != 1 || len(a.Rhs) != 1 || ast.Unparen(a.Rhs[0]) != call {
+		return false
+	}
+	id, ok := a.Lhs[0].(*ast.Ident)
+	if !ok || c.pass.TypesInfo.ObjectOf(id) != s.ctxObj {
+		return false
+	}
+	for i := k - 3; i >= 0; i-- {
+		if ifs, ok := c.stack[i].(*ast.IfStmt); ok {
+			return testsNil(c.pass.TypesInfo, ifs.Cond, s.ctxObj, token.EQL)
+		}
+	}
+	return false
+}
+
+// afterDone reports a new root made after the function waited for a context
+// (the one at hand, or one derived from it) to end (<-ctx.Done(), a select case on it): that context is gone, and
+// the work that follows (a graceful shutdown, a cleanup) needs a context of its own.
+func (c *checker) afterDone(call *ast.CallExpr, s *scope) bool {
+	var body *ast.BlockStmt
+	switch fn := s.fn.(type) {
+	case *ast.FuncDecl:
+		body = fn.Body
+	case *ast.FuncLit:
+		body = fn.Body
+	}
+	if body == nil || s.ctxObj == nil {
+		return false
+	}
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if found || n == nil || n.Pos() >= call.Pos() {
+			return false
+		}
+		u, ok := n.(*ast.UnaryExpr)
+		if !ok || u.Op != token.ARROW {
+			return true
+		}
+		done, ok := ast.Unparen(u.X).(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		sel, ok := done.Fun.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Done" {
+			return true
+		}
+		// ctx.Done(), or that of a context derived from it (errgroup's)
+		found = isContext(c.pass.TypesInfo.TypeOf(sel.X))
+		return true
+	})
+	return found
 }
 
 // importName is the name the file uses for the package of call's callee

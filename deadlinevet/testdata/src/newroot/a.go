@@ -122,3 +122,23 @@ type hooks struct{ onStop func() }
 func stores(ctx context.Context) hooks {
 	return hooks{onStop: func() { _ = call(context.Background()) }}
 }
+
+// A nil context defaulted is no context lost.
+func nilDefault(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return call(ctx)
+}
+
+// After the context at hand has ended, the shutdown needs a context of its own.
+func shutdownAfterDone(ctx context.Context, srv *http.Server) {
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown(context.Background())
+	}()
+	select {
+	case <-ctx.Done():
+		_ = srv.Shutdown(context.Background())
+	}
+}

@@ -26,7 +26,10 @@
 //   - noctx: an outbound call without the context at hand: http.Get, Head, Post,
 //     PostForm and the *http.Client methods of those names, http.NewRequest,
 //     net.Dial and (*net.Dialer).Dial, database/sql's Query, QueryRow, Exec,
-//     Prepare, Ping and Begin. Fix where the ...Context variant is a rename.
+//     Prepare, Ping and Begin. Fix where the ...Context variant is a rename. A
+//     request from http.NewRequest is reported only when the same function sends
+//     it as it is (Do, RoundTrip): one returned, handed on or given a context
+//     later (req.WithContext) may travel with one.
 //   - retryloop: a hand-written loop that calls a client and goes round again on
 //     its error, where the client already retries: it was built (in the same
 //     package) with deadlinekit.NewTransport or DialOptions, connectkit.ClientOption

@@ -55,7 +55,7 @@ func (c *checker) noCtx(call *ast.CallExpr, s *scope) {
 			return
 		}
 	}
-	if c.dirs.accepts(call.Pos()) {
+	if c.dirs.accepts(call.Pos()) || (what == "http.NewRequest" && !c.sentHere(call, s)) {
 		return
 	}
 	d := analysis.Diagnostic{
@@ -91,4 +91,51 @@ func (c *checker) noCtx(call *ast.CallExpr, s *scope) {
 		}
 	}
 	c.pass.Report(d)
+}
+
+// sentHere reports `req, err := http.NewRequest(...)` whose request this same
+// function sends as it is: (*http.Client).Do(req) or RoundTrip(req). A request
+// returned, handed to another function, or given a context later
+// (req.WithContext(ctx), as go-kit's and kratos's transports do) may well travel
+// with one: only what is seen sent without a context is reported.
+func (c *checker) sentHere(call *ast.CallExpr, s *scope) bool {
+	k := len(c.stack)
+	if k < 2 {
+		return false
+	}
+	a, ok := c.stack[k-2].(*ast.AssignStmt)
+	if !ok || len(a.Rhs) != 1 || ast.Unparen(a.Rhs[0]) != call {
+		return false
+	}
+	id, ok := a.Lhs[0].(*ast.Ident)
+	if !ok {
+		return false
+	}
+	req := c.pass.TypesInfo.ObjectOf(id)
+	var body *ast.BlockStmt
+	switch fn := s.fn.(type) {
+	case *ast.FuncDecl:
+		body = fn.Body
+	case *ast.FuncLit:
+		body = fn.Body
+	}
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if found {
+			return false
+		}
+		m, ok := n.(*ast.CallExpr)
+		if !ok || len(m.Args) != 1 {
+			return true
+		}
+		f := callee(c.pass.TypesInfo, m)
+		if f == nil || (f.Name() != "Do" && f.Name() != "RoundTrip") {
+			return true
+		}
+		if x, ok := ast.Unparen(m.Args[0]).(*ast.Ident); ok && c.pass.TypesInfo.Uses[x] == req {
+			found = true
+		}
+		return true
+	})
+	return found
 }

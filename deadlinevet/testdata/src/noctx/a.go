@@ -41,3 +41,20 @@ func main() {
 	req, _ := http.NewRequest("GET", "http://b/", nil)
 	_ = req
 }
+
+// A request given the context later, as go-kit's transport does, keeps it; one
+// returned, or handed on, may be given it by the function that sends it.
+func later(ctx context.Context) {
+	req, _ := http.NewRequest("GET", "http://b/", nil)
+	_, _ = http.DefaultClient.Do(req.WithContext(ctx))
+}
+
+func build(ctx context.Context) (*http.Request, error) {
+	req, err := http.NewRequest("GET", "http://b/", nil)
+	return req, err
+}
+
+func handOn(ctx context.Context, send func(context.Context, *http.Request)) {
+	req, _ := http.NewRequest("GET", "http://b/", nil)
+	send(ctx, req)
+}

@@ -25,11 +25,11 @@ const (
 // evaluation (EVALUATION.md) decided: a check whose false positives exceed 10% of
 // its findings on real code is off by default.
 var defaults = map[string]bool{
-	CheckNewRoot:   true,
-	CheckDetached:  true,
-	CheckNoCtx:     true,
-	CheckRetryLoop: true,
-	CheckSleep:     true,
+	CheckNewRoot:   false, // 1 of 2 findings false
+	CheckDetached:  true,  // no findings in the field; no false positive seen
+	CheckNoCtx:     true,  // 2 of 2 true
+	CheckRetryLoop: true,  // no findings in the field; no false positive seen
+	CheckSleep:     false, // 10 of 12 false: deliberate delays in examples, background loops
 }
 
 var checkDocs = map[string]string{

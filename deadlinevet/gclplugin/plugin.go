@@ -22,7 +22,7 @@
 //	        type: module
 //	        description: finds lost deadlines
 //	        settings:
-//	          sleep: false
+//	          newroot: true
 package gclplugin
 
 import (

@@ -13,13 +13,14 @@ func TestPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPlugin(map[string]any{"sleep": false})
+	old := deadlinevet.Analyzer.Flags.Lookup("sleep").Value.String()
+	t.Cleanup(func() { deadlinevet.Analyzer.Flags.Set("sleep", old) })
+	p, err := newPlugin(map[string]any{"sleep": true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deadlinevet.Analyzer.Flags.Set("sleep", "true") })
-	if got := deadlinevet.Analyzer.Flags.Lookup("sleep").Value.String(); got != "false" {
-		t.Errorf("sleep = %s after settings sleep: false", got)
+	if got := deadlinevet.Analyzer.Flags.Lookup("sleep").Value.String(); got != "true" {
+		t.Errorf("sleep = %s after settings sleep: true", got)
 	}
 	as, err := p.BuildAnalyzers()
 	if err != nil || len(as) != 1 || as[0] != deadlinevet.Analyzer {

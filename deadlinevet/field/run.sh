@@ -39,8 +39,9 @@ ln -sfn "$(cd "$here/.." && pwd)" "$OUT/src/deadlinekit"
 # go vet), turned into one line per finding by vetjson.py.
 for name in ${CODEBASES:-grpc-examples connect grpc-gateway oauth2-proxy kratos go-kit deadlinekit}; do
   for tool in ${TOOLS:-deadlinevet contextcheck noctx}; do
-    bin=$(command -v $tool); [ $tool = deadlinevet ] && bin=$OUT/deadlinevet
-    (cd "$OUT/src/$name" && go vet -vettool="$bin" -json ./... 2>&1 | python3 "$here/field/vetjson.py" > "$OUT/$name.$tool.txt")
+    bin=$(command -v $tool) flags=()
+    [ $tool = deadlinevet ] && bin=$OUT/deadlinevet flags=(-newroot -sleep) # every check on
+    (cd "$OUT/src/$name" && go vet -vettool="$bin" "${flags[@]}" -json ./... 2>&1 | python3 "$here/field/vetjson.py" > "$OUT/$name.$tool.txt")
     echo "$name $tool $(wc -l < "$OUT/$name.$tool.txt")"
   done
 done

@@ -80,9 +80,30 @@
 //	go vet -vettool=$(command -v deadlinevet) ./...
 //	go vet -vettool=$(command -v deadlinevet) -sleep=false ./...
 //
-// From golangci-lint v2, through its module plugin system: package [gclplugin]
-// registers the plugin (register.Plugin); its doc has the .custom-gcl.yml and
-// .golangci.yml to build and enable it.
+// From golangci-lint v2, through its module plugin system: package
+// [github.com/deadlinekit/deadlinekit/deadlinevet/gclplugin] registers the plugin
+// (register.Plugin) under the name deadlinevet, its settings the checks' names:
+//
+//	# .custom-gcl.yml: golangci-lint custom builds ./custom-gcl with the plugin
+//	version: v2.8.0
+//	plugins:
+//	  - module: github.com/deadlinekit/deadlinekit/deadlinevet
+//	    import: github.com/deadlinekit/deadlinekit/deadlinevet/gclplugin
+//	    version: vX.Y.Z # the version of this module you use
+//	    # or, from a checkout: path: ./path/to/deadlinekit/deadlinevet
+//
+//	# .golangci.yml
+//	version: "2"
+//	linters:
+//	  enable:
+//	    - deadlinevet
+//	  settings:
+//	    custom:
+//	      deadlinevet:
+//	        type: module
+//	        description: finds lost deadlines
+//	        settings:
+//	          newroot: true
 //
 // In an editor: gopls runs the analyzers built into it (go vet's suite among
 // them) and cannot load others yet (go.dev/issue/59869), so deadlinevet reaches

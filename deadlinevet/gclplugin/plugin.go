@@ -9,7 +9,8 @@
 //	plugins:
 //	  - module: github.com/deadlinekit/deadlinekit/deadlinevet
 //	    import: github.com/deadlinekit/deadlinekit/deadlinevet/gclplugin
-//	    version: latest
+//	    version: vX.Y.Z # the version of this module you use
+//	    # or, from a checkout: path: ./path/to/deadlinekit/deadlinevet
 //
 //	# .golangci.yml
 //	version: "2"

@@ -99,7 +99,7 @@ func parseFileDirectives(pass *analysis.Pass, f *ast.File) *directives {
 	if tf == nil {
 		return d
 	}
-	src, _ := pass.ReadFile(tf.Name())
+	src, _ := readFile(pass, tf.Name())
 	for _, g := range f.Comments {
 		for _, cm := range g.List {
 			_, ok, err := parseDirective(cm.Text)
@@ -133,7 +133,7 @@ func parseFileDirectives(pass *analysis.Pass, f *ast.File) *directives {
 
 // ownLine reports whether nothing but space precedes pos on its line.
 func ownLine(tf *token.File, src []byte, pos token.Pos) bool {
-	if src == nil {
+	if src == nil || tf.Offset(pos) > len(src) {
 		return false
 	}
 	start := tf.Offset(tf.LineStart(tf.Line(pos)))

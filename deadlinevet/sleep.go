@@ -45,11 +45,14 @@ func (c *checker) sleepFix(st *ast.ExprStmt, call *ast.CallExpr, s *scope) (anal
 	if !ok {
 		return analysis.SuggestedFix{}, false
 	}
-	src, err := c.pass.ReadFile(c.pass.Fset.File(st.Pos()).Name())
+	src, err := readFile(c.pass, c.pass.Fset.File(st.Pos()).Name())
 	if err != nil {
 		return analysis.SuggestedFix{}, false
 	}
 	f := c.pass.Fset.File(st.Pos())
+	if f.Offset(st.End()) > len(src) { // the file changed since it was parsed
+		return analysis.SuggestedFix{}, false
+	}
 	lineStart := f.Offset(f.LineStart(f.Line(st.Pos())))
 	indent := string(src[lineStart:f.Offset(st.Pos())])
 	if strings.TrimLeft(indent, " \t") != "" {

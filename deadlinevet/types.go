@@ -3,9 +3,21 @@ package deadlinevet
 import (
 	"go/ast"
 	"go/types"
+	"os"
+
+	"golang.org/x/tools/go/analysis"
 
 	"golang.org/x/tools/go/types/typeutil"
 )
+
+// readFile reads a source file of the package: through the driver where it
+// offers a way (gopls has unsaved buffers), from disk where it does not.
+func readFile(pass *analysis.Pass, name string) ([]byte, error) {
+	if pass.ReadFile != nil {
+		return pass.ReadFile(name)
+	}
+	return os.ReadFile(name)
+}
 
 const (
 	pkgGRPC    = "google.golang.org/grpc"

@@ -64,7 +64,7 @@ func (c *olService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	c.slots <- struct{}{} // waits however long it takes: nothing here watches the context
 	start := time.Now()
-	time.Sleep(c.work)
+	time.Sleep(c.work) //deadlinevet:detached this server shows what a queue that ignores deadlines costs
 	<-c.slots
 	end := time.Now()
 	late := r.Context().Err() != nil

@@ -111,17 +111,20 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 	h.Write([]byte{0})
 	body := r.Body
 	if body != nil && body != http.NoBody {
+		// Read at most the limit (and one byte to tell a larger body), into a
+		// buffer sized by Content-Length when it is known and within the limit.
 		var buf bytes.Buffer
 		if n := r.ContentLength; n > 0 && n <= c.c.maxRequest {
-			buf.Grow(int(n))
+			buf.Grow(int(n) + 1)
 		}
-		n, err := io.Copy(io.MultiWriter(&buf, h), io.LimitReader(r.Body, c.c.maxRequest+1))
+		n, err := buf.ReadFrom(io.LimitReader(r.Body, c.c.maxRequest+1))
 		if err != nil {
 			return nil, err
 		}
 		if n > c.c.maxRequest {
 			return nil, errBodyTooLarge
 		}
+		h.Write(buf.Bytes())
 		body = io.NopCloser(bytes.NewReader(buf.Bytes()))
 	}
 	var sum [sha256.Size]byte

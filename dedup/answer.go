@@ -16,7 +16,10 @@ const (
 	kindNotKept = 'N' // completed, too large to keep: status, size
 )
 
-var errCorrupt = errors.New("dedup: a stored answer cannot be decoded")
+var (
+	errCorrupt        = errors.New("dedup: a stored answer cannot be decoded")
+	errNoResponseType = errors.New("dedup: the response type of the procedure is not known on this server yet")
+)
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))

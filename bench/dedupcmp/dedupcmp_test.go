@@ -44,7 +44,7 @@ func newStores(b *testing.B) stores {
 	b.Cleanup(func() { rdb.Close() })
 	rt := &roundTrips{}
 	rdb.AddHook(rt)
-	return stores{mem: dedup.NewMemoryStore(dedup.WithMaxEntries(10_000_000), dedup.WithMaxBytes(1 << 30)), redis: redisstore.New(rdb), rt: rt}
+	return stores{mem: dedup.NewMemoryStore(dedup.WithMaxEntries(10_000_000), dedup.WithMaxBytes(1<<30)), redis: redisstore.New(rdb), rt: rt}
 }
 
 // handler answers 201 with a small JSON body, as a charge endpoint would.

@@ -119,6 +119,34 @@ func encodeHTTP(status int, h http.Header, body []byte) []byte {
 	return appendBytes(b, body)
 }
 
+// decodeHTTPInto decodes an HTTP answer, its header into h (values appended to
+// one backing array), and returns its status and body.
+func decodeHTTPInto(b []byte, h http.Header) (int, []byte, error) {
+	d := decoder{b: b[1:]}
+	s := d.uvarint()
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) || s < 100 || s > 999 {
+		return 0, nil, errCorrupt
+	}
+	for range n {
+		k := d.string()
+		m := d.uvarint()
+		if d.err != nil || m > uint64(len(d.b))+1 {
+			return 0, nil, errCorrupt
+		}
+		vs := make([]string, m)
+		for i := range vs {
+			vs[i] = d.string()
+		}
+		h[k] = vs
+	}
+	body := d.bytes()
+	if d.err != nil || len(d.b) != 0 {
+		return 0, nil, errCorrupt
+	}
+	return int(s), body, nil
+}
+
 // grpcAnswer is a stored gRPC answer.
 type grpcAnswer struct {
 	msgName         string

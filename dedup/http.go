@@ -111,26 +111,59 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 	h.Write([]byte{0})
 	body := r.Body
 	if body != nil && body != http.NoBody {
-		// Read at most the limit (and one byte to tell a larger body), into a
-		// buffer sized by Content-Length when it is known and within the limit.
-		var buf bytes.Buffer
-		if n := r.ContentLength; n > 0 && n <= c.c.maxRequest {
-			buf.Grow(int(n) + 1)
-		}
-		n, err := buf.ReadFrom(io.LimitReader(r.Body, c.c.maxRequest+1))
+		b, err := readBody(r.Body, r.ContentLength, c.c.maxRequest)
 		if err != nil {
 			return nil, err
 		}
-		if n > c.c.maxRequest {
-			return nil, errBodyTooLarge
-		}
-		h.Write(buf.Bytes())
-		body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+		h.Write(b)
+		body = &bodyReader{b: b}
 	}
 	var sum [sha256.Size]byte
 	t.fp = hex.EncodeToString(h.Sum(sum[:0]))
 	return body, nil
 }
+
+// readBody reads at most limit bytes of r (and one more, to tell a larger body):
+// into one buffer of the declared length when it is known and within the limit.
+func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
+	if declared > limit {
+		return nil, errBodyTooLarge
+	}
+	if declared >= 0 {
+		b := make([]byte, declared, declared+1)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		// Content-Length is what the server read by; a body longer than it is the
+		// server's to refuse, not ours.
+		return b, nil
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
+		return nil, err
+	}
+	if int64(buf.Len()) > limit {
+		return nil, errBodyTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// bodyReader gives the handler the body that was read.
+type bodyReader struct {
+	b []byte
+	i int
+}
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	if r.i >= len(r.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b[r.i:])
+	r.i += n
+	return n, nil
+}
+
+func (r *bodyReader) Close() error { return nil }
 
 func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, next http.Handler) {
 	ctx := r.Context()
@@ -173,17 +206,21 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 	if t.waited > 0 {
 		out = outWaited
 	}
+	if len(t.answer) > 0 && t.answer[0] == kindHTTP {
+		// The common case, decoded straight into the response's header.
+		h := w.Header()
+		status, body, err := decodeHTTPInto(t.answer, h)
+		if err == nil {
+			c.report(ctx, out, t)
+			h[ReplayedHeader] = replayedTrue
+			w.WriteHeader(status)
+			_, _ = w.Write(body)
+			return
+		}
+		clear(h)
+	}
 	a, err := decodeAnswer(t.answer)
 	switch a := a.(type) {
-	case *httpAnswer:
-		c.report(ctx, out, t)
-		h := w.Header()
-		for k, vs := range a.header {
-			h[k] = vs
-		}
-		h.Set(ReplayedHeader, "true")
-		w.WriteHeader(a.status)
-		_, _ = w.Write(a.body)
 	case *notKept:
 		c.report(ctx, outNotKept, t)
 		w.Header().Set(ReplayedHeader, "true")
@@ -198,6 +235,8 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 		http.Error(w, "dedup: the stored answer for this Idempotency-Key cannot be read: "+err.Error(), http.StatusInternalServerError)
 	}
 }
+
+var replayedTrue = []string{"true"}
 
 // notStored are the headers a stored answer leaves out: they describe one
 // connection or one moment, not the answer.

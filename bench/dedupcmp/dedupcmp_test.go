@@ -48,7 +48,10 @@ func newStores(b *testing.B) stores {
 }
 
 // handler answers 201 with a small JSON body, as a charge endpoint would.
+var handled atomic.Int64
+
 var handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handled.Add(1)
 	io.Copy(io.Discard, r.Body)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -64,7 +67,10 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
-var runs atomic.Int64
+var (
+	runs     atomic.Int64
+	prefixes atomic.Value
+)
 
 type variant struct {
 	name  string
@@ -74,9 +80,16 @@ type variant struct {
 }
 
 func variants() []variant {
-	// A prefix per run, so that a second run (-count) sends first requests again.
-	run := strconv.FormatInt(runs.Add(1), 10) + "-"
-	fresh := func(p string) func(int) string { return func(i int) string { return p + run + strconv.Itoa(i) } }
+	// A prefix per run of a sub-benchmark (each -count, each b.N), so that every
+	// run sends first requests.
+	fresh := func(p string) func(int) string {
+		return func(i int) string {
+			if i < 0 {
+				prefixes.Store(p + strconv.FormatInt(runs.Add(1), 10) + "-")
+			}
+			return prefixes.Load().(string) + strconv.Itoa(i)
+		}
+	}
 	same := func(k string) func(int) string { return func(int) string { return k } }
 	return []variant{
 		{"no-key", func(s stores) dedup.Store { return s.mem }, nil, false},
@@ -109,13 +122,14 @@ func BenchmarkInProcess(b *testing.B) {
 				h.ServeHTTP(w, req)
 			}
 			serve(-1) // the replay's first, and the scripts loaded
-			before := s.rt.n.Load()
+			before, ran := s.rt.n.Load(), handled.Load()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
 				serve(i)
 			}
 			b.StopTimer()
+			b.ReportMetric(float64(handled.Load()-ran)/float64(b.N), "runs/op")
 			if v.rt {
 				b.ReportMetric(float64(s.rt.n.Load()-before)/float64(b.N), "redis-rt/op")
 			}
@@ -173,6 +187,9 @@ func BenchmarkParallel64(b *testing.B) {
 			defer tr.CloseIdleConnections()
 			c := &http.Client{Transport: tr}
 			var seq atomic.Int64
+			if v.key != nil {
+				v.key(-1) // a fresh prefix
+			}
 			b.SetParallelism((64 + 1) / 2) // × GOMAXPROCS (2 here) = 64 callers
 			b.ReportAllocs()
 			b.ResetTimer()

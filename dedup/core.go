@@ -196,9 +196,9 @@ func (c *core) finishCtx(ctx context.Context, t *ticket) (context.Context, conte
 func (c *core) complete(ctx context.Context, t *ticket, answer, notKept []byte) {
 	fctx, cancel := c.finishCtx(ctx, t)
 	start := time.Now()
-	err := c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
+	err := persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
 	if errors.Is(err, ErrAnswerTooLarge) {
-		err = c.store.Complete(fctx, t.key, t.token, notKept, c.c.retention)
+		err = persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, notKept, c.c.retention) })
 	}
 	record.DedupStore(ctx, "complete", time.Since(start))
 	cancel()
@@ -207,11 +207,33 @@ func (c *core) complete(ctx context.Context, t *ticket, answer, notKept []byte) 
 	}
 }
 
+// persist calls f until it succeeds, or fails with ErrLeaseLost or ErrAnswerTooLarge,
+// or ctx (the lease) ends: a store that blinked (a restart, a failover) must not
+// leave a completed request's key leased with its answer lost, or the key released
+// for a second execution. The pause starts at 5 ms and doubles up to 200 ms.
+func persist(ctx context.Context, f func() error) error {
+	pause := 5 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrAnswerTooLarge) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
+}
+
 // release gives the key up.
 func (c *core) release(ctx context.Context, t *ticket) {
 	fctx, cancel := c.finishCtx(ctx, t)
 	start := time.Now()
-	err := c.store.Release(fctx, t.key, t.token)
+	err := persist(fctx, func() error { return c.store.Release(fctx, t.key, t.token) })
 	record.DedupStore(ctx, "release", time.Since(start))
 	cancel()
 	if err != nil {

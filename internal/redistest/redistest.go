@@ -6,6 +6,7 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,38 +23,65 @@ import (
 type Server struct {
 	Addr string
 	port int
+	dir  string // with persistence: the append-only file's directory
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
 
-// Start starts redis-server on a free port, and stops it when tb ends.
+// ErrNotInstalled is what Run returns when redis-server is not on the PATH.
+var ErrNotInstalled = errors.New("redis-server not found: install it (apt-get install redis-server) to run the Redis tests")
+
+// Start starts redis-server on a free port, and stops it when tb ends. Without the
+// binary it skips tb, or fails it under CI=true.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		msg := "redis-server not found: install it (apt-get install redis-server) to run the Redis tests"
+	s, err := Run()
+	if errors.Is(err, ErrNotInstalled) {
 		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg)
+			tb.Fatal(err)
 		}
-		tb.Skip(msg)
+		tb.Skip(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port}
-	if err := s.start(bin); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(s.Stop)
 	return s
 }
 
+// Run starts redis-server on a free port; the caller stops it.
+func Run() (*Server, error) { return run("") }
+
+// RunPersistent starts redis-server on a free port with an append-only file in dir,
+// written on every command (appendfsync always): a restart keeps what was written.
+func RunPersistent(dir string) (*Server, error) { return run(dir) }
+
+func run(dir string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir}
+	if err := s.start(bin); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func (s *Server) start(bin string) error {
-	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	if s.dir == "" {
+		args = append(args, "--appendonly", "no")
+	} else {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		return err
@@ -105,12 +133,17 @@ func (s *Server) Stop() {
 // Restart stops the server and starts a new one on the same port.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
+	if err := s.RestartErr(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// RestartErr is Restart for a caller without a testing.TB.
+func (s *Server) RestartErr() error {
 	s.Stop()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		tb.Fatal(err)
+		return ErrNotInstalled
 	}
-	if err := s.start(bin); err != nil {
-		tb.Fatal(err)
-	}
+	return s.start(bin)
 }

@@ -119,6 +119,7 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 			continue // ended between two looks: take it
 		}
 		// Running: wait for the first's answer within our budget.
+		leaseEnd := start.Add(e.Left) // the first's lease, as last seen
 		until, ok := ctx.Deadline()
 		if !ok {
 			until = start.Add(c.c.defaultBudget)
@@ -141,13 +142,10 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 				return vCanceled
 			}
 			if wctx.Err() != nil {
-				// Our budget for waiting ended; the first's lease has this left.
-				t.comeBack = max(e.Left, 0)
-				if t.comeBack == 0 {
-					if cur, gerr := c.store.Get(ctx, t.key); gerr == nil {
-						t.comeBack = cur.Left
-					}
-				}
+				// Our budget for waiting ended; the first's lease has this left
+				// (from what was last seen: asking the store again could take
+				// the rest of our budget).
+				t.comeBack = max(time.Until(leaseEnd), time.Millisecond)
 				return vConflict
 			}
 			return c.failed(ctx, t, err)

@@ -1,6 +1,8 @@
 package dedupcmp_test
 
 import (
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/deadlinekit/deadlinekit/bench/dedupcmp"
@@ -8,6 +10,9 @@ import (
 
 // TestFaultHarness runs the harness briefly: the figures come from cmd/dedupbench.
 func TestFaultHarness(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") != "true" {
+		t.Skip("redis-server not found: install it (apt-get install redis-server) to run the harness")
+	}
 	cfg := dedupcmp.DefaultFaults
 	cfg.Requests = 300
 	for _, c := range []struct{ kill, restart bool }{{false, false}, {true, false}, {false, true}} {

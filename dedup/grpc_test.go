@@ -195,3 +195,37 @@ func first(vs []string) string {
 	}
 	return vs[0]
 }
+
+type forgetting struct {
+	testgrpc.UnimplementedTestServiceServer
+	n atomic.Int64
+}
+
+func (s *forgetting) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if s.n.Add(1) == 1 {
+		dedup.Forget(ctx)
+		return nil, status.Error(codes.Unavailable, "ledger down, nothing written")
+	}
+	return &testgrpc.SimpleResponse{Username: strings.Repeat("x", 100)}, nil
+}
+
+// TestGRPCForgetAndSizeLimit: after Forget a repeat runs; an answer above the size
+// limit reaches its caller but is not kept, and a repeat gets AlreadyExists.
+func TestGRPCForgetAndSizeLimit(t *testing.T) {
+	svc := &forgetting{}
+	c := serveGRPC(t, svc, dedup.NewMemoryStore(), dedup.WithMaxResponseSize(50))
+	ctx := context.Background()
+	if a := unary(ctx, c, "k", "1"); status.Code(a.err) != codes.Unavailable {
+		t.Fatalf("first: %v", a.err)
+	}
+	if a := unary(ctx, c, "k", "1"); a.err != nil || len(a.resp.GetUsername()) != 100 || a.replayed {
+		t.Fatalf("after Forget: %+v", a)
+	}
+	a := unary(ctx, c, "k", "1")
+	if status.Code(a.err) != codes.AlreadyExists || !a.replayed || !strings.Contains(status.Convert(a.err).Message(), "not kept") {
+		t.Fatalf("repeat of an answer too large to keep: %v (replayed %v)", a.err, a.replayed)
+	}
+	if svc.n.Load() != 2 {
+		t.Fatalf("ran %d times, want 2", svc.n.Load())
+	}
+}

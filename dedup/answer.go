@@ -9,7 +9,7 @@ import (
 )
 
 // A stored answer is opaque to the store: one kind byte, then the kind's fields as
-// uvarint-prefixed strings and uvarints.
+// uvarint-prefixed strings and uvarints (an HTTP answer's body is the rest).
 const (
 	kindHTTP    = 'H' // status, headers, body
 	kindGRPC    = 'G' // message name, message, header, trailer, status
@@ -112,11 +112,32 @@ type httpAnswer struct {
 }
 
 func encodeHTTP(status int, h http.Header, body []byte) []byte {
-	b := make([]byte, 0, 64+len(body))
+	return append(appendHTTPHead(make([]byte, 0, 64+len(body)), status, h), body...)
+}
+
+// appendHTTPHead appends the kind, the status and the headers a stored answer keeps
+// (not those of [notStored]); the body follows as the rest of the answer.
+func appendHTTPHead(b []byte, status int, h http.Header) []byte {
+	n := 0
+	for k, vs := range h {
+		if !notStored[k] && len(vs) > 0 {
+			n++
+		}
+	}
 	b = append(b, kindHTTP)
 	b = binary.AppendUvarint(b, uint64(status))
-	b = appendMD(b, h)
-	return appendBytes(b, body)
+	b = binary.AppendUvarint(b, uint64(n))
+	for k, vs := range h {
+		if notStored[k] || len(vs) == 0 {
+			continue
+		}
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	return b
 }
 
 // decodeHTTPInto decodes an HTTP answer, its header into h (values appended to
@@ -140,11 +161,10 @@ func decodeHTTPInto(b []byte, h http.Header) (int, []byte, error) {
 		}
 		h[k] = vs
 	}
-	body := d.bytes()
-	if d.err != nil || len(d.b) != 0 {
+	if d.err != nil {
 		return 0, nil, errCorrupt
 	}
-	return int(s), body, nil
+	return int(s), d.b, nil // the body is the rest
 }
 
 // grpcAnswer is a stored gRPC answer.
@@ -190,7 +210,7 @@ func decodeAnswer(b []byte) (any, error) {
 		a := &httpAnswer{}
 		s := d.uvarint()
 		a.header = d.md()
-		a.body = d.bytes()
+		a.body, d.b = d.b, nil // the body is the rest
 		if s < 100 || s > 999 {
 			d.err = errCorrupt
 		}

@@ -26,7 +26,13 @@ func FuzzDecodeAnswer(f *testing.F) {
 			again := encodeHTTP(a.status, a.header, a.body)
 			h := http.Header{}
 			s, body, err := decodeHTTPInto(again, h)
-			if err != nil || s != a.status || !bytes.Equal(body, a.body) || len(h) != len(a.header) {
+			kept := 0 // a header without values, or one never stored, is not written back
+			for k, vs := range a.header {
+				if len(vs) > 0 && !notStored[k] {
+					kept++
+				}
+			}
+			if err != nil || s != a.status || !bytes.Equal(body, a.body) || len(h) != kept {
 				t.Fatalf("re-encoded answer decodes to %d %q %v, %v", s, body, h, err)
 			}
 		}
@@ -36,9 +42,10 @@ func FuzzDecodeAnswer(f *testing.F) {
 func TestDecodeHostile(t *testing.T) {
 	for _, b := range [][]byte{
 		nil, {'X'}, {'H'}, {'H', 99}, {'H', 0xe8, 0x07}, // status 1000
-		append(encodeHTTP(200, nil, []byte("x")), 0), // trailing byte
-		{'H', 200, 1, 5, 'a'},                        // a name longer than what is left
-		{'N', 0xff, 0xff, 0xff, 0xff, 0x0f, 0},       // status out of range
+		{'H', 0xc8, 0x01, 3, 1, 'a'},           // three headers announced, one short one there
+		append(encodeGRPC(&grpcAnswer{}), 0),   // trailing byte
+		{'H', 200, 1, 5, 'a'},                  // a name longer than what is left
+		{'N', 0xff, 0xff, 0xff, 0xff, 0x0f, 0}, // status out of range
 		{'G', 5, 'a'},
 	} {
 		if v, err := decodeAnswer(b); err == nil {

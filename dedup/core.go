@@ -189,14 +189,15 @@ func (c *core) finishCtx(ctx context.Context, t *ticket) (context.Context, conte
 	return context.WithDeadline(context.WithoutCancel(ctx), end)
 }
 
-// complete stores answer for the lease in t, or notKept when the store refuses
+// complete stores answer for the lease in t, or notKept's when the store refuses
 // answer for its size.
-func (c *core) complete(ctx context.Context, t *ticket, answer, notKept []byte) {
+func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept func() []byte) {
 	fctx, cancel := c.finishCtx(ctx, t)
 	start := time.Now()
 	err := persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
-	if errors.Is(err, ErrAnswerTooLarge) {
-		err = persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, notKept, c.c.retention) })
+	if errors.Is(err, ErrAnswerTooLarge) && notKept != nil {
+		small := notKept()
+		err = persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, small, c.c.retention) })
 	}
 	record.DedupStore(ctx, "complete", time.Since(start))
 	cancel()

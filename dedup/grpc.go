@@ -166,11 +166,11 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	} else {
 		storable = false
 	}
-	notKept := encodeNotKept(int(st.Code()), size)
+	notKept := func() []byte { return encodeNotKept(int(st.Code()), size) }
 	if storable {
 		c.complete(ctx, t, encodeGRPC(a), notKept)
 	} else {
-		c.complete(ctx, t, notKept, nil)
+		c.complete(ctx, t, notKept(), nil)
 	}
 	c.report(ctx, outFirst, t)
 	return resp, err

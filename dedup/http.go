@@ -189,14 +189,14 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 		c.report(ctx, outReleased, t)
 		return
 	}
+	if rec.status == 0 {
+		rec.snapshot(http.StatusOK)
+	}
+	size := rec.size
 	if rec.over {
-		c.complete(ctx, t, encodeNotKept(status, rec.size), nil)
+		c.complete(ctx, t, encodeNotKept(status, size), nil)
 	} else {
-		hdr := rec.header
-		if rec.status == 0 {
-			hdr = storedHeader(w.Header())
-		}
-		c.complete(ctx, t, encodeHTTP(status, hdr, rec.body), encodeNotKept(status, rec.size))
+		c.complete(ctx, t, rec.ans, func() []byte { return encodeNotKept(status, size) })
 	}
 	c.report(ctx, outFirst, t)
 }
@@ -245,47 +245,40 @@ var notStored = map[string]bool{
 	"Trailer": true, "Upgrade": true, "Proxy-Connection": true,
 }
 
-func storedHeader(h http.Header) http.Header {
-	s := make(http.Header, len(h))
-	for k, vs := range h {
-		if !notStored[k] && len(vs) > 0 {
-			s[k] = append([]string(nil), vs...)
-		}
-	}
-	return s
-}
-
-// recorder passes the answer through and keeps a copy of it, up to the limit.
+// recorder passes the answer through and keeps it, encoded, up to the limit.
 type recorder struct {
 	http.ResponseWriter
 	max    int
-	status int // 0 until the header is written
-	header http.Header
-	body   []byte
-	size   int
-	over   bool
+	status int    // 0 until the header is written
+	ans    []byte // the stored answer: status and header, then the body written so far
+	size   int    // the body's size
+	over   bool   // the body passed the limit: ans is nil
+}
+
+// snapshot starts the stored answer with the status and the header as they are sent.
+func (w *recorder) snapshot(code int) {
+	w.status = code
+	w.ans = appendHTTPHead(make([]byte, 0, 256), code, w.ResponseWriter.Header())
 }
 
 func (w *recorder) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
-		w.status = code
-		w.header = storedHeader(w.ResponseWriter.Header())
+		w.snapshot(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
-		w.header = storedHeader(w.ResponseWriter.Header())
+		w.snapshot(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.size += n
 	if !w.over {
-		if len(w.body)+n > w.max {
-			w.over, w.body = true, nil
+		if w.size > w.max {
+			w.over, w.ans = true, nil
 		} else {
-			w.body = append(w.body, b[:n]...)
+			w.ans = append(w.ans, b[:n]...)
 		}
 	}
 	return n, err
@@ -294,8 +287,7 @@ func (w *recorder) Write(b []byte) (int, error) {
 // Flush flushes the underlying writer when it can.
 func (w *recorder) Flush() {
 	if w.status == 0 {
-		w.status = http.StatusOK
-		w.header = storedHeader(w.ResponseWriter.Header())
+		w.snapshot(http.StatusOK)
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }

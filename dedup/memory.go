@@ -218,7 +218,7 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 		return ErrAnswerTooLarge
 	}
 	sh.sweep(now, size)
-	e.state, e.answer, e.expires = Done, append([]byte(nil), answer...), now.Add(retain)
+	e.state, e.answer, e.expires = Done, answer, now.Add(retain) // Complete's caller gives it up
 	sh.bytes += size
 	if sh.tail == nil {
 		sh.head, sh.tail = e, e

@@ -118,11 +118,11 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 		c.report(ctx, outReleased, t)
 		return resp, err
 	}
-	notKept := encodeNotKept(int(code), size)
+	notKept := func() []byte { return encodeNotKept(int(code), size) }
 	if storable {
 		c.complete(ctx, t, encodeGRPC(a), notKept)
 	} else {
-		c.complete(ctx, t, notKept, nil)
+		c.complete(ctx, t, notKept(), nil)
 	}
 	c.report(ctx, outFirst, t)
 	return resp, err

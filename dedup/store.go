@@ -93,6 +93,7 @@ type Store interface {
 	// lease and reading the record are one atomic step.
 	Acquire(ctx context.Context, key string, l Lease) (acquired bool, cur Entry, err error)
 	// Complete turns the lease with token into the stored answer, kept for retain.
+	// The store may keep answer itself: its caller does not touch it afterwards.
 	Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error
 	// Release removes the lease with token, so that the next request with the key
 	// runs.

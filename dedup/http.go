@@ -212,7 +212,7 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 		status, body, err := decodeHTTPInto(t.answer, h)
 		if err == nil {
 			c.report(ctx, out, t)
-			h[ReplayedHeader] = replayedTrue
+			h[ReplayedHeader] = []string{"true"} // its own: the header goes on to the layers outside
 			w.WriteHeader(status)
 			_, _ = w.Write(body)
 			return
@@ -235,8 +235,6 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 		http.Error(w, "dedup: the stored answer for this Idempotency-Key cannot be read: "+err.Error(), http.StatusInternalServerError)
 	}
 }
-
-var replayedTrue = []string{"true"}
 
 // notStored are the headers a stored answer leaves out: they describe one
 // connection or one moment, not the answer.

@@ -127,9 +127,15 @@ func RunFaults(cfg FaultConfig) (FaultResult, error) {
 		replicas[i] = r
 	}
 	defer func() {
+		// The dead replica's handlers return, and give their keys up while Redis is
+		// still there: wait for them.
 		close(hang)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		for _, r := range replicas {
-			r.srv.Close()
+			if r.srv.Shutdown(ctx) != nil {
+				r.srv.Close()
+			}
 		}
 	}()
 

@@ -194,51 +194,64 @@ func (c *core) finishCtx(ctx context.Context, t *ticket) (context.Context, conte
 func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept func() []byte) {
 	fctx, cancel := c.finishCtx(ctx, t)
 	start := time.Now()
-	err := persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
+	err := c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
 	if errors.Is(err, ErrAnswerTooLarge) && notKept != nil {
-		small := notKept()
-		err = persist(fctx, func() error { return c.store.Complete(fctx, t.key, t.token, small, c.c.retention) })
+		answer = notKept()
+		err = c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
 	}
 	record.DedupStore(ctx, "complete", time.Since(start))
-	cancel()
-	if err != nil {
-		t.err = err
-	}
-}
-
-// persist calls f until it succeeds, or fails with ErrLeaseLost or ErrAnswerTooLarge,
-// or ctx (the lease) ends: a store that blinked (a restart, a failover) must not
-// leave a completed request's key leased with its answer lost, or the key released
-// for a second execution. The pause starts at 5 ms and doubles up to 200 ms.
-func persist(ctx context.Context, f func() error) error {
-	pause := 5 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrAnswerTooLarge) || ctx.Err() != nil {
-			return err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		pause = min(2*pause, 200*time.Millisecond)
-	}
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
 }
 
 // release gives the key up.
 func (c *core) release(ctx context.Context, t *ticket) {
 	fctx, cancel := c.finishCtx(ctx, t)
 	start := time.Now()
-	err := persist(fctx, func() error { return c.store.Release(fctx, t.key, t.token) })
+	err := c.store.Release(fctx, t.key, t.token)
 	record.DedupStore(ctx, "release", time.Since(start))
-	cancel()
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, t.key, t.token) })
+	t.outcome = outReleased
+}
+
+// settle ends a completion or a release that returned err. One that failed for
+// the store (not for the lease) is tried again in the background until it succeeds
+// or the lease ends ([persist]): a store that blinked (a restart, a failover) must not
+// leave a completed request's key leased with its answer lost, nor a released key
+// blocked, and the caller's answer must not wait for it.
+func (c *core) settle(fctx context.Context, cancel context.CancelFunc, t *ticket, err error, again func() error) {
 	if err != nil {
 		t.err = err
 	}
-	t.outcome = outReleased
+	if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrAnswerTooLarge) || fctx.Err() != nil {
+		cancel()
+		return
+	}
+	go func() {
+		defer cancel()
+		_ = persist(fctx, again)
+	}()
+}
+
+// persist calls f, after a pause that starts at 5 ms and doubles up to 200 ms, until
+// it succeeds, or fails with ErrLeaseLost or ErrAnswerTooLarge, or ctx (the lease)
+// ends.
+func persist(ctx context.Context, f func() error) error {
+	pause := 5 * time.Millisecond
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		err := f()
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrAnswerTooLarge) {
+			return err
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+		t.Reset(pause)
+	}
 }
 
 // report writes t's outcome on the span and the metrics.

@@ -82,7 +82,10 @@
 // default for one replica; package dedup/redisstore shares one table between
 // replicas. [Store] is small enough to write on SQL: see its documentation. When the
 // store cannot be reached a keyed request is answered 503 / Unavailable and the
-// handler does not run, unless [WithRunWithoutStore] says otherwise.
+// handler does not run, unless [WithRunWithoutStore] says otherwise. A completion or
+// a release that the store fails (not one refused for a lost lease) is tried again in
+// the background, with a growing pause, until it succeeds or the lease ends; the
+// answer goes out at once.
 //
 // # Telemetry
 //

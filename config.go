@@ -5,6 +5,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -78,6 +79,7 @@ type config struct {
 	retry          []retry.Option
 	hedge          []hedge.Option
 	breaker        []breaker.Option
+	dedup          dedupConfig
 }
 
 func newConfig(opts []Option) *config {
@@ -226,4 +228,24 @@ func (c *config) newHedger() *hedge.Hedger {
 		o = append(o, hedge.WithIdempotentMethods(c.idempotent...))
 	}
 	return hedge.New(append(o, c.hedge...)...)
+}
+
+// dedupConfig is the server's deduplication ([WithDedup]): off without a store.
+type dedupConfig struct {
+	store dedup.Store
+	opts  []dedup.Option
+}
+
+// WithDedup puts deduplication of requests carrying an idempotency key (package
+// dedup) on store into [NewHandler], [ServerOptions] (unary calls) and connectkit's
+// HandlerOption, innermost: after the guard, just before the handler, so that a
+// request the guard refuses records nothing. A repeat waits for the first's answer
+// until its deadline less the stack's floor ([WithFloor]); opts come after the
+// stack's own and take precedence. Default: off (no store).
+func WithDedup(store dedup.Store, opts ...dedup.Option) Option {
+	return optionFunc(func(c *config) { c.dedup = dedupConfig{store: store, opts: opts} })
+}
+
+func (c *config) dedupOptions() []dedup.Option {
+	return append([]dedup.Option{dedup.WithFloor(c.floor)}, c.dedup.opts...)
 }

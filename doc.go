@@ -8,7 +8,7 @@
 // layers (packages propagate, shortcircuit, retry, breaker, hedge) in this order,
 // outermost first, with defaults chosen together:
 //
-//	server: user's tracing → propagate → retry (server side) → shortcircuit → handler
+//	server: user's tracing → propagate → retry (server side) → shortcircuit → [dedup] → handler
 //	client: user's tracing → retry → breaker → hedge → propagate → transport
 //
 //	srv := &http.Server{Handler: deadlinekit.NewHandler(mux)}           // HTTP server
@@ -20,7 +20,8 @@
 // One floor ([WithFloor]) and one reserve ([WithReserve]) set every layer's
 // thresholds, so that no layer sends what the next would refuse; each layer's own
 // options pass through [WithPropagate], [WithShortCircuit], [WithRetry], [WithBreaker]
-// and [WithHedge], and [Without] leaves a layer out. Each outbound call has one span
+// and [WithHedge], and [Without] leaves a layer out. [WithDedup] adds the server
+// half of idempotency keys (package dedup): off without a store. Each outbound call has one span
 // carrying its totals, with one child span per attempt (package otelattr names what
 // they hold). The runnable demonstration is examples/threehop.
 package deadlinekit

@@ -2,6 +2,7 @@ package deadlinekit
 
 import (
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -41,6 +42,9 @@ func init() {
 		}
 		if c.has(ShortCircuit) {
 			layers = append(layers, rpc.Lookup[func([]shortcircuit.Option) rpc.Layer]("shortcircuit")(c.shortcircuitOptions()))
+		}
+		if c.dedup.store != nil {
+			layers = append(layers, rpc.Lookup[func(dedup.Store, []dedup.Option) rpc.Layer]("dedup")(c.dedup.store, c.dedupOptions()))
 		}
 		return layers
 	})

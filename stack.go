@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -13,12 +14,16 @@ import (
 // NewHandler returns h behind the server side of the stack, outermost first:
 // propagate (read the caller's budget, clamp it, set it on the context) → retry's
 // server side (the one-layer rule) → shortcircuit (refuse what the budget left
-// cannot pay for) → h. Put the user's tracing (otelhttp.NewHandler) outside it, so
-// that the refusals are on the server span:
+// cannot pay for) → dedup, with [WithDedup] (replay, wait, or run and record) → h.
+// Put the user's tracing (otelhttp.NewHandler) outside it, so that the refusals are
+// on the server span:
 //
 //	srv := &http.Server{Handler: otelhttp.NewHandler(deadlinekit.NewHandler(mux), "svc")}
 func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	c := newConfig(opts)
+	if c.dedup.store != nil {
+		h = dedup.NewMiddleware(c.dedup.store, c.dedupOptions()...)(h)
+	}
 	if c.has(ShortCircuit) {
 		h = shortcircuit.NewMiddleware(c.shortcircuitOptions()...)(h)
 	}
@@ -84,6 +89,9 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 		so := c.shortcircuitOptions()
 		unary = append(unary, shortcircuit.UnaryServerInterceptor(so...))
 		stream = append(stream, shortcircuit.StreamServerInterceptor(so...))
+	}
+	if c.dedup.store != nil {
+		unary = append(unary, dedup.UnaryServerInterceptor(c.dedup.store, c.dedupOptions()...))
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
 }

@@ -10,6 +10,7 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/platinummonkey/go-concurrency-limits v0.8.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sony/gobreaker/v2 v2.4.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
@@ -26,6 +27,7 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

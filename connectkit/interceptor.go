@@ -91,15 +91,18 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 }
 
 func (i *interceptor) unaryServer(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
-	in := rpc.Inbound{Procedure: req.Spec().Procedure, Header: req.Header()}
+	in := rpc.Inbound{Procedure: req.Spec().Procedure, Header: req.Header(), Req: req.Any(), Reply: replies}
 	var resp connect.AnyResponse
-	_, err := i.server(ctx, &in, func(ctx context.Context) (any, error) {
+	out, err := i.server(ctx, &in, func(ctx context.Context) (any, error) {
 		var err error
 		resp, err = next(ctx, req)
 		return resp, err
 	})
 	if err != nil {
 		return nil, layerError(err)
+	}
+	if made, ok := out.(connect.AnyResponse); ok && made != nil && resp == nil {
+		return made, nil // a layer answered without the handler (dedup's replay)
 	}
 	return resp, nil
 }

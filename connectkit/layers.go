@@ -29,8 +29,18 @@ func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
 
 // HandlerOption returns the server side of the stack for a connect handler, in the
 // order of [deadlinekit.ServerOptions], outermost first: [Propagate] → [Retry]'s
-// server side (the one-layer rule) → [ShortCircuit], configured by the stack's
-// options as ServerOptions is. Put the user's tracing (otelconnect) before it.
+// server side (the one-layer rule) → [ShortCircuit] → dedup, with
+// [deadlinekit.WithDedup], configured by the stack's options as ServerOptions is.
+// Put the user's tracing (otelconnect) before it.
+//
+// Dedup reads the Idempotency-Key header (in the gRPC protocols, the
+// idempotency-key metadata is the same header) of unary calls, stores the response
+// message with its header and trailer, or the handler's error, and answers repeats
+// as package dedup's gRPC interceptor does; streams go through. A handler's
+// *connect.Response[T] cannot be named by an interceptor: its type is learned from
+// the first response to each procedure on this server, so a server that has not yet
+// answered a procedure once answers a replay of it Unavailable with a pushback (the
+// caller's retry layer comes back) rather than the stored message.
 func HandlerOption(opts ...deadlinekit.Option) connect.HandlerOption {
 	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.server")(opts)
 	is := make([]connect.Interceptor, len(layers))

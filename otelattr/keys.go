@@ -117,3 +117,22 @@ const (
 // BreakerStateChangeEvent is the name of the span event a call's span gets when
 // that call changed its circuit's state.
 const BreakerStateChangeEvent = "breaker state change"
+
+// Deduplication attributes (package dedup): on the server span of a request that
+// carried an idempotency key, and on the dedup metrics.
+const (
+	// DedupOutcomeKey is what deduplication did with the request: "first" (it ran
+	// and its answer was stored), "replayed" (it got the stored answer), "waited"
+	// (it waited for the first's answer, then got it), "conflict" (the first still
+	// ran past this one's budget: 409 / Aborted), "mismatch" (the key belongs to
+	// another request), "released" (it ran but did not complete, and its key was
+	// given up), "store_unavailable", "malformed" (the key was refused), "not_kept"
+	// (the first's answer was too large to store) or "canceled" (its caller left
+	// while it waited).
+	DedupOutcomeKey = attribute.Key("deadlinekit.dedup.outcome")
+	// DedupWaitKey is how long (ms) a repeat waited for the first request's answer.
+	DedupWaitKey = attribute.Key("deadlinekit.dedup.wait_ms")
+	// DedupStoreOpKey is the store operation on deadlinekit.dedup.store.duration:
+	// "acquire", "complete", "release".
+	DedupStoreOpKey = attribute.Key("deadlinekit.dedup.store.op")
+)

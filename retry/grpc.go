@@ -21,6 +21,7 @@ type grpcAttempt struct {
 	trailer   metadata.MD    // the attempt's (grpc-retry-pushback-ms)
 	timedOut  bool           // this layer's per-attempt timeout ended the attempt
 	idem      bool           // the call may safely run twice
+	keyed     bool           // the call carries an idempotency-key
 	callEnded bool           // the call's own context had ended
 	// unsent: the attempt provably never left the client (grpc-go made no transport
 	// stream for it; a framework's request wrote no header), so the server cannot
@@ -63,8 +64,13 @@ func classifyGRPC(a grpcAttempt) decision {
 			return decision{verdict: Answered, reason: "RESOURCE_EXHAUSTED without RetryInfo"}
 		}
 		d = decision{verdict: Retryable, reason: "RESOURCE_EXHAUSTED with RetryInfo"}
+	case codes.Aborted:
+		if d, ok := dedupConflictGRPC(a); ok {
+			return d
+		}
+		return decision{verdict: Answered, reason: code.String()}
 	case codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.FailedPrecondition,
-		codes.OutOfRange, codes.Aborted, codes.PermissionDenied, codes.Unauthenticated:
+		codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
 		return decision{verdict: Answered, reason: code.String()}
 	default:
 		return decision{verdict: Failed, reason: code.String()}
@@ -74,6 +80,26 @@ func classifyGRPC(a grpcAttempt) decision {
 		d.doNotRetry = len(a.trailer.Get(pushback.Key)) > 0 && pushback.Refuses(a.trailer.Get(pushback.Key)[0])
 	}
 	return d
+}
+
+// dedupConflictGRPC judges an ABORTED on a keyed call: the server's deduplication
+// (package dedup) saying the first call with this key still runs, and when to come
+// back (a positive grpc-retry-pushback-ms). It is retried after that pushback, when
+// the deadline allows, and then meets the first's stored answer. Any other ABORTED
+// is the application's conflict: ok is false.
+func dedupConflictGRPC(a grpcAttempt) (decision, bool) {
+	if !a.keyed {
+		return decision{}, false
+	}
+	v := a.trailer.Get(pushback.Key)
+	if len(v) == 0 {
+		return decision{}, false
+	}
+	p, err := pushback.ParseMs(v[0])
+	if err != nil || p <= 0 {
+		return decision{}, false
+	}
+	return withPushback(decision{verdict: Retryable, reason: "ABORTED on a keyed call: the first with its key still runs"}, p, nil), true
 }
 
 // grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer
@@ -179,7 +205,8 @@ func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut boo
 	idem := g.c.grpcIdempotent(ctx, g.method)
 	// grpc-go fills the trailer only for an attempt that got a transport stream: a
 	// nil one is an attempt that never left the client.
-	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
+	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, keyed: keyed, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
 	return outcome{d: d, err: err, idempotent: idem}
 }
 

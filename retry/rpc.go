@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -72,7 +73,8 @@ func (r rpcCall) judge(ctx context.Context, a rpc.Answer, err error, timedOut bo
 	}
 	st, _ := status.FromError(err)
 	idem := r.call.Idempotent || r.c.grpcIdempotent(ctx, r.call.Procedure)
-	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: a.Meta, timedOut: timedOut, idem: idem, callEnded: ctx.Err() != nil, unsent: a.Unsent})
+	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: a.Meta, timedOut: timedOut, idem: idem, keyed: keyed, callEnded: ctx.Err() != nil, unsent: a.Unsent})
 	return outcome{d: d, err: err, idempotent: idem}
 }
 

@@ -81,6 +81,25 @@ func classifyHTTP(a httpAttempt) decision {
 		return httpPushback(a, decision{verdict: Retryable, reason: "status " + strconv.Itoa(code)})
 	case code >= 500:
 		return decision{verdict: Failed, reason: "status " + strconv.Itoa(code)}
+	case code == http.StatusConflict && a.hasKey:
+		return dedupConflictHTTP(a)
+	}
+	return decision{verdict: Answered}
+}
+
+// dedupConflictHTTP judges a 409 on a keyed request: the server's deduplication
+// (package dedup) saying the first request with this key still runs, and when to
+// come back (a positive pushback: grpc-retry-pushback-ms or Retry-After). It is
+// retried after that pushback, when the deadline allows, and then meets the first's
+// stored answer. A 409 without a positive pushback is the application's conflict:
+// Answered.
+func dedupConflictHTTP(a httpAttempt) decision {
+	now := a.now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if p, found, err := pushback.FromHTTP(a.resp.Header, now); found && err == nil && p > 0 {
+		return withPushback(decision{verdict: Retryable, reason: "status 409 on a keyed request: the first with its key still runs"}, p, nil)
 	}
 	return decision{verdict: Answered}
 }

@@ -35,6 +35,11 @@
 //	         works for callers long gone; with a concurrency limit of 4
 //	         (shortcircuit.WithMaxConcurrency) C admits what it can finish in time and
 //	         refuses the rest at once: answers in time, wasted work, C's p99.
+//	lost     "The answer was lost": the client POSTs a payment, B charges it in C's
+//	         ledger, and B's answer to A is cut once after B ran. A retries with the
+//	         same idempotency key. Without dedup B runs twice (a double charge); with
+//	         deadlinekit.WithDedup on B it runs once and the retry gets B's stored
+//	         answer. THREEHOP_REDIS=host:port keeps B's keys in that Redis.
 //
 // The readings come from the services themselves: each hop records when it received
 // the request, with what budget, and when its work ended; the client records when it
@@ -98,6 +103,7 @@ var scenarios = []scenario{
 	{"hedge", runHedge},
 	{"breaker", runBreaker},
 	{"overload", runOverload},
+	{"lost", runLost},
 }
 
 func scenarioNames() []string {

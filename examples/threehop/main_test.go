@@ -27,7 +27,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"wasted work", "how C's work ended", "deadline propagated", "short-circuit", "retry amplification", "hedging", "circuit breaker", "C back → circuit closed", "overload", "C's work for callers already gone"} {
+	for _, want := range []string{"wasted work", "how C's work ended", "deadline propagated", "short-circuit", "retry amplification", "hedging", "circuit breaker", "C back → circuit closed", "overload", "C's work for callers already gone", "the answer was lost"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

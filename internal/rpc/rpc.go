@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // Call is one unary call, as the client layers see it.
@@ -88,6 +89,24 @@ type Inbound struct {
 	Procedure string      // the full method
 	Header    http.Header // the request's headers
 	Stream    bool        // a streaming call: its handler's life is the stream's
+	// Req is a unary call's request message, and Reply the framework's way to take
+	// its response apart and make one again, for a layer that stores answers
+	// (dedup); nil when the framework does not give them.
+	Req   any
+	Reply Reply
+}
+
+// Reply takes a framework's unary responses apart and makes them again.
+type Reply interface {
+	// Split returns the message of resp, a response to procedure, and the header
+	// and trailer metadata set on it;
+	// ok is false for a response it cannot take apart.
+	Split(procedure string, resp any) (msg any, header, trailer metadata.MD, ok bool)
+	// Make returns a response of the procedure's type carrying msg, header and
+	// trailer; ok is false when it cannot make one (it does not know the type yet).
+	Make(procedure string, msg any, header, trailer metadata.MD) (resp any, ok bool)
+	// Status returns the gRPC status of a handler's error, and the metadata it carries.
+	Status(err error) (st *status.Status, md metadata.MD)
 }
 
 // Handle runs the rest of the server chain and the handler.

@@ -1,0 +1,243 @@
+package dedup
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/http"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// A stored answer is opaque to the store: one kind byte, then the kind's fields as
+// uvarint-prefixed strings and uvarints (an HTTP answer's body is the rest).
+const (
+	kindHTTP    = 'H' // status, headers, body
+	kindGRPC    = 'G' // message name, message, header, trailer, status
+	kindNotKept = 'N' // completed, too large to keep: status, size
+)
+
+var (
+	errCorrupt        = errors.New("dedup: a stored answer cannot be decoded")
+	errNoResponseType = errors.New("dedup: the response type of the procedure is not known on this server yet")
+)
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, s []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendMD(b []byte, md map[string][]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(md)))
+	for k, vs := range md {
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	return b
+}
+
+// decoder reads what the append functions wrote; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errCorrupt
+		return nil
+	}
+	s := d.b[:n:n]
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }
+
+func (d *decoder) md() map[string][]string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) { // each entry takes at least one byte
+		d.err = errCorrupt
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	md := make(map[string][]string, n)
+	for range n {
+		k := d.string()
+		m := d.uvarint()
+		if d.err != nil || m > uint64(len(d.b))+1 {
+			d.err = errCorrupt
+			return nil
+		}
+		vs := make([]string, 0, m)
+		for range m {
+			vs = append(vs, d.string())
+		}
+		md[k] = vs
+	}
+	return md
+}
+
+// httpAnswer is a stored HTTP answer.
+type httpAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func encodeHTTP(status int, h http.Header, body []byte) []byte {
+	return append(appendHTTPHead(make([]byte, 0, 64+len(body)), status, h), body...)
+}
+
+// appendHTTPHead appends the kind, the status and the headers a stored answer keeps
+// (not those of [notStored]); the body follows as the rest of the answer.
+func appendHTTPHead(b []byte, status int, h http.Header) []byte {
+	n := 0
+	for k, vs := range h {
+		if !notStored[k] && len(vs) > 0 {
+			n++
+		}
+	}
+	b = append(b, kindHTTP)
+	b = binary.AppendUvarint(b, uint64(status))
+	b = binary.AppendUvarint(b, uint64(n))
+	for k, vs := range h {
+		if notStored[k] || len(vs) == 0 {
+			continue
+		}
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	return b
+}
+
+// decodeHTTPInto decodes an HTTP answer, its header into h (values appended to
+// one backing array), and returns its status and body.
+func decodeHTTPInto(b []byte, h http.Header) (int, []byte, error) {
+	d := decoder{b: b[1:]}
+	s := d.uvarint()
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) || s < 100 || s > 999 {
+		return 0, nil, errCorrupt
+	}
+	for range n {
+		k := d.string()
+		m := d.uvarint()
+		if d.err != nil || m > uint64(len(d.b))+1 {
+			return 0, nil, errCorrupt
+		}
+		vs := make([]string, m)
+		for i := range vs {
+			vs[i] = d.string()
+		}
+		h[k] = vs
+	}
+	if d.err != nil {
+		return 0, nil, errCorrupt
+	}
+	return int(s), d.b, nil // the body is the rest
+}
+
+// grpcAnswer is a stored gRPC answer.
+type grpcAnswer struct {
+	msgName         string
+	msg             []byte
+	header, trailer metadata.MD
+	status          []byte // the marshalled google.rpc.Status; empty for OK
+}
+
+func encodeGRPC(a *grpcAnswer) []byte {
+	b := make([]byte, 0, 64+len(a.msg)+len(a.status))
+	b = append(b, kindGRPC)
+	b = appendString(b, a.msgName)
+	b = appendBytes(b, a.msg)
+	b = appendMD(b, a.header)
+	b = appendMD(b, a.trailer)
+	return appendBytes(b, a.status)
+}
+
+// notKept is the record of an answer too large to keep: its status (HTTP status or
+// gRPC code) and size.
+type notKept struct {
+	status int
+	size   int
+}
+
+func encodeNotKept(status, size int) []byte {
+	b := []byte{kindNotKept}
+	b = binary.AppendUvarint(b, uint64(status))
+	return binary.AppendUvarint(b, uint64(size))
+}
+
+// decodeAnswer returns a *httpAnswer, *grpcAnswer or *notKept.
+func decodeAnswer(b []byte) (any, error) {
+	if len(b) == 0 {
+		return nil, errCorrupt
+	}
+	d := decoder{b: b[1:]}
+	var v any
+	switch b[0] {
+	case kindHTTP:
+		a := &httpAnswer{}
+		s := d.uvarint()
+		a.header = d.md()
+		a.body, d.b = d.b, nil // the body is the rest
+		if s < 100 || s > 999 {
+			d.err = errCorrupt
+		}
+		a.status = int(s)
+		v = a
+	case kindGRPC:
+		a := &grpcAnswer{}
+		a.msgName = d.string()
+		a.msg = d.bytes()
+		a.header = d.md()
+		a.trailer = d.md()
+		a.status = d.bytes()
+		v = a
+	case kindNotKept:
+		s, n := d.uvarint(), d.uvarint()
+		if s > 1<<16 || n > 1<<62 {
+			d.err = errCorrupt
+		}
+		v = &notKept{status: int(s), size: int(n)}
+	default:
+		return nil, errCorrupt
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = errCorrupt
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return v, nil
+}

@@ -1,0 +1,55 @@
+package dedup
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+)
+
+// A store returns what it was given, but a user's store (or a corrupted table) may
+// return anything: decoding never panics, and what encodes decodes back.
+func FuzzDecodeAnswer(f *testing.F) {
+	f.Add(encodeHTTP(201, http.Header{"Content-Type": {"application/json"}, "X-A": {"1", "2"}}, []byte(`{"ok":true}`)))
+	f.Add(encodeGRPC(&grpcAnswer{msgName: "google.protobuf.StringValue", msg: []byte{10, 1, 'x'}, header: map[string][]string{"a": {"b"}}}))
+	f.Add(encodeNotKept(200, 1<<20))
+	f.Add([]byte{})
+	f.Add([]byte{'H', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := decodeAnswer(b)
+		if err != nil {
+			if v != nil {
+				t.Fatal("a value with an error")
+			}
+		}
+		_, _, _ = decodeHTTPInto(append([]byte{kindHTTP}, b...), http.Header{})
+		if a, ok := v.(*httpAnswer); ok {
+			again := encodeHTTP(a.status, a.header, a.body)
+			h := http.Header{}
+			s, body, err := decodeHTTPInto(again, h)
+			kept := 0 // a header without values, or one never stored, is not written back
+			for k, vs := range a.header {
+				if len(vs) > 0 && !notStored[k] {
+					kept++
+				}
+			}
+			if err != nil || s != a.status || !bytes.Equal(body, a.body) || len(h) != kept {
+				t.Fatalf("re-encoded answer decodes to %d %q %v, %v", s, body, h, err)
+			}
+		}
+	})
+}
+
+func TestDecodeHostile(t *testing.T) {
+	for _, b := range [][]byte{
+		nil, {'X'}, {'H'}, {'H', 99}, {'H', 0xe8, 0x07}, // status 1000
+		{'H', 0xc8, 0x01, 3, 1, 'a'},           // three headers announced, one short one there
+		append(encodeGRPC(&grpcAnswer{}), 0),   // trailing byte
+		{'H', 200, 1, 5, 'a'},                  // a name longer than what is left
+		{'N', 0xff, 0xff, 0xff, 0xff, 0x0f, 0}, // status out of range
+		{'G', 5, 'a'},
+	} {
+		if v, err := decodeAnswer(b); err == nil {
+			t.Errorf("%q decoded to %#v", b, v)
+		}
+	}
+}

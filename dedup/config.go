@@ -1,0 +1,152 @@
+package dedup
+
+import (
+	"context"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// Defaults of the options.
+const (
+	// DefaultRetention is how long a completed answer is kept: a client's retry
+	// window is commonly 24 h (the payment APIs keep keys that long).
+	DefaultRetention = 24 * time.Hour
+	// DefaultMaxResponseSize bounds a stored answer's body (gRPC: its message).
+	DefaultMaxResponseSize = 1 << 20
+	// DefaultMaxRequestSize bounds the body of a keyed HTTP request, which is read
+	// in full to fingerprint it before the handler runs.
+	DefaultMaxRequestSize = 1 << 20
+	// DefaultLeaseMargin is what a lease holds beyond its request's deadline, so that
+	// an answer completed just after the deadline can still be stored.
+	DefaultLeaseMargin = time.Second
+	// DefaultStoreRetryAfter is the pushback of a 503 / Unavailable for a store that
+	// cannot be reached.
+	DefaultStoreRetryAfter = time.Second
+)
+
+// Option configures [NewMiddleware] and [UnaryServerInterceptor].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	retention       time.Duration
+	scope           func(context.Context) string
+	maxResponse     int
+	maxRequest      int64
+	margin          time.Duration
+	floor           time.Duration
+	defaultBudget   time.Duration
+	storeRetryAfter time.Duration
+	runWithoutStore bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		retention:       DefaultRetention,
+		maxResponse:     DefaultMaxResponseSize,
+		maxRequest:      DefaultMaxRequestSize,
+		margin:          DefaultLeaseMargin,
+		floor:           deadline.DefaultFloor,
+		defaultBudget:   deadline.DefaultBudget,
+		storeRetryAfter: DefaultStoreRetryAfter,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// WithRetention sets how long a completed answer is kept, at least as long as the
+// clients' retry window. Default [DefaultRetention] (24 h); zero or less keeps the
+// default.
+func WithRetention(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.retention = d
+		}
+	})
+}
+
+// WithScope sets whose keys a request's key belongs to, from its context: a tenant,
+// an account. Keys of different scopes never meet, so one scope never receives
+// another's stored answer. This is a security boundary: take the scope from the
+// authenticated principal, not from anything the caller merely claims. f is called
+// once per keyed request and must be fast and safe for concurrent use. Default (nil):
+// every request shares one scope.
+func WithScope(f func(ctx context.Context) string) Option {
+	return optionFunc(func(c *config) { c.scope = f })
+}
+
+// WithMaxResponseSize bounds the body (gRPC: the marshalled message) of an answer
+// that is stored. A larger answer reaches the first caller in full, but is not
+// stored: its key is marked completed-but-not-kept and a repeat gets 410 Gone (gRPC
+// AlreadyExists), never a second execution. Default [DefaultMaxResponseSize] (1 MiB);
+// zero or less keeps the default.
+func WithMaxResponseSize(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxResponse = n
+		}
+	})
+}
+
+// WithMaxRequestSize bounds the body of a keyed HTTP request, which is read in full
+// (and held in memory) to fingerprint it before the handler runs; a larger one is
+// refused with 413 and the handler does not run. Requests without a key are not
+// read. Default [DefaultMaxRequestSize] (1 MiB); zero or less keeps the default.
+func WithMaxRequestSize(n int64) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxRequest = n
+		}
+	})
+}
+
+// WithLeaseMargin sets how long a running request's lease outlives its deadline.
+// Default [DefaultLeaseMargin] (1 s); negative counts as zero.
+func WithLeaseMargin(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.margin = max(d, 0) })
+}
+
+// WithFloor sets the time a waiting repeat keeps for itself: it waits for the
+// first's answer until its own deadline less d, then answers 409 / Aborted. Default
+// [deadline.DefaultFloor] (20 ms), the floor of the other layers.
+func WithFloor(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.floor = max(d, 0) })
+}
+
+// WithDefaultTimeout sets how long the lease of a request without a deadline holds
+// (plus the margin). Default [deadline.DefaultBudget] (30 s), the budget package
+// propagate gives such a request; zero or less keeps the default.
+func WithDefaultTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.defaultBudget = d
+		}
+	})
+}
+
+// WithStoreRetryAfter sets the pushback sent with the 503 / Unavailable that answers
+// a keyed request while the store cannot be reached. Default
+// [DefaultStoreRetryAfter] (1 s).
+func WithStoreRetryAfter(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.storeRetryAfter = d
+		}
+	})
+}
+
+// WithRunWithoutStore makes a keyed request run its handler, without
+// deduplication, while the store cannot be reached, instead of answering 503 /
+// Unavailable. A repeat may then run twice: choose it only for handlers where that
+// is better than refusing. Default: off.
+func WithRunWithoutStore() Option {
+	return optionFunc(func(c *config) { c.runWithoutStore = true })
+}

@@ -1,0 +1,291 @@
+package dedup
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/internal/record"
+)
+
+// Outcomes, as written in deadlinekit.dedup.outcome.
+const (
+	outFirst       = "first"
+	outReplayed    = "replayed"
+	outWaited      = "waited"
+	outConflict    = "conflict"
+	outMismatch    = "mismatch"
+	outReleased    = "released"
+	outUnavailable = "store_unavailable"
+	outMalformed   = "malformed"
+	outNotKept     = "not_kept"
+	outCanceled    = "canceled"
+)
+
+// verdict is what begin decided for a keyed request.
+type verdict uint8
+
+const (
+	vRun         verdict = iota + 1 // the lease is ours: run the handler
+	vReplay                         // a stored answer: t.answer
+	vConflict                       // the first still runs past our budget: come back after t.comeBack
+	vMismatch                       // the key belongs to another request
+	vUnavailable                    // the store failed: t.err
+	vCanceled                       // our caller left while we waited
+)
+
+// core is the protocol-free half shared by the adapters.
+type core struct {
+	store Store
+	c     config
+}
+
+// ticket carries one keyed request's state between begin and finish, on the
+// adapter's stack.
+type ticket struct {
+	key      string
+	token    string
+	fp       string
+	leaseEnd time.Time
+	answer   []byte
+	comeBack time.Duration
+	waited   time.Duration
+	err      error
+	forgot   atomic.Bool
+	outcome  string
+}
+
+// storeKey is key in scope: the scope's length first, so that no scope's keys can
+// be written as another's.
+func (c *core) storeKey(ctx context.Context, key string) string {
+	if c.c.scope == nil {
+		return "0::" + key
+	}
+	s := c.c.scope(ctx)
+	return strconv.Itoa(len(s)) + ":" + s + ":" + key
+}
+
+// newToken returns a token no other lease holds: 128 random bits.
+func newToken() string {
+	var b [16]byte
+	u, v := rand.Uint64(), rand.Uint64()
+	for i := range 8 {
+		b[i], b[8+i] = byte(u>>(8*i)), byte(v>>(8*i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// leaseTTL is the lease of a request with ctx: its time left plus the margin, or the
+// default budget plus the margin without a deadline; never less than the margin (a
+// request whose deadline passed still gets a lease that ends: a record without an
+// expiry would block its key for good).
+func (c *core) leaseTTL(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	left := c.c.defaultBudget
+	if ok {
+		left = max(time.Until(d), 0)
+	}
+	return max(left+c.c.margin, c.c.margin, time.Millisecond)
+}
+
+// begin takes the lease for (key, fp), or finds what the request gets instead.
+func (c *core) begin(ctx context.Context, t *ticket) verdict {
+	t.token = newToken()
+	var waitStart time.Time
+	for range 8 {
+		ttl := c.leaseTTL(ctx)
+		start := time.Now()
+		got, e, err := c.store.Acquire(ctx, t.key, Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl})
+		record.DedupStore(ctx, "acquire", time.Since(start))
+		if err != nil {
+			return c.failed(ctx, t, err)
+		}
+		if got {
+			t.leaseEnd = start.Add(ttl)
+			return vRun
+		}
+		if e.State != Absent && e.Fingerprint != t.fp {
+			return vMismatch
+		}
+		switch e.State {
+		case Done:
+			t.answer = e.Answer
+			return vReplay
+		case Absent:
+			continue // ended between two looks: take it
+		}
+		// Running: wait for the first's answer within our budget.
+		leaseEnd := start.Add(e.Left) // the first's lease, as last seen
+		until, ok := ctx.Deadline()
+		if !ok {
+			until = start.Add(c.c.defaultBudget)
+		}
+		until = until.Add(-c.c.floor)
+		if !time.Now().Before(until) {
+			t.comeBack = e.Left
+			return vConflict
+		}
+		if waitStart.IsZero() {
+			waitStart = time.Now()
+		}
+		wctx, cancel := context.WithDeadline(ctx, until)
+		e, err = c.store.Wait(wctx, t.key)
+		cancel()
+		t.waited = time.Since(waitStart)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.err = ctx.Err()
+				return vCanceled
+			}
+			if wctx.Err() != nil {
+				// Our budget for waiting ended; the first's lease has this left
+				// (from what was last seen: asking the store again could take
+				// the rest of our budget).
+				t.comeBack = max(time.Until(leaseEnd), time.Millisecond)
+				return vConflict
+			}
+			return c.failed(ctx, t, err)
+		}
+		if e.State == Done {
+			if e.Fingerprint != t.fp {
+				return vMismatch
+			}
+			t.answer = e.Answer
+			return vReplay
+		}
+		// Released or expired: take the lease over, if our budget allows.
+		if !time.Now().Before(until) {
+			t.comeBack = time.Millisecond
+			return vConflict
+		}
+	}
+	return c.failed(ctx, t, errors.New("dedup: the key changed hands too often"))
+}
+
+func (c *core) failed(ctx context.Context, t *ticket, err error) verdict {
+	if ctx.Err() != nil {
+		t.err = ctx.Err()
+		return vCanceled
+	}
+	t.err = err
+	return vUnavailable
+}
+
+// finishCtx bounds a completion or a release by the lease's end: the request's
+// deadline may have passed (an answer completed after it is still stored), but the
+// lease still holds until then.
+func (c *core) finishCtx(ctx context.Context, t *ticket) (context.Context, context.CancelFunc) {
+	if _, inMemory := c.store.(*MemoryStore); inMemory {
+		return ctx, func() {} // it never blocks, and reads no context: spare the timer
+	}
+	end := t.leaseEnd
+	if until := time.Now().Add(c.c.margin); end.Before(until) {
+		end = until
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), end)
+}
+
+// complete stores answer for the lease in t, or notKept's when the store refuses
+// answer for its size.
+func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept func() []byte) {
+	fctx, cancel := c.finishCtx(ctx, t)
+	start := time.Now()
+	err := c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
+	if errors.Is(err, ErrAnswerTooLarge) && notKept != nil {
+		answer = notKept()
+		err = c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
+	}
+	record.DedupStore(ctx, "complete", time.Since(start))
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
+}
+
+// release gives the key up.
+func (c *core) release(ctx context.Context, t *ticket) {
+	fctx, cancel := c.finishCtx(ctx, t)
+	start := time.Now()
+	err := c.store.Release(fctx, t.key, t.token)
+	record.DedupStore(ctx, "release", time.Since(start))
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, t.key, t.token) })
+	t.outcome = outReleased
+}
+
+// settle ends a completion or a release that returned err. One that failed for
+// the store (not for the lease) is tried again in the background until it succeeds
+// or the lease ends ([persist]): a store that blinked (a restart, a failover) must not
+// leave a completed request's key leased with its answer lost, nor a released key
+// blocked, and the caller's answer must not wait for it.
+func (c *core) settle(fctx context.Context, cancel context.CancelFunc, t *ticket, err error, again func() error) {
+	if err != nil {
+		t.err = err
+	}
+	if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrAnswerTooLarge) || fctx.Err() != nil {
+		cancel()
+		return
+	}
+	go func() {
+		defer cancel()
+		_ = persist(fctx, again)
+	}()
+}
+
+// persist calls f, after a pause that starts at 5 ms and doubles up to 200 ms, until
+// it succeeds, or fails with ErrLeaseLost or ErrAnswerTooLarge, or ctx (the lease)
+// ends.
+func persist(ctx context.Context, f func() error) error {
+	pause := 5 * time.Millisecond
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		err := f()
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrAnswerTooLarge) {
+			return err
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+		t.Reset(pause)
+	}
+}
+
+// report writes t's outcome on the span and the metrics.
+func (c *core) report(ctx context.Context, outcome string, t *ticket) {
+	var waited time.Duration
+	var err error
+	if t != nil {
+		waited, err = t.waited, t.err
+	}
+	record.Dedup(ctx, outcome, waited, err)
+}
+
+// runKey is the context key of the running request's ticket, for Forget.
+type runKey struct{}
+
+// Forget tells the deduplication of the request whose context is ctx that nothing
+// happened: when the handler returns, its key is released instead of its answer
+// being stored, so that a repeat runs the handler again. Call it when the handler
+// answers an error that did no side effect and that a repeat may not meet (a
+// dependency was down before anything was written). Without a keyed request under
+// dedup in ctx it does nothing.
+func Forget(ctx context.Context) {
+	if t, ok := ctx.Value(runKey{}).(*ticket); ok {
+		t.forgot.Store(true)
+	}
+}
+
+// pushbackMs is d as grpc-retry-pushback-ms, at least 1 ms (a positive pushback
+// means "come back"; zero could read as "at once").
+func pushbackMs(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Millisecond-1)/time.Millisecond), 1), 10)
+}
+
+// retryAfter is d as Retry-After delta-seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
+}

@@ -1,0 +1,97 @@
+// Package dedup is the server half of idempotency keys: the first request that
+// carries a key runs the handler and its answer is stored; every repeat of it gets
+// that answer without running the handler again, so that a client that retried or
+// hedged a write (package retry, package hedge) causes one execution, not two.
+//
+// Wrap a handler with [NewMiddleware], or a grpc-go server with
+// [UnaryServerInterceptor], inside the guard (package shortcircuit), so that a
+// request the guard refuses records nothing:
+//
+//	user's tracing → propagate → shortcircuit → dedup → handler
+//
+//	store := dedup.NewMemoryStore() // one replica; redisstore.New for several
+//	h = dedup.NewMiddleware(store)(h)
+//
+// # The wire
+//
+// HTTP requests carry the key in Idempotency-Key (draft-ietf-httpapi-idempotency-key-header):
+// a bare token or a quoted structured-field string of 1–255 printable ASCII
+// characters, the quotes not counted ([ParseKey]). gRPC calls carry it in the
+// idempotency-key metadata. A request without a key passes through untouched. The
+// answers:
+//
+//	condition                                  HTTP                      gRPC
+//	malformed key                              400                       InvalidArgument
+//	the key was used for another request       422                       FailedPrecondition
+//	the first with this key still runs         409 + Retry-After         Aborted + grpc-retry-pushback-ms
+//	the store cannot be reached                503 + Retry-After         Unavailable + grpc-retry-pushback-ms
+//	keyed request body above the limit         413                       (the message is in memory already)
+//	repeat of a completed request              the stored answer, with   the stored answer, with
+//	                                           Idempotent-Replayed: true idempotent-replayed: true (header)
+//
+// The pushback of a 409 / Aborted is the first request's time left: package retry
+// comes back after it when the caller's deadline allows, and then meets the stored
+// answer.
+//
+// # What a key means
+//
+// A key belongs to a scope ([WithScope]: a tenant, an account, taken from the
+// context; by default everyone shares one scope) and to one request: its method, its
+// path with the query string (gRPC: the full method) and a SHA-256 fingerprint of its
+// body (gRPC: of the deterministically marshalled request message), computed while
+// the body is read, which holds at most [WithMaxRequestSize] bytes in memory. The
+// same key with another method, path or body is refused, and the handler does not
+// run. The scope is a security boundary: one scope never receives another scope's
+// stored answer, and a scope taken from something the caller merely claims (a header
+// that is not authenticated) lets any caller read any other caller's answers by
+// guessing their keys. Take it from the authenticated principal.
+//
+// # The first request, and when a key is released
+//
+// The first request takes a lease on its key that ends with the request's own
+// deadline plus a margin ([WithLeaseMargin]; a request without a deadline holds it
+// for [deadline.DefaultBudget]), runs the handler, and stores the completed answer:
+// status, headers and body (gRPC: response message, header and trailer metadata, and
+// status), for [WithRetention] (default 24 h). Completed error answers (a 4xx or 5xx
+// the handler wrote, a gRPC error) are stored too, and an answer completed after the
+// deadline passed is still stored, as long as the lease is still the request's.
+//
+// The key is released, and a repeat runs the handler again, when the handler did not
+// complete: it panicked (the panic goes on unchanged), it called [Forget], or it
+// answered 504 / 499 (gRPC DeadlineExceeded / Canceled), or its context ended before
+// it wrote anything. A handler that may have done its side effect must not answer
+// 504 for it.
+//
+// An answer larger than [WithMaxResponseSize] reaches the first caller in full but is
+// not stored: the key is marked completed-but-not-kept, and a repeat gets 410 Gone
+// (gRPC AlreadyExists) with Idempotent-Replayed: true and a message naming the first
+// answer's status, never a second execution.
+//
+// # Repeats
+//
+// A repeat that arrives while the first still runs waits for the first's answer, but
+// never past its own deadline less the floor ([WithFloor], default
+// [deadline.DefaultFloor]); if the first is still running then, it gets 409 / Aborted
+// with the first's time left. If the first is released while a repeat waits (a panic,
+// Forget, its deadline), the repeat takes the lease over and runs.
+//
+// # Stores
+//
+// A [Store] keeps one record per key: running (a lease with a token and an expiry) or
+// done (the encoded answer and its retention). [NewMemoryStore] is the embedded
+// default for one replica; package dedup/redisstore shares one table between
+// replicas. [Store] is small enough to write on SQL: see its documentation. When the
+// store cannot be reached a keyed request is answered 503 / Unavailable and the
+// handler does not run, unless [WithRunWithoutStore] says otherwise. A completion or
+// a release that the store fails (not one refused for a lost lease) is tried again in
+// the background, with a growing pause, until it succeeds or the lease ends; the
+// answer goes out at once.
+//
+// # Telemetry
+//
+// The server span in the context gets deadlinekit.dedup.outcome ("first",
+// "replayed", "waited", "conflict", "mismatch", "released", "store_unavailable",
+// "malformed", "not_kept") and deadlinekit.dedup.wait_ms; the metrics
+// deadlinekit.dedup.outcomes (by outcome), deadlinekit.dedup.wait and
+// deadlinekit.dedup.store.duration (by operation) come from the global MeterProvider.
+package dedup

@@ -1,0 +1,236 @@
+package dedup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+)
+
+// ReplayedKey is the gRPC header metadata that marks an answer as the stored answer
+// of the first call with its key.
+const ReplayedKey = "idempotent-replayed"
+
+// UnaryServerInterceptor returns a gRPC server interceptor that deduplicates unary
+// calls carrying idempotency-key metadata on store, as the package documentation
+// says. The first call runs the handler; its response message, the header and
+// trailer metadata it set, and its status are stored, and a repeat gets them back
+// with header metadata idempotent-replayed: true. Responses must be protobuf
+// messages registered in protoregistry.GlobalTypes (generated code registers them);
+// an answer that is not is treated as one too large to keep. A call without the
+// metadata goes to the handler untouched. The deadline must already be on the
+// context (package propagate's interceptor before this one). It panics if store is
+// nil.
+func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterceptor {
+	if store == nil {
+		panic("dedup: UnaryServerInterceptor with a nil Store")
+	}
+	c := &core{store: store, c: newConfig(opts)}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		vs, ok := md[idempotency.Key]
+		if !ok {
+			return handler(ctx, req)
+		}
+		return c.serveGRPC(ctx, req, vs, info.FullMethod, handler)
+	}
+}
+
+func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method string, handler grpc.UnaryHandler) (any, error) {
+	key, err := ParseKey(vs)
+	if err != nil {
+		c.report(ctx, outMalformed, nil)
+		return nil, status.Error(codes.InvalidArgument, "idempotency-key: "+err.Error())
+	}
+	t := &ticket{key: c.storeKey(ctx, key)}
+	if err := fingerprintGRPC(method, req, t); err != nil {
+		c.report(ctx, outMalformed, nil)
+		return nil, status.Error(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error())
+	}
+	switch c.begin(ctx, t) {
+	case vRun:
+		return c.runGRPC(ctx, req, t, handler)
+	case vReplay:
+		return c.replayGRPC(ctx, t)
+	case vConflict:
+		c.report(ctx, outConflict, t)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushbackMs(t.comeBack)))
+		return nil, status.Error(codes.Aborted, "dedup: the first call with this idempotency-key is still being processed; come back in "+deadline.Format(t.comeBack))
+	case vMismatch:
+		c.report(ctx, outMismatch, t)
+		return nil, status.Error(codes.FailedPrecondition, "dedup: this idempotency-key was used for a different call (method or message differ)")
+	case vUnavailable:
+		c.report(ctx, outUnavailable, t)
+		if c.c.runWithoutStore {
+			return handler(ctx, req)
+		}
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
+		return nil, status.Error(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error())
+	default: // vCanceled
+		c.report(ctx, outCanceled, t)
+		return nil, status.FromContextError(t.err).Err()
+	}
+}
+
+var marshalDeterministic = proto.MarshalOptions{Deterministic: true}
+
+func fingerprintGRPC(method string, req any, t *ticket) error {
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	if m, ok := req.(proto.Message); ok {
+		b, err := marshalDeterministic.Marshal(m)
+		if err != nil {
+			return err
+		}
+		h.Write(b)
+	}
+	var sum [sha256.Size]byte
+	t.fp = hex.EncodeToString(h.Sum(sum[:0]))
+	return nil
+}
+
+// captureStream passes the handler's metadata through and keeps a copy.
+type captureStream struct {
+	grpc.ServerTransportStream
+	header, trailer metadata.MD
+}
+
+func (s *captureStream) SetHeader(md metadata.MD) error {
+	s.header = metadata.Join(s.header, md)
+	return s.ServerTransportStream.SetHeader(md)
+}
+
+func (s *captureStream) SendHeader(md metadata.MD) error {
+	s.header = metadata.Join(s.header, md)
+	return s.ServerTransportStream.SendHeader(md)
+}
+
+func (s *captureStream) SetTrailer(md metadata.MD) error {
+	s.trailer = metadata.Join(s.trailer, md)
+	return s.ServerTransportStream.SetTrailer(md)
+}
+
+func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.UnaryHandler) (resp any, err error) {
+	hctx := context.WithValue(ctx, runKey{}, t)
+	var cs *captureStream
+	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
+		cs = &captureStream{ServerTransportStream: st}
+		hctx = grpc.NewContextWithServerTransportStream(hctx, cs)
+	}
+	completed := false
+	defer func() {
+		if !completed { // a panic goes on unchanged
+			c.release(ctx, t)
+			c.report(ctx, outReleased, t)
+		}
+	}()
+	resp, err = handler(hctx, req)
+	completed = true
+	st, _ := status.FromError(err)
+	if t.forgot.Load() || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+		c.release(ctx, t)
+		c.report(ctx, outReleased, t)
+		return resp, err
+	}
+	a := &grpcAnswer{}
+	if cs != nil {
+		a.header, a.trailer = cs.header, cs.trailer
+	}
+	size := 0
+	storable := true
+	if err != nil {
+		a.status, _ = proto.Marshal(st.Proto())
+	} else if m, ok := resp.(proto.Message); ok && m != nil {
+		a.msgName = string(m.ProtoReflect().Descriptor().FullName())
+		a.msg, err = proto.Marshal(m)
+		if err != nil {
+			return resp, nil // grpc-go will fail to send it as well
+		}
+		size = len(a.msg)
+		storable = size <= c.c.maxResponse
+	} else {
+		storable = false
+	}
+	notKept := func() []byte { return encodeNotKept(int(st.Code()), size) }
+	if storable {
+		c.complete(ctx, t, encodeGRPC(a), notKept)
+	} else {
+		c.complete(ctx, t, notKept(), nil)
+	}
+	c.report(ctx, outFirst, t)
+	return resp, err
+}
+
+func (c *core) replayGRPC(ctx context.Context, t *ticket) (any, error) {
+	out := outReplayed
+	if t.waited > 0 {
+		out = outWaited
+	}
+	v, err := decodeAnswer(t.answer)
+	switch a := v.(type) {
+	case *grpcAnswer:
+		resp, err := a.response()
+		if err != nil {
+			t.err = err
+			c.report(ctx, outUnavailable, t)
+			return nil, status.Error(codes.Internal, "dedup: the stored answer for this idempotency-key cannot be read: "+err.Error())
+		}
+		c.report(ctx, out, t)
+		hdr := metadata.Join(a.header, metadata.Pairs(ReplayedKey, "true"))
+		_ = grpc.SetHeader(ctx, hdr)
+		if len(a.trailer) > 0 {
+			_ = grpc.SetTrailer(ctx, a.trailer)
+		}
+		if len(a.status) > 0 {
+			var sp spb.Status
+			if err := proto.Unmarshal(a.status, &sp); err != nil {
+				return nil, status.Error(codes.Internal, "dedup: the stored status for this idempotency-key cannot be read: "+err.Error())
+			}
+			return nil, status.ErrorProto(&sp)
+		}
+		return resp, nil
+	case *notKept:
+		c.report(ctx, outNotKept, t)
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedKey, "true"))
+		return nil, status.Error(codes.AlreadyExists, "dedup: the first call with this idempotency-key completed with code "+
+			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept")
+	case *httpAnswer:
+		c.report(ctx, outMismatch, t)
+		return nil, status.Error(codes.FailedPrecondition, "dedup: this idempotency-key was used for a different request (an HTTP one)")
+	default:
+		t.err = err
+		c.report(ctx, outUnavailable, t)
+		return nil, status.Error(codes.Internal, "dedup: the stored answer for this idempotency-key cannot be read: "+err.Error())
+	}
+}
+
+// response rebuilds the stored response: the message (nil error) or the status.
+func (a *grpcAnswer) response() (any, error) {
+	if len(a.status) > 0 {
+		return nil, nil
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(a.msgName))
+	if err != nil {
+		return nil, err
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(a.msg, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,126 @@
+package dedup
+
+import (
+	"errors"
+	"strconv"
+)
+
+// MaxKeyLength is the longest idempotency key accepted, in characters (the quotes of
+// a quoted key not counted).
+const MaxKeyLength = 255
+
+// ErrMalformedKey is the sentinel of every key [ParseKey] refuses; the concrete error
+// is a [*KeyError].
+var ErrMalformedKey = errors.New("malformed Idempotency-Key")
+
+// KeyError says why an idempotency key was refused. errors.Is(err, ErrMalformedKey)
+// holds for it.
+type KeyError struct {
+	Reason string
+}
+
+func (e *KeyError) Error() string { return "malformed Idempotency-Key: " + e.Reason }
+
+// Is reports whether target is [ErrMalformedKey].
+func (e *KeyError) Is(target error) bool { return target == ErrMalformedKey }
+
+// ParseKey reads the values of an Idempotency-Key header (or idempotency-key
+// metadata): exactly one value, either a bare token of 1–255 visible ASCII
+// characters (0x21–0x7E, none of them '"', ',' or '\') or a quoted structured-field
+// string (RFC 8941 §3.3.3: '"', then printable ASCII 0x20–0x7E with '"' and '\'
+// escaped by '\', then '"') whose content is 1–255 characters once unescaped. White
+// space around the value is ignored; structured-field parameters are not accepted.
+// It returns the key (unescaped, without quotes).
+func ParseKey(values []string) (string, error) {
+	switch len(values) {
+	case 0:
+		return "", &KeyError{Reason: "missing"}
+	case 1:
+	default:
+		return "", &KeyError{Reason: strconv.Itoa(len(values)) + " values, want one"}
+	}
+	v := trimOWS(values[0])
+	if v == "" {
+		return "", &KeyError{Reason: "empty"}
+	}
+	if v[0] != '"' {
+		return bareKey(v)
+	}
+	return quotedKey(v)
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func bareKey(v string) (string, error) {
+	if len(v) > MaxKeyLength {
+		return "", &KeyError{Reason: "longer than " + strconv.Itoa(MaxKeyLength) + " characters"}
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == ',':
+			return "", &KeyError{Reason: "a list of values (','), want one key"}
+		case c == '"' || c == '\\':
+			return "", &KeyError{Reason: "a quote or backslash in an unquoted key at position " + strconv.Itoa(i)}
+		case c < 0x21 || c > 0x7e:
+			return "", &KeyError{Reason: "character " + strconv.QuoteRuneToASCII(rune(c)) + " at position " + strconv.Itoa(i) + " is not visible ASCII"}
+		}
+	}
+	return v, nil
+}
+
+func quotedKey(v string) (string, error) {
+	// Count the content first: most keys have no escapes, and are returned as a
+	// substring without allocating.
+	n, escapes := 0, false
+	i := 1
+	for ; i < len(v); i++ {
+		c := v[i]
+		if c == '"' {
+			break
+		}
+		if c == '\\' {
+			i++
+			if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", &KeyError{Reason: "a backslash not followed by '\"' or '\\' at position " + strconv.Itoa(i-1)}
+			}
+			escapes = true
+		} else if c < 0x20 || c > 0x7e {
+			return "", &KeyError{Reason: "character " + strconv.QuoteRuneToASCII(rune(c)) + " at position " + strconv.Itoa(i) + " is not printable ASCII"}
+		}
+		n++
+		if n > MaxKeyLength {
+			return "", &KeyError{Reason: "longer than " + strconv.Itoa(MaxKeyLength) + " characters"}
+		}
+	}
+	switch {
+	case i >= len(v):
+		return "", &KeyError{Reason: "a quoted key without its closing quote"}
+	case i != len(v)-1:
+		if v[i+1] == ';' {
+			return "", &KeyError{Reason: "parameters after the key are not accepted"}
+		}
+		return "", &KeyError{Reason: "characters after the closing quote (a list of values?)"}
+	case n == 0:
+		return "", &KeyError{Reason: "empty"}
+	}
+	if !escapes {
+		return v[1 : len(v)-1], nil
+	}
+	b := make([]byte, 0, n)
+	for j := 1; j < len(v)-1; j++ {
+		if v[j] == '\\' {
+			j++
+		}
+		b = append(b, v[j])
+	}
+	return string(b), nil
+}

@@ -1,0 +1,25 @@
+// Package redisstore is a [dedup.Store] on Redis, so that every replica of a service
+// sees every idempotency key: New(client) on the user's own redis.UniversalClient
+// (github.com/redis/go-redis/v9: a single node, Sentinel or Cluster).
+//
+//	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
+//		Addrs:                 []string{"redis:6379"},
+//		ContextTimeoutEnabled: true, // bound every call by the request's deadline
+//	})
+//	h = dedup.NewMiddleware(redisstore.New(rdb))(h)
+//
+// Each key is one Redis string under prefix + "{" + key + "}" (the hash tag keeps a
+// key's record in one Cluster slot). A lease is SET NX PX in a script that returns
+// the current record when the key is taken, so that a first request costs two round
+// trips (the lease, the completion) and a replay one. Completion and release are
+// scripts that compare the lease's token, so that a slow first request whose lease
+// ended never overwrites the request that took the key after it. A waiting repeat
+// polls with a pause growing from 1 ms to 50 ms, within its budget and never past the
+// first's lease ([dedup.PollWait]).
+//
+// Every call is bounded by the context the middleware gives it (the request's
+// deadline; completion and release: the lease's end) only when the client was built
+// with ContextTimeoutEnabled: true. Without it go-redis ignores the context's
+// deadline on the socket, and a call to a Redis that stopped answering blocks for the
+// client's ReadTimeout (3 s by default).
+package redisstore

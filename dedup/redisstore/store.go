@@ -1,0 +1,165 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+)
+
+// DefaultPrefix starts the name of every Redis key the store writes.
+const DefaultPrefix = "dedup:"
+
+// Option configures a [Store].
+type Option func(*Store)
+
+// WithPrefix sets the start of every Redis key the store writes, so that several
+// services (or several stores) share one Redis. Default [DefaultPrefix].
+func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
+
+// Store is a [dedup.Store] on Redis. It is safe for concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+var _ dedup.Store = (*Store)(nil)
+
+// New returns a Store on rdb. It panics if rdb is nil.
+func New(rdb redis.UniversalClient, opts ...Option) *Store {
+	if rdb == nil {
+		panic("redisstore: New with a nil client")
+	}
+	s := &Store{rdb: rdb, prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o != nil {
+			o(s)
+		}
+	}
+	return s
+}
+
+// A record is "R" token "\n" fingerprint while running, "D" fingerprint "\n" answer
+// when done.
+func (s *Store) name(key string) string { return s.prefix + "{" + key + "}" }
+
+func running(token, fp string) string { return "R" + token + "\n" + fp }
+
+// acquire takes the lease, or returns the record and its time left.
+var acquire = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+`)
+
+// complete replaces the lease whose record starts with ARGV[1] by the answer
+// ARGV[2], under the lease's fingerprint.
+var complete = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], 'D' .. string.sub(v, #ARGV[1] + 1) .. '\n' .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// release deletes the lease whose record starts with ARGV[1].
+var release = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+var get = redis.NewScript(`return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}`)
+
+func ms(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Millisecond-1)/time.Millisecond), 1), 10)
+}
+
+// Acquire implements [dedup.Store]: one round trip.
+func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	v, err := acquire.Run(ctx, s.rdb, []string{s.name(key)}, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
+	if err != nil {
+		return false, dedup.Entry{}, err
+	}
+	if n, ok := v.(int64); ok && n == 1 {
+		return true, dedup.Entry{}, nil
+	}
+	e, err := parse(v)
+	return false, e, err
+}
+
+// Complete implements [dedup.Store]: one round trip.
+func (s *Store) Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error {
+	n, err := complete.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token), answer, ms(retain)).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return dedup.ErrLeaseLost
+	}
+	return nil
+}
+
+// leasePrefix is what the record of the lease with token starts with.
+func leasePrefix(token string) string { return "R" + token + "\n" }
+
+// Release implements [dedup.Store]: one round trip.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	n, err := release.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token)).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return dedup.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements [dedup.Store]: one round trip.
+func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
+	v, err := get.Run(ctx, s.rdb, []string{s.name(key)}).Result()
+	if err != nil {
+		return dedup.Entry{}, err
+	}
+	return parse(v)
+}
+
+// Wait implements [dedup.Store] by polling ([dedup.PollWait]).
+func (s *Store) Wait(ctx context.Context, key string) (dedup.Entry, error) {
+	return dedup.PollWait(ctx, s, key)
+}
+
+var errBadRecord = errors.New("redisstore: a record in Redis is not one this store wrote")
+
+// parse reads {value, pttl}.
+func parse(v any) (dedup.Entry, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return dedup.Entry{}, errBadRecord
+	}
+	pttl, _ := a[1].(int64)
+	val, ok := a[0].(string)
+	if !ok || pttl == -2 { // nil: gone
+		return dedup.Entry{}, nil
+	}
+	left := time.Duration(pttl) * time.Millisecond
+	i := strings.IndexByte(val, '\n')
+	if i < 1 {
+		return dedup.Entry{}, errBadRecord
+	}
+	switch val[0] {
+	case 'R':
+		return dedup.Entry{State: dedup.Running, Fingerprint: val[i+1:], Left: left}, nil
+	case 'D':
+		return dedup.Entry{State: dedup.Done, Fingerprint: val[1:i], Left: left, Answer: []byte(val[i+1:])}, nil
+	}
+	return dedup.Entry{}, errBadRecord
+}

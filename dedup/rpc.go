@@ -1,0 +1,177 @@
+package dedup
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
+)
+
+// Deduplication for frameworks this package does not import (package connectkit),
+// as for grpc-go: the key is the Idempotency-Key header (the idempotency-key
+// metadata of the gRPC protocol is the same header), the answer stored is the
+// response message with its header and trailer metadata, or the handler's status,
+// and the refusals are the gRPC statuses of [UnaryServerInterceptor]. Streams go
+// through untouched.
+func init() {
+	rpc.Register("dedup", func(store Store, opts []Option) rpc.Layer {
+		c := &core{store: store, c: newConfig(opts)}
+		return rpc.Layer{Server: func(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
+			if in.Stream || in.Reply == nil {
+				return handle(ctx)
+			}
+			vs := in.Header.Values(idempotency.Header)
+			if len(vs) == 0 {
+				return handle(ctx)
+			}
+			return c.serveRPC(ctx, in, vs, handle)
+		}}
+	})
+}
+
+func refusal(code codes.Code, msg string, md metadata.MD) error {
+	return &rpc.Refusal{Err: status.Error(code, msg), Meta: md}
+}
+
+func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handle rpc.Handle) (any, error) {
+	key, err := ParseKey(vs)
+	if err != nil {
+		c.report(ctx, outMalformed, nil)
+		return nil, refusal(codes.InvalidArgument, err.Error(), nil)
+	}
+	t := &ticket{key: c.storeKey(ctx, key)}
+	if err := fingerprintGRPC(in.Procedure, in.Req, t); err != nil {
+		c.report(ctx, outMalformed, nil)
+		return nil, refusal(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error(), nil)
+	}
+	switch c.begin(ctx, t) {
+	case vRun:
+		return c.runRPC(ctx, in, t, handle)
+	case vReplay:
+		return c.replayRPC(ctx, in, t)
+	case vConflict:
+		c.report(ctx, outConflict, t)
+		return nil, refusal(codes.Aborted, "dedup: the first call with this Idempotency-Key is still being processed; come back in "+deadline.Format(t.comeBack),
+			metadata.Pairs(pushback.Key, pushbackMs(t.comeBack)))
+	case vMismatch:
+		c.report(ctx, outMismatch, t)
+		return nil, refusal(codes.FailedPrecondition, "dedup: this Idempotency-Key was used for a different call (procedure or message differ)", nil)
+	case vUnavailable:
+		c.report(ctx, outUnavailable, t)
+		if c.c.runWithoutStore {
+			return handle(ctx)
+		}
+		return nil, refusal(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error(),
+			metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
+	default:
+		c.report(ctx, outCanceled, t)
+		return nil, status.FromContextError(t.err).Err()
+	}
+}
+
+func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rpc.Handle) (resp any, err error) {
+	completed := false
+	defer func() {
+		if !completed {
+			c.release(ctx, t)
+			c.report(ctx, outReleased, t)
+		}
+	}()
+	resp, err = handle(context.WithValue(ctx, runKey{}, t))
+	completed = true
+	a := &grpcAnswer{}
+	size, storable := 0, true
+	var code codes.Code
+	if err != nil {
+		st, md := in.Reply.Status(err)
+		code = st.Code()
+		a.status, _ = proto.Marshal(st.Proto())
+		a.header = md
+	} else if msg, header, trailer, ok := in.Reply.Split(in.Procedure, resp); ok {
+		m, isProto := msg.(proto.Message)
+		if !isProto || m == nil {
+			storable = false
+		} else {
+			a.msgName = string(m.ProtoReflect().Descriptor().FullName())
+			if a.msg, err = proto.Marshal(m); err != nil {
+				return resp, nil
+			}
+			a.header, a.trailer = header, trailer
+			size = len(a.msg)
+			storable = size <= c.c.maxResponse
+		}
+	} else {
+		storable = false
+	}
+	if t.forgot.Load() || code == codes.DeadlineExceeded || code == codes.Canceled {
+		c.release(ctx, t)
+		c.report(ctx, outReleased, t)
+		return resp, err
+	}
+	notKept := func() []byte { return encodeNotKept(int(code), size) }
+	if storable {
+		c.complete(ctx, t, encodeGRPC(a), notKept)
+	} else {
+		c.complete(ctx, t, notKept(), nil)
+	}
+	c.report(ctx, outFirst, t)
+	return resp, err
+}
+
+func (c *core) replayRPC(ctx context.Context, in *rpc.Inbound, t *ticket) (any, error) {
+	out := outReplayed
+	if t.waited > 0 {
+		out = outWaited
+	}
+	replayed := metadata.Pairs(ReplayedKey, "true")
+	v, err := decodeAnswer(t.answer)
+	switch a := v.(type) {
+	case *grpcAnswer:
+		if len(a.status) > 0 {
+			var sp spb.Status
+			if err := proto.Unmarshal(a.status, &sp); err != nil {
+				break
+			}
+			c.report(ctx, out, t)
+			return nil, &rpc.Refusal{Err: status.ErrorProto(&sp), Meta: metadata.Join(a.header, replayed)}
+		}
+		msg, err := a.response()
+		if err != nil {
+			break
+		}
+		resp, ok := in.Reply.Make(in.Procedure, msg, metadata.Join(a.header, replayed), a.trailer)
+		if !ok {
+			// This replica has not answered the procedure yet and cannot make its
+			// response type: the caller comes back, to this replica or another.
+			t.err = errNoResponseType
+			c.report(ctx, outUnavailable, t)
+			return nil, refusal(codes.Unavailable, "dedup: the stored answer cannot be rebuilt on this server yet",
+				metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
+		}
+		c.report(ctx, out, t)
+		return resp, nil
+	case *notKept:
+		c.report(ctx, outNotKept, t)
+		return nil, &rpc.Refusal{Err: status.Error(codes.AlreadyExists, "dedup: the first call with this Idempotency-Key completed with code "+
+			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept"), Meta: replayed}
+	case *httpAnswer:
+		c.report(ctx, outMismatch, t)
+		return nil, refusal(codes.FailedPrecondition, "dedup: this Idempotency-Key was used for a different request (an HTTP one)", nil)
+	}
+	if err == nil {
+		err = errCorrupt
+	}
+	t.err = err
+	c.report(ctx, outUnavailable, t)
+	return nil, refusal(codes.Internal, "dedup: the stored answer for this Idempotency-Key cannot be read: "+err.Error(), nil)
+}

@@ -1,0 +1,304 @@
+package dedup_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
+)
+
+// call runs one keyed POST through h in-process, with timeout on its context (zero:
+// none).
+func call(h http.Handler, key string, timeout time.Duration) *httptest.ResponseRecorder {
+	ctx := context.Background()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", strings.NewReader("100"))
+	req.Header.Set("Idempotency-Key", key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestRetention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		h := dedup.NewMiddleware(dedup.NewMemoryStore(), dedup.WithRetention(time.Hour))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, n.Add(1))
+		}))
+		call(h, "k", 0)
+		time.Sleep(time.Hour - time.Second)
+		if r := call(h, "k", 0); r.Header().Get("Idempotent-Replayed") != "true" || r.Body.String() != "1" {
+			t.Fatalf("within retention: %q replayed=%q", r.Body, r.Header().Get("Idempotent-Replayed"))
+		}
+		time.Sleep(time.Second)
+		if r := call(h, "k", 0); r.Body.String() != "2" {
+			t.Fatalf("after retention: %q, want a new execution", r.Body)
+		}
+	})
+}
+
+// blocker is a handler whose first execution blocks until its context ends or
+// release is closed, then does what then says.
+type blocker struct {
+	n       atomic.Int64
+	release chan struct{}
+	then    func(w http.ResponseWriter, r *http.Request)
+}
+
+func (b *blocker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := b.n.Add(1)
+	if n == 1 {
+		select {
+		case <-b.release:
+		case <-r.Context().Done():
+		}
+		if b.then != nil {
+			b.then(w, r)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprint(w, n)
+}
+
+func TestRepeatWaitsForTheFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(b)
+		go call(h, "k", 10*time.Second)
+		synctest.Wait()
+		start := time.Now()
+		go func() { time.Sleep(3 * time.Second); close(b.release) }()
+		r := call(h, "k", 5*time.Second)
+		if r.Code != 201 || r.Header().Get("Idempotent-Replayed") != "true" || r.Body.String() != "1" {
+			t.Fatalf("repeat: %d %q", r.Code, r.Body)
+		}
+		if w := time.Since(start); w != 3*time.Second {
+			t.Fatalf("repeat waited %v, want 3s (until the first answered)", w)
+		}
+	})
+}
+
+func TestRepeatNeverWaitsPastItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(b)
+		go call(h, "k", 10*time.Second)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		start := time.Now()
+		r := call(h, "k", 2*time.Second)
+		if w := time.Since(start); w != 2*time.Second-20*time.Millisecond {
+			t.Errorf("repeat waited %v, want its budget less the floor (1.98s)", w)
+		}
+		if r.Code != http.StatusConflict {
+			t.Errorf("repeat: %d, want 409", r.Code)
+		}
+		// The first's lease (10s + the margin of 1s) has 11s − 2.98s left.
+		if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); got != "8020" {
+			t.Errorf("pushback %q, want 8020", got)
+		}
+		if got := r.Header().Get("Retry-After"); got != "9" {
+			t.Errorf("Retry-After %q, want 9", got)
+		}
+		close(b.release)
+		synctest.Wait()
+	})
+}
+
+func TestWaitingRepeatTakesOver(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		then func(w http.ResponseWriter, r *http.Request)
+	}{
+		{"Forget", func(w http.ResponseWriter, r *http.Request) { dedup.Forget(r.Context()); w.WriteHeader(502) }},
+		{"panic", func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
+		{"deadline", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := &blocker{release: make(chan struct{}), then: tc.then}
+				if tc.name == "deadline" {
+					b.then = func(w http.ResponseWriter, r *http.Request) {} // returns at its deadline, nothing written
+				}
+				h := dedup.NewMiddleware(dedup.NewMemoryStore())(b)
+				panicked := make(chan any, 1)
+				go func() {
+					defer func() { panicked <- recover() }()
+					call(h, "k", 2*time.Second)
+				}()
+				synctest.Wait()
+				if tc.name != "deadline" {
+					go func() { time.Sleep(time.Second); close(b.release) }()
+				}
+				r := call(h, "k", 10*time.Second)
+				if r.Code != 201 || r.Body.String() != "2" || r.Header().Get("Idempotent-Replayed") != "" {
+					t.Fatalf("waiting repeat: %d %q replayed=%q, want it to run", r.Code, r.Body, r.Header().Get("Idempotent-Replayed"))
+				}
+				p := <-panicked
+				if (tc.name == "panic") != (p != nil) {
+					t.Fatalf("the first's panic: %v", p)
+				}
+			})
+		})
+	}
+}
+
+func TestLeaseEndsWithTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A handler that never returns (a dead replica in one process).
+		stuck := make(chan struct{})
+		var n atomic.Int64
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				<-stuck
+				return
+			}
+			w.WriteHeader(201)
+		}))
+		go call(h, "k", time.Second)
+		synctest.Wait()
+		// Before the first's deadline plus margin: waits, then 409.
+		if r := call(h, "k", 500*time.Millisecond); r.Code != http.StatusConflict {
+			t.Fatalf("repeat before the lease ended: %d, want 409", r.Code)
+		}
+		time.Sleep(2 * time.Second)
+		if r := call(h, "k", time.Second); r.Code != 201 {
+			t.Fatalf("repeat after the lease ended: %d, want 201", r.Code)
+		}
+		close(stuck)
+		synctest.Wait()
+	})
+}
+
+func TestNoDeadlineHoldsTheDefaultBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := dedup.NewMemoryStore()
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(store)(b)
+		go call(h, "k", 0)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		r := call(h, "k", 100*time.Millisecond)
+		if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); r.Code != 409 || got != "29920" {
+			t.Errorf("%d pushback %q, want 409 with 30s + 1s − 1.08s", r.Code, got)
+		}
+		close(b.release)
+		synctest.Wait()
+	})
+}
+
+func TestCompletedAfterTheDeadlineIsStored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			time.Sleep(1500 * time.Millisecond) // past its 1s deadline, within the lease's margin
+			w.WriteHeader(201)
+		}))
+		call(h, "k", time.Second)
+		if r := call(h, "k", time.Second); r.Header().Get("Idempotent-Replayed") != "true" || n.Load() != 1 {
+			t.Fatalf("repeat: %d replayed=%q, ran %d", r.Code, r.Header().Get("Idempotent-Replayed"), n.Load())
+		}
+	})
+}
+
+func TestMemoryStoreBounds(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore(dedup.WithMaxEntries(32*4), dedup.WithMaxBytes(32*1000))
+	for i := range 10_000 {
+		k := fmt.Sprint("k", i)
+		ok, _, err := s.Acquire(ctx, k, dedup.Lease{Token: "t", Fingerprint: "f", TTL: time.Minute})
+		if err != nil || !ok {
+			t.Fatalf("acquire %d: %v %v", i, ok, err)
+		}
+		if err := s.Complete(ctx, k, "t", make([]byte, 100), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if st.Entries > 32*4 || st.Bytes > 32*1000 || st.Evicted == 0 {
+		t.Fatalf("stats %+v, want within bounds and evictions", st)
+	}
+	// An answer larger than a shard's share is refused.
+	s.Acquire(ctx, "big", dedup.Lease{Token: "t", Fingerprint: "f", TTL: time.Minute})
+	if err := s.Complete(ctx, "big", "t", make([]byte, 2000), time.Hour); err != dedup.ErrAnswerTooLarge {
+		t.Fatalf("big answer: %v", err)
+	}
+	// Leases alone fill it: refused, not evicted.
+	full := dedup.NewMemoryStore(dedup.WithMaxEntries(1))
+	var refused int
+	for i := range 100 {
+		if _, _, err := full.Acquire(ctx, fmt.Sprint(i), dedup.Lease{Token: "t", TTL: time.Minute}); err == dedup.ErrStoreFull {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("a store full of leases took more")
+	}
+}
+
+func TestMemoryStoreTokens(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore()
+	s.Acquire(ctx, "k", dedup.Lease{Token: "a", Fingerprint: "f", TTL: time.Minute})
+	if err := s.Complete(ctx, "k", "b", []byte("x"), time.Hour); err != dedup.ErrLeaseLost {
+		t.Fatalf("complete with another token: %v", err)
+	}
+	if err := s.Release(ctx, "k", "b"); err != dedup.ErrLeaseLost {
+		t.Fatalf("release with another token: %v", err)
+	}
+	if e, _ := s.Get(ctx, "k"); e.State != dedup.Running {
+		t.Fatalf("state %v", e.State)
+	}
+}
+
+// TestMemoryStoreConcurrency hammers one store from many goroutines: every key is
+// acquired by exactly one of its contenders.
+func TestMemoryStoreConcurrency(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore()
+	const keys, contenders = 200, 16
+	var won [keys]atomic.Int64
+	var wg sync.WaitGroup
+	testkit.Parallel(8, keys*contenders, func(i int) {
+		k := fmt.Sprint("k", i%keys)
+		tok := fmt.Sprint(i)
+		ok, _, err := s.Acquire(ctx, k, dedup.Lease{Token: tok, Fingerprint: "f", TTL: time.Minute})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if ok {
+			won[i%keys].Add(1)
+			if i%2 == 0 {
+				_ = s.Complete(ctx, k, tok, []byte("answer"), time.Hour)
+			}
+			return
+		}
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			defer cancel()
+			_, _ = s.Wait(wctx, k)
+		})
+	})
+	wg.Wait()
+	for i := range won {
+		if won[i].Load() != 1 {
+			t.Fatalf("key %d acquired %d times", i, won[i].Load())
+		}
+	}
+}

@@ -1,0 +1,149 @@
+// Package redistest starts a real redis-server (Debian's redis-server package) on a
+// free loopback port for tests and benchmarks, and stops and restarts it. Without
+// the binary a test is skipped with a message saying how to install it, except
+// under CI=true, where it fails. Only tests and benchmarks import it.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server process (or none, between Stop and Start).
+type Server struct {
+	Addr string
+	port int
+	dir  string // with persistence: the append-only file's directory
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// ErrNotInstalled is what Run returns when redis-server is not on the PATH.
+var ErrNotInstalled = errors.New("redis-server not found: install it (apt-get install redis-server) to run the Redis tests")
+
+// Start starts redis-server on a free port, and stops it when tb ends. Without the
+// binary it skips tb, or fails it under CI=true.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := Run()
+	if errors.Is(err, ErrNotInstalled) {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(err)
+		}
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Run starts redis-server on a free port; the caller stops it.
+func Run() (*Server, error) { return run("") }
+
+// RunPersistent starts redis-server on a free port with an append-only file in dir,
+// written on every command (appendfsync always): a restart keeps what was written.
+func RunPersistent(dir string) (*Server, error) { return run(dir) }
+
+func run(dir string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir}
+	if err := s.start(bin); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start(bin string) error {
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--daemonize", "no", "--loglevel", "warning"}
+	if s.dir == "" {
+		args = append(args, "--appendonly", "no")
+	} else {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+		if err == nil {
+			ok := ping(c)
+			c.Close()
+			if ok {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	return nil
+}
+
+func ping(c net.Conn) bool {
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
+}
+
+// Stop kills the server (its data is gone: it persists nothing).
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// Restart stops the server and starts a new one on the same port.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	if err := s.RestartErr(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// RestartErr is Restart for a caller without a testing.TB.
+func (s *Server) RestartErr() error {
+	s.Stop()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return ErrNotInstalled
+	}
+	return s.start(bin)
+}

@@ -88,20 +88,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		record.InjectHTTP(ctx, r.Header)
 		req = &r
 	}
-	returned := false
-	defer func() {
-		if !returned { // an observer's panic goes through: the span must not stay open
-			call.End(errPanicked)
-		}
-	}()
-	resp, err := t.roundTrip(ctx, req)
-	returned = true
-	call.EndHTTP(resp, err)
-	return resp, err
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req) })
 }
-
-// errPanicked is the error of a call span whose call panicked.
-var errPanicked = errors.New("hedge: the call panicked")
 
 func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	h := t.h

@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,8 +31,9 @@ type callState struct {
 	span trace.Span
 	own  bool // the span was started here, and is ended here
 
-	seq  atomic.Int32 // attempt numbers handed out
-	once sync.Once
+	seq        atomic.Int32 // attempt numbers handed out
+	once       sync.Once    // the call ends
+	totalsOnce sync.Once    // its totals are written on its span
 
 	mu         sync.Mutex
 	retried    bool // the retry layer reported
@@ -127,15 +129,19 @@ func (c Call) End(err error) {
 	c.c.once.Do(func() { c.c.end(err) })
 }
 
-// EndHTTP ends an HTTP call ([Call.End]) when its response is done with: at once
-// when there is no body to read (or err is set), else when the body is closed or read
-// to its end, so that the call's span covers the answer's transfer. A status of 400
-// or more marks the span an error, as OTel's conventions ask of client spans.
+// EndHTTP ends an HTTP call ([Call.End]) when its response is done with. The call's
+// totals are final when the round trip returns, and are written then: a span of the
+// user's (otelhttp's) ends when the caller closes the body, before the layers beneath
+// see the Close, so totals written later would land on an ended span. A span the
+// toolkit started ends at once when there is no body to read (or err is set), else
+// when the body is closed or read to its end, so that it covers the answer's
+// transfer. A status of 400 or more marks it an error, as OTel's conventions ask of
+// client spans.
 func (c Call) EndHTTP(resp *http.Response, err error) {
 	if c.c == nil || !c.owner {
 		return
 	}
-	if err != nil || resp == nil {
+	if err != nil || resp == nil || !c.c.own {
 		c.End(err)
 		return
 	}
@@ -147,8 +153,30 @@ func (c Call) EndHTTP(resp *http.Response, err error) {
 		c.End(status)
 		return
 	}
+	c.c.totalsOnce.Do(c.c.writeTotals)
 	resp.Body = cancelbody.Wrap(resp.Body, func() { c.End(status) })
 }
+
+// RoundTripHTTP runs rt, the round trip of an HTTP call whose span this layer holds,
+// and ends the call with its answer ([Call.EndHTTP]). When rt panics (a user's
+// observer or classifier, the base transport), the call's span ends at once, an
+// error saying that the call panicked, and the panic goes on: no span stays open.
+// Every layer that starts an HTTP call ends it through here.
+func (c Call) RoundTripHTTP(rt func() (*http.Response, error)) (*http.Response, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.End(ErrPanicked)
+		}
+	}()
+	resp, err := rt()
+	returned = true
+	c.EndHTTP(resp, err)
+	return resp, err
+}
+
+// ErrPanicked is the error of a call span whose call panicked.
+var ErrPanicked = errors.New("deadlinekit: the call panicked")
 
 // statusError is an HTTP failure status, for a call span's status.
 type statusError int
@@ -156,6 +184,19 @@ type statusError int
 func (e statusError) Error() string { return "HTTP " + strconv.Itoa(int(e)) }
 
 func (c *callState) end(err error) {
+	c.totalsOnce.Do(c.writeTotals)
+	if !c.own {
+		return
+	}
+	if err != nil {
+		c.span.RecordError(err)
+		c.span.SetStatus(codes.Error, err.Error())
+	}
+	c.span.End()
+}
+
+// writeTotals writes what the layers recorded of the call on its span.
+func (c *callState) writeTotals() {
 	c.mu.Lock()
 	attempts := 1
 	if c.retried {
@@ -178,14 +219,6 @@ func (c *callState) end(err error) {
 	}
 	c.mu.Unlock()
 	c.span.SetAttributes(kv...)
-	if !c.own {
-		return
-	}
-	if err != nil {
-		c.span.RecordError(err)
-		c.span.SetStatus(codes.Error, err.Error())
-	}
-	c.span.End()
 }
 
 // nextAttempt returns the number of the call's next attempt, 1 for the first.

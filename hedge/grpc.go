@@ -337,6 +337,8 @@ func (c *config) codeVerdict(code codes.Code) verdict {
 	return failure
 }
 
+func (p *grpcAttempts) failure(_ struct{}, err error) error { return err }
+
 func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }
 
 // grpcIdempotent reports whether method (whose target is t, nil when too many

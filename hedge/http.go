@@ -241,6 +241,13 @@ func (p *httpAttempts) verdict(_ int, resp *http.Response, err error) verdict {
 	return httpVerdict(p.t.h.cfg, resp, err)
 }
 
+func (p *httpAttempts) failure(resp *http.Response, err error) error {
+	if err == nil && resp != nil {
+		return record.StatusError(resp.StatusCode)
+	}
+	return err
+}
+
 // httpVerdict classifies an HTTP attempt's outcome. A local refusal (propagate's
 // floor, a body that could not be replayed) and a failure status carrying
 // grpc-retry-pushback-ms with a negative value (a server's refusal for lack of

@@ -28,8 +28,9 @@ type Call struct {
 // callState is what the layers of one call record, written on the call's span when
 // the call ends: each key once, meaning one thing.
 type callState struct {
-	span trace.Span
-	own  bool // the span was started here, and is ended here
+	span   trace.Span
+	own    bool            // the span was started here, and is ended here
+	caller context.Context // the caller's context: a call it cancelled is no error
 
 	seq        atomic.Int32 // attempt numbers handed out
 	once       sync.Once    // the call ends
@@ -70,7 +71,7 @@ func StartCall(ctx context.Context, p Protocol, name string) (context.Context, C
 	if !span.IsRecording() {
 		return ctx, Call{}
 	}
-	c := &callState{span: span}
+	c := &callState{span: span, caller: ctx}
 	if !isClientSpan(span) || isAttempt(ctx, span) {
 		ctx, c.span = span.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, callSpanName(p, name), trace.WithSpanKind(trace.SpanKindClient))
 		c.own = true
@@ -120,7 +121,8 @@ func (c Call) Owner() bool { return c.owner }
 func (c Call) Started() bool { return c.owner && c.c.own }
 
 // End writes the call's totals on its span and, when the toolkit started the span,
-// ends it, with err (when not nil) as its error. Only the layer that started the call
+// ends it, with err (when not nil) as its error; a call its caller cancelled is no
+// error ([CallerCanceled]), its span ends with an event saying so. Only the layer that started the call
 // does this; End may be called more than once, the first call counts.
 func (c Call) End(err error) {
 	if c.c == nil || !c.owner {
@@ -181,6 +183,10 @@ var ErrPanicked = errors.New("deadlinekit: the call panicked")
 // statusError is an HTTP failure status, for a call span's status.
 type statusError int
 
+// StatusError is the error of an HTTP answer with a failure status, for a span's
+// status: "HTTP 503".
+func StatusError(code int) error { return statusError(code) }
+
 func (e statusError) Error() string { return "HTTP " + strconv.Itoa(int(e)) }
 
 func (c *callState) end(err error) {
@@ -188,7 +194,11 @@ func (c *callState) end(err error) {
 	if !c.own {
 		return
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case CallerCanceled(c.caller):
+		c.span.AddEvent(callerCanceledEvent, trace.WithAttributes(exceptionMessageKey.String(err.Error())))
+	default:
 		c.span.RecordError(err)
 		c.span.SetStatus(codes.Error, err.Error())
 	}

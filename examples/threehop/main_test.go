@@ -173,9 +173,10 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("the circuit never opened (it went %s)", with.describeChanges())
 	}
 	// Microseconds on an idle machine, half a millisecond traced under -race on two
-	// busy cores: the bound only says "not a timeout".
-	if openFailed == 0 || openFail >= 5*time.Millisecond {
-		t.Errorf("while the circuit was open B failed %d calls in %v (median); want under 5 ms, not a timeout", openFailed, openFail)
+	// busy cores: the bound only says "not a timeout", measured against the timeouts
+	// of the run without the breaker (at least half of B's budget, checked above).
+	if openFailed == 0 || openFail*10 >= woFail {
+		t.Errorf("while the circuit was open B failed %d calls in %v (median); want under a tenth of the %v a timeout took without it", openFailed, openFail, woFail)
 	}
 	success, ok := with.firstSuccess()
 	if !ok {

@@ -177,6 +177,22 @@ func (c Call) RoundTripHTTP(rt func() (*http.Response, error)) (*http.Response, 
 	return resp, err
 }
 
+// Unary runs f, a unary call (gRPC, connect) whose span this layer holds, and ends
+// the call with f's error ([Call.End]); when f panics the call's span ends at once,
+// an error saying that the call panicked, and the panic goes on.
+func (c Call) Unary(f func() error) error {
+	returned := false
+	defer func() {
+		if !returned {
+			c.End(ErrPanicked)
+		}
+	}()
+	err := f()
+	returned = true
+	c.End(err)
+	return err
+}
+
 // ErrPanicked is the error of a call span whose call panicked.
 var ErrPanicked = errors.New("deadlinekit: the call panicked")
 

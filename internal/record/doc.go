@@ -8,7 +8,7 @@
 //
 // One mechanism in one place: how a call's span ends (its totals written when the
 // round trip returns, the toolkit's own span ended with the answer's body, at once
-// when a callback panics) lives here, in [Call.RoundTripHTTP] and [Call.EndHTTP];
-// the layers that start an HTTP call end it through them, never with a copy of
-// their own.
+// when a callback panics) lives here, in [Call.RoundTripHTTP] and [Call.EndHTTP]
+// for HTTP, [Call.Unary] for a unary RPC; the layers that start a call end it through
+// them, never with a copy of their own.
 package record

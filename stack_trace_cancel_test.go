@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,8 +110,42 @@ func TestTraceHedgeWinCancelsThePrimary(t *testing.T) {
 	}
 }
 
+// primary503 is the status a primary's 503 gives its attempt span (the retry layer's
+// attempt), as TestTracePrimaryFailureIsAnError checks.
+const primary503 = "HTTP 503 Service Unavailable"
+
+// The primary fails with 503, its retry answers: the primary's attempt is a failure
+// and an error.
+func TestTracePrimaryFailureIsAnError(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "retry")
+	}))
+	defer srv.Close()
+	tp, rec := traced(t)
+	c := &http.Client{Transport: deadlinekit.NewTransport(nil)} // hedging warms up: no hedge
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "caller")
+	if code, err := getAndClose(t, ctx, c, srv.URL); err != nil || code != 200 {
+		t.Fatalf("status %d, %v; want the retry's 200", code, err)
+	}
+	parent.End()
+	a := attemptsOf(rec)
+	if len(a["primary"]) != 1 || len(a["retry"]) != 1 {
+		t.Fatalf("attempt spans %v; want a primary and a retry", a)
+	}
+	p := a["primary"][0]
+	testkit.WantAttrs(t, p, otelattr.AttemptOutcomeKey.String("failure"))
+	if p.Status().Code != codes.Error || p.Status().Description != primary503 {
+		t.Errorf("the primary's 503 has status %v; want Error, %q", p.Status(), primary503)
+	}
+}
+
 // The hedge fails with 503 and the primary answers: the hedge's attempt is a failure
-// and an error, as the primary's 503 would be.
+// and an error, as the primary's 503 is.
 func TestTraceHedgeFailureIsAnError(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isHedge(r) {
@@ -138,8 +172,8 @@ func TestTraceHedgeFailureIsAnError(t *testing.T) {
 			p, h := a["primary"][0], a["hedge"][0]
 			testkit.WantAttrs(t, h, otelattr.AttemptOutcomeKey.String("failure"))
 			testkit.WantAttrs(t, p, otelattr.AttemptOutcomeKey.String("success"))
-			if h.Status().Code != codes.Error || !strings.Contains(h.Status().Description, "503") {
-				t.Errorf("the hedge's 503 has status %v; want Error, naming the 503", h.Status())
+			if h.Status().Code != codes.Error || h.Status().Description != primary503 {
+				t.Errorf("the hedge's 503 has status %v; want Error, %q as a primary's 503 has", h.Status(), primary503)
 			}
 			if p.Status().Code == codes.Error {
 				t.Errorf("the primary's success is an error: %v", p.Status())

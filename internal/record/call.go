@@ -200,10 +200,16 @@ var ErrPanicked = errors.New("deadlinekit: the call panicked")
 type statusError int
 
 // StatusError is the error of an HTTP answer with a failure status, for a span's
-// status: "HTTP 503".
+// status: "HTTP 503 Service Unavailable".
 func StatusError(code int) error { return statusError(code) }
 
-func (e statusError) Error() string { return "HTTP " + strconv.Itoa(int(e)) }
+// Error is "HTTP 503 Service Unavailable", as retry's StatusError says it.
+func (e statusError) Error() string {
+	if text := http.StatusText(int(e)); text != "" {
+		return "HTTP " + strconv.Itoa(int(e)) + " " + text
+	}
+	return "HTTP " + strconv.Itoa(int(e))
+}
 
 func (c *callState) end(err error) {
 	c.totalsOnce.Do(c.writeTotals)

@@ -127,8 +127,8 @@ func TestCallEndHTTP(t *testing.T) {
 	io.ReadAll(resp.Body)
 	resp.Body.Close()
 	spans := rec.Ended()
-	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != "HTTP 503" {
-		t.Fatalf("ended %d spans, status %v; want the call, failed with HTTP 503", len(spans), spans[0].Status())
+	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != "HTTP 503 Service Unavailable" {
+		t.Fatalf("ended %d spans, status %v; want the call, failed with HTTP 503 Service Unavailable", len(spans), spans[0].Status())
 	}
 	_, call = StartCall(ctx, HTTP, "HEAD")
 	call.EndHTTP(&http.Response{StatusCode: 200, Body: http.NoBody}, nil)

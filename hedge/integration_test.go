@@ -106,16 +106,29 @@ func TestHTTPLosersClosed(t *testing.T) {
 	open := map[net.Conn]bool{}
 	var created atomic.Int64
 	changed := make(chan struct{}, 1)
+	hedgeArrived := make(chan struct{}, 1)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body := strings.Repeat("x", 16<<10)
 		switch {
 		case r.Header.Get("Grpc-Previous-Rpc-Attempts") != "":
+			if r.URL.Path == "/slow" {
+				select {
+				case hedgeArrived <- struct{}{}:
+				default:
+				}
+			}
 		case r.URL.Path == "/unavailable":
 			// The primary answers 503 with a body: the hedge goes out at once
 			// and the 503 must be drained and closed.
 			w.WriteHeader(http.StatusServiceUnavailable)
 		default:
-			// The primary is slow and ignores cancellation: it is cut.
+			// The primary is slow and ignores cancellation: it is cut. It answers
+			// only once its hedge has arrived, so that every call sends one however
+			// late a loaded machine fires the hedge's timer.
+			select {
+			case <-hedgeArrived:
+			case <-time.After(5 * time.Second):
+			}
 			time.Sleep(30 * time.Millisecond)
 		}
 		io.WriteString(w, body)

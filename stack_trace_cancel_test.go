@@ -147,16 +147,20 @@ func TestTracePrimaryFailureIsAnError(t *testing.T) {
 // The hedge fails with 503 and the primary answers: the hedge's attempt is a failure
 // and an error, as the primary's 503 is.
 func TestTraceHedgeFailureIsAnError(t *testing.T) {
+	tp, rec := traced(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isHedge(r) {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-		time.Sleep(60 * time.Millisecond)
+		// The primary answers once the hedge's attempt has ended with its 503, so
+		// that the hedge is sent, and fails, however late a loaded machine runs it.
+		for wait := time.Now().Add(5 * time.Second); len(attemptsOf(rec)["hedge"]) == 0 && time.Now().Before(wait); {
+			time.Sleep(time.Millisecond)
+		}
 		io.WriteString(w, "primary")
 	}))
 	defer srv.Close()
-	tp, rec := traced(t)
 	for name, c := range clients(tp, hedgeFast) {
 		t.Run(name, func(t *testing.T) {
 			rec.Reset()

@@ -298,6 +298,14 @@ func TestRetryOverHedgeSpans(t *testing.T) {
 			t.Errorf("the attempt span carries the call's %s", kv.Key)
 		}
 	}
+	// The primary lost: retry's attempt, which it shares, ends as the primary did,
+	// not with the call's answer.
+	if v, _ := value(primary, "deadlinekit.attempt.outcome"); v.AsString() != "canceled" || primary.Status().Code.String() == "Error" {
+		t.Errorf("the primary that lost ended %q, status %v; want canceled, no error", v.AsString(), primary.Status())
+	}
+	if v, _ := value(hedged, "deadlinekit.attempt.outcome"); v.AsString() != "success" {
+		t.Errorf("the hedge that won ended %q; want success", v.AsString())
+	}
 	parents := map[trace.SpanID]bool{}
 	for _, r := range rpcs {
 		parents[r.Parent().SpanID()] = true

@@ -338,13 +338,11 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 	var sent, refused atomic.Int32
 	start := time.Now()
 	var afterHalf int32 // hits when half the run was over
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for now := range tick.C {
-		if now.Sub(start) >= run {
-			break
-		}
-		if afterHalf == 0 && now.Sub(start) >= run/2 {
+	// Each request has its time; one the loop reaches late (a loaded machine did not
+	// run it) goes at once, so that the whole load is offered.
+	for i := range int(run / every) {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		if afterHalf == 0 && time.Since(start) >= run/2 {
 			afterHalf = hits.Load()
 		}
 		sent.Add(1)
@@ -370,9 +368,6 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 	maxProbes := int32(run/2/sleep+1) * probes
 	t.Logf("offered %d requests in %v (%d refused by the open circuit); %d reached the dead server, %d of them in the second half (at most %d probes)",
 		sent.Load(), run, refused.Load(), hits.Load(), secondHalf, maxProbes)
-	if sent.Load() < int32(run/every)/2 {
-		t.Fatalf("only %d requests offered; the load generator fell behind", sent.Load())
-	}
 	if secondHalf > maxProbes {
 		t.Errorf("%d calls reached the dead server in the second half; want at most the %d probes", secondHalf, maxProbes)
 	}

@@ -226,7 +226,11 @@ func TestHTTPStarvedTimeoutsNeverOpenFairOnesDo(t *testing.T) {
 	// timer can fire after a 30 ms answer has arrived, and the call would succeed.
 	be.delay.Store(int64(time.Minute))
 	const n = 300
-	testkit.Parallel(20, n, func(int) { // budgets below it: the callers' fault
+	// Budgets below it: the callers' fault. The target stalls meanwhile, so that a
+	// starved call ends at its own deadline however late a loaded machine runs the
+	// caller's 3 ms timer (against a 30 ms answer, a timer 27 ms late got the answer).
+	be.delay.Store(int64(time.Minute))
+	testkit.Parallel(20, n, func(int) {
 		if err := call(3 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("starved call: %v", err)
 		}

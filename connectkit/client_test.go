@@ -126,10 +126,9 @@ func TestHedgeOnlyIdempotentProcedures(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			var calls atomic.Int32
 			url, hc := serve(t, func(ctx context.Context, req *connect.Request[msg]) (*connect.Response[msg], error) {
-				calls.Add(1)
-				// The primary is slow. (Not the first request to arrive: on a busy
-				// machine the hedge may overtake it.)
-				if req.Header().Get("Grpc-Previous-Rpc-Attempts") == "" {
+				// The primary is slow: told by its header, not by arriving first, which
+				// a loaded machine may not keep to.
+				if calls.Add(1); req.Header().Get("Grpc-Previous-Rpc-Attempts") == "" {
 					select {
 					case <-time.After(2 * time.Second):
 					case <-ctx.Done():
@@ -140,13 +139,12 @@ func TestHedgeOnlyIdempotentProcedures(t *testing.T) {
 			})
 			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 20 * time.Millisecond}))
 			get := client(hc, url, procGet, p.opt, connectkit.ClientOption(deadlinekit.WithSharedHedger(h)))
-			start := time.Now()
 			resp, err := get.CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("x")))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if took := time.Since(start); took > time.Second || resp.Msg.GetValue() != "1" {
-				t.Errorf("Get answered %q after %v; want the hedge's answer (attempt count 1), long before 2 s", resp.Msg.GetValue(), took)
+			if resp.Msg.GetValue() != "1" {
+				t.Errorf("Get answered %q; want the hedge's answer (attempt count 1), not the slow primary's", resp.Msg.GetValue())
 			}
 			if s := h.Stats(); s.Hedges != 1 || s.HedgeWins != 1 {
 				t.Errorf("stats %+v; want one hedge, won", s)

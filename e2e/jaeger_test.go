@@ -129,6 +129,14 @@ func runDemo(t *testing.T, args ...string) map[string]string {
 // has at least minSpans.
 func fetchTrace(t *testing.T, id string, minSpans int) jaegerTrace {
 	t.Helper()
+	return fetchTraceUntil(t, id, fmt.Sprintf("%d spans", minSpans), func(tr jaegerTrace) bool { return len(tr.Spans) >= minSpans })
+}
+
+// fetchTraceUntil reads trace id from Jaeger until ready says it is complete (what,
+// for the failure's message): the services export their spans each on its own, in
+// no order, so a count of spans alone may be reached before the one the test reads.
+func fetchTraceUntil(t *testing.T, id, what string, ready func(jaegerTrace) bool) jaegerTrace {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	var last string
 	for {
@@ -139,7 +147,7 @@ func fetchTrace(t *testing.T, id string, minSpans int) jaegerTrace {
 			}
 			err = json.NewDecoder(resp.Body).Decode(&body)
 			resp.Body.Close()
-			if err == nil && len(body.Data) == 1 && len(body.Data[0].Spans) >= minSpans {
+			if err == nil && len(body.Data) == 1 && ready(body.Data[0]) {
 				return body.Data[0]
 			}
 			if err == nil && len(body.Data) == 1 {
@@ -150,7 +158,7 @@ func fetchTrace(t *testing.T, id string, minSpans int) jaegerTrace {
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("trace %s not in Jaeger with %d spans after 20 s (last: %s)", id, minSpans, last)
+			t.Fatalf("trace %s not in Jaeger with %s after 20 s (last: %s)", id, what, last)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -414,9 +422,13 @@ func TestThreeHopInJaeger(t *testing.T) {
 		if !ok {
 			t.Fatalf("threehop printed no trace for a refused request: %v", traces)
 		}
-		// B's root, its call's span, an attempt's and C's server span at least.
-		tr := fetchTrace(t, id, 4)
-		spans := tr.spansWith("threehop-c", "deadlinekit.shortcircuit.admission")
+		// B's root, its call's span, an attempt's and C's server span at least; C's
+		// may reach Jaeger after B's.
+		const key = "deadlinekit.shortcircuit.admission"
+		tr := fetchTraceUntil(t, id, "4 spans, one of threehop-c with "+key, func(tr jaegerTrace) bool {
+			return len(tr.Spans) >= 4 && len(tr.spansWith("threehop-c", key)) > 0
+		})
+		spans := tr.spansWith("threehop-c", key)
 		if len(spans) == 0 {
 			t.Fatal("no span of threehop-c carries deadlinekit.shortcircuit.admission")
 		}

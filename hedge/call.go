@@ -33,6 +33,9 @@ type adapter[T any] interface {
 	// span: when that span records, the request carries its trace context.
 	send(ctx context.Context, n int, span record.Attempt) (T, error)
 	verdict(n int, v T, err error) verdict
+	// failure is the error of a failed attempt that brought v and err, for its span:
+	// err, or what the answer says (an HTTP 503 comes with no error).
+	failure(v T, err error) error
 	// discard disposes of a result nobody will use, then calls cancel. It must not
 	// block: it runs under the call's lock or on the caller's goroutine.
 	discard(v T, err error, cancel context.CancelFunc)
@@ -249,7 +252,8 @@ func (c *call[T]) take(r result[T]) {
 	if v == success || v == answer && r.err == nil {
 		span.End(record.OutcomeSuccess, nil)
 	} else {
-		span.End(record.OutcomeFailure, r.err)
+		// A copy cut short because the caller left is canceled, not failed.
+		span.End(record.Cut(c.ctx, record.OutcomeFailure), c.adapter.failure(r.value, r.err))
 	}
 	switch {
 	case v == success:
@@ -369,12 +373,26 @@ func (c *call[T]) cancelInFlight() {
 			c.hedger.tokens.refund()
 			continue
 		}
-		c.spans[n].End(record.OutcomeCanceled, nil)
+		c.spans[n].End(c.cutShort())
 		c.spans[n] = record.Attempt{}
 		if n == 0 && c.succeeded {
 			now := time.Now()
 			c.learn(now, now.Sub(c.plan.start))
 		}
+	}
+}
+
+// cutShort is how a copy still in flight ends when the call is decided: canceled,
+// because another copy answered first, or because the caller gave up; a failure,
+// timed out, when the call's deadline passed with no answer. c.mu is held.
+func (c *call[T]) cutShort() (record.Outcome, error) {
+	switch err := c.ctx.Err(); {
+	case c.hasWinner || err == nil:
+		return record.OutcomeCanceled, nil
+	case record.CallerCanceled(c.ctx):
+		return record.OutcomeCanceled, context.Cause(c.ctx)
+	default:
+		return record.OutcomeFailure, context.Cause(c.ctx)
 	}
 }
 

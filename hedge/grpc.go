@@ -60,9 +60,7 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 		// The call's span: a layer above (retry) started it, or grpc-go's
 		// OpenTelemetry plugin did, or it is started here.
 		ctx, call := record.StartCall(ctx, record.GRPC, method)
-		err := h.unary(ctx, method, req, reply, cc, invoker, opts)
-		call.End(err)
-		return err
+		return call.Unary(func() error { return h.unary(ctx, method, req, reply, cc, invoker, opts) })
 	}
 }
 
@@ -366,6 +364,8 @@ func (c *config) codeVerdict(code codes.Code) verdict {
 	}
 	return failure
 }
+
+func (p *grpcAttempts) failure(_ struct{}, err error) error { return err }
 
 func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }
 

@@ -90,20 +90,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		record.InjectHTTP(ctx, r.Header)
 		req = &r
 	}
-	returned := false
-	defer func() {
-		if !returned { // an observer's panic goes through: the span must not stay open
-			call.End(errPanicked)
-		}
-	}()
-	resp, err := t.roundTrip(ctx, req)
-	returned = true
-	call.EndHTTP(resp, err)
-	return resp, err
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req) })
 }
-
-// errPanicked is the error of a call span whose call panicked.
-var errPanicked = errors.New("hedge: the call panicked")
 
 func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	h := t.h
@@ -291,6 +279,13 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 
 func (p *httpAttempts) verdict(_ int, resp *http.Response, err error) verdict {
 	return httpVerdict(p.t.h.cfg, resp, err)
+}
+
+func (p *httpAttempts) failure(resp *http.Response, err error) error {
+	if err == nil && resp != nil {
+		return record.StatusError(resp.StatusCode)
+	}
+	return err
 }
 
 // httpVerdict classifies an HTTP attempt's outcome. A local refusal (propagate's

@@ -27,6 +27,7 @@ import (
 type tailBackend struct {
 	primaries, hedges atomic.Int64
 	slowCut           atomic.Int64 // slow handlers that saw their context end
+	slowServed        atomic.Int64 // slow handlers that ran their 2 s: nobody hedged them
 }
 
 func (b *tailBackend) serve(ctx context.Context, previous string) {
@@ -40,6 +41,7 @@ func (b *tailBackend) serve(ctx context.Context, previous string) {
 		case <-ctx.Done():
 			b.slowCut.Add(1)
 		case <-time.After(2 * time.Second):
+			b.slowServed.Add(1)
 		}
 		return
 	}
@@ -66,11 +68,9 @@ func TestHTTPLoopback(t *testing.T) {
 	defer client.CloseIdleConnections()
 
 	const calls = 400
-	var slowest atomic.Int64
 	testkit.Parallel(4, calls, func(int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		start := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -79,18 +79,12 @@ func TestHTTPLoopback(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		took := int64(time.Since(start))
-		for {
-			s := slowest.Load()
-			if took <= s || slowest.CompareAndSwap(s, took) {
-				break
-			}
-		}
 	})
 	st := h.Stats()
-	t.Logf("stats %+v, slowest call %v, delay %v", st, time.Duration(slowest.Load()), h.Delays())
-	if time.Duration(slowest.Load()) > time.Second {
-		t.Errorf("slowest call took %v: the slow primaries were not hedged", time.Duration(slowest.Load()))
+	t.Logf("stats %+v, delay %v", st, h.Delays())
+	// A slow primary that ran its 2 s was nobody's loser: its call waited for it.
+	if n := b.slowServed.Load(); n > 0 {
+		t.Errorf("%d slow primaries answered after their 2 s: they were not hedged", n)
 	}
 	if st.Primaries != calls || st.Hedges > uint64(0.15*calls)+hedge.Burst || st.HedgeWins < 3 {
 		t.Errorf("stats %+v", st)
@@ -112,16 +106,29 @@ func TestHTTPLosersClosed(t *testing.T) {
 	open := map[net.Conn]bool{}
 	var created atomic.Int64
 	changed := make(chan struct{}, 1)
+	hedgeArrived := make(chan struct{}, 1)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body := strings.Repeat("x", 16<<10)
 		switch {
 		case r.Header.Get("Grpc-Previous-Rpc-Attempts") != "":
+			if r.URL.Path == "/slow" {
+				select {
+				case hedgeArrived <- struct{}{}:
+				default:
+				}
+			}
 		case r.URL.Path == "/unavailable":
 			// The primary answers 503 with a body: the hedge goes out at once
 			// and the 503 must be drained and closed.
 			w.WriteHeader(http.StatusServiceUnavailable)
 		default:
-			// The primary is slow and ignores cancellation: it is cut.
+			// The primary is slow and ignores cancellation: it is cut. It answers
+			// only once its hedge has arrived, so that every call sends one however
+			// late a loaded machine fires the hedge's timer.
+			select {
+			case <-hedgeArrived:
+			case <-time.After(5 * time.Second):
+			}
 			time.Sleep(30 * time.Millisecond)
 		}
 		io.WriteString(w, body)
@@ -241,12 +248,10 @@ func TestGRPCLoopback(t *testing.T) {
 	defer cc.Close()
 	client := testgrpc.NewTestServiceClient(cc)
 
-	var slowest atomic.Int64
 	var hedgeAnswers atomic.Int64
 	testkit.Parallel(4, 400, func(int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		start := time.Now()
 		resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if err != nil {
 			t.Error(err)
@@ -255,18 +260,11 @@ func TestGRPCLoopback(t *testing.T) {
 		if resp.Username == "attempt:1" {
 			hedgeAnswers.Add(1)
 		}
-		took := int64(time.Since(start))
-		for {
-			s := slowest.Load()
-			if took <= s || slowest.CompareAndSwap(s, took) {
-				break
-			}
-		}
 	})
 	st := h.Stats()
-	t.Logf("stats %+v, slowest call %v, delays %v", st, time.Duration(slowest.Load()), h.Delays())
-	if time.Duration(slowest.Load()) > time.Second {
-		t.Errorf("slowest call took %v: the slow primaries were not hedged", time.Duration(slowest.Load()))
+	t.Logf("stats %+v, delays %v", st, h.Delays())
+	if n := s.tail.slowServed.Load(); n > 0 {
+		t.Errorf("%d slow primaries answered after their 2 s: they were not hedged", n)
 	}
 	if st.Primaries != 400 || st.Hedges > uint64(0.15*400)+hedge.Burst || st.HedgeWins < 3 || hedgeAnswers.Load() != int64(st.HedgeWins) {
 		t.Errorf("stats %+v, %d answers from hedges", st, hedgeAnswers.Load())

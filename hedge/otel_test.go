@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
 )
@@ -168,4 +170,28 @@ func TestObserverPanicEndsCallSpan(t *testing.T) {
 			t.Fatalf("the call span was ended %d times; want once", n)
 		}
 	})
+}
+
+// TestObserverPanicEndsGRPCCallSpan: the same on a gRPC call, whose span the
+// interceptor started: it ends once, though the observer's panic goes through.
+func TestObserverPanicEndsGRPCCallSpan(t *testing.T) {
+	tp := &fakeProvider{}
+	ctx := trace.ContextWithSpan(t.Context(), tp.newSpan("caller"))
+	icpt := hedge.New(hedge.WithObserver(func(context.Context, hedge.Event) { panic("observer") })).UnaryClientInterceptor()
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	func() {
+		defer func() {
+			if r := recover(); r != "observer" {
+				t.Errorf("recovered %v; want the observer's panic", r)
+			}
+		}()
+		_ = icpt(ctx, "/svc/Get", &emptypb.Empty{}, &emptypb.Empty{}, nil, invoker)
+	}()
+	calls := tp.named("Sent.svc.Get")
+	if len(calls) != 1 {
+		t.Fatalf("%d call spans, want 1", len(calls))
+	}
+	if n, _ := calls[0].endState(); n != 1 {
+		t.Fatalf("the call span was ended %d times; want once", n)
+	}
 }

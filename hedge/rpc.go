@@ -112,4 +112,6 @@ func (p *rpcAttempts) verdict(n int, a rpc.Answer, err error) verdict {
 	return p.cfg.codeVerdict(status.Code(err))
 }
 
+func (p *rpcAttempts) failure(_ rpc.Answer, err error) error { return err }
+
 func (p *rpcAttempts) discard(_ rpc.Answer, _ error, cancel context.CancelFunc) { cancel() }

@@ -82,8 +82,9 @@ const (
 	AttemptNumberKey = attribute.Key("deadlinekit.attempt.number")
 	// AttemptKindKey is why the attempt was made: "primary", "retry" or "hedge".
 	AttemptKindKey = attribute.Key("deadlinekit.attempt.kind")
-	// AttemptOutcomeKey is how the attempt ended: "success", "failure", or
-	// "canceled" (another attempt won).
+	// AttemptOutcomeKey is how the attempt ended: "success", "failure" (its span's
+	// status is Error), or "canceled" (another attempt answered first, or the caller
+	// gave up; not an error).
 	AttemptOutcomeKey = attribute.Key("deadlinekit.attempt.outcome")
 )
 

@@ -30,15 +30,16 @@ import (
 // for budgets under 100 s.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		ctx, call := record.StartCall(ctx, record.GRPC, method)
-		defer func() { call.End(err) }()
-		child, cancel, err := c.clientContext(ctx)
-		if err != nil {
-			return err
-		}
-		defer cancel()
-		return invoker(child, method, req, reply, cc, callOpts...)
+		return call.Unary(func() error {
+			child, cancel, err := c.clientContext(ctx)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			return invoker(child, method, req, reply, cc, callOpts...)
+		})
 	}
 }
 

@@ -43,12 +43,10 @@ type transport struct {
 
 // RoundTrip writes the budget into a copy of req and sends it. The call's span
 // ([record.StartCall]) is started here when no layer above has one, and ends with
-// the answer's body.
+// the answer's body, or at once when the base transport panics.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
-	resp, err := t.roundTrip(ctx, req, call.Started())
-	call.EndHTTP(resp, err)
-	return resp, err
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req, call.Started()) })
 }
 
 // roundTrip is RoundTrip under ctx, the call's context; inject says this layer

@@ -337,11 +337,15 @@ func runFault(t *testing.T, sc faultScenario, d *downstream, b *faultBackend, ca
 		keyed.calls, keyed.arrivals, keyed.maxArrivals, keyed.multiKey, keyed.noKey)
 	recordLateness(stack, sc.name, &late, stall)
 
-	// The bound is lateBound beyond what the machine itself adds to a bare timer in
-	// the same run: a loaded machine (2 cores, shared) sometimes does not run the
-	// process for milliseconds, and then every goroutine wakes late, the probe's too.
-	if w := late.worst(); w > lateBound+stall {
-		t.Errorf("%s %s: a call ended %v after its deadline: more than %v beyond the %v a bare timer was late by", stack, sc.name, w, lateBound, stall)
+	// The bound is lateBound plus a multiple of what the machine itself adds to a
+	// bare timer in the same run: a loaded machine (2 cores, shared) sometimes does not
+	// run the process for milliseconds, and then every goroutine wakes late, the
+	// probe's too. A call's end after its deadline takes several wake-ups (the timer,
+	// the goroutine blocked in the transport, each layer's, the caller's), each of
+	// which can meet such a stall, where the probe takes one: hence the multiple.
+	if w, allowed := late.worst(), lateAllowed(stall); w > allowed {
+		t.Errorf("%s %s: a call ended %v after its deadline: more than the %v allowed (%v + %d × the %v a bare timer was late by)",
+			stack, sc.name, w, allowed, lateBound, lateFactor, stall)
 	} else if w > lateBound {
 		t.Logf("%s %s: NOTE the worst call ended %v after its deadline, over %v, on a machine where a bare timer was %v late", stack, sc.name, w, lateBound, stall)
 	}
@@ -506,10 +510,21 @@ func logLatenessTable(t *testing.T) {
 	latenessTable.rows = nil
 }
 
-// lateBound is how long after its deadline a call may end, beyond the lateness of a
-// bare timer in the same run (schedProbe): 10 ms, as the issue asks; 50 ms under the
-// race detector, which slows every step between the deadline and the caller's return
-// (the worst measured on 2 busy cores was 18 ms).
+// lateAllowed is how long after its deadline a call may end, in a run where a bare
+// timer (schedProbe) was stall late at worst: lateBound, plus lateFactor × stall.
+// On an idle machine (stall 1–4 ms) that is 13–22 ms; it catches the failure the
+// check is for, a layer that does not stop at the caller's deadline (a fixed
+// per-hop timeout in its place ends the calls at that timeout, not at the deadline).
+func lateAllowed(stall time.Duration) time.Duration { return lateBound + lateFactor*stall }
+
+// lateFactor is the multiple of a bare timer's lateness a call may add: a call's end
+// takes several wake-ups where the probe takes one.
+const lateFactor = 3
+
+// lateBound is how long after its deadline a call may end on a machine that runs it
+// on time: 10 ms, as the issue asks; 50 ms under the race detector, which slows every
+// step between the deadline and the caller's return (the worst measured on 2 busy
+// cores was 18 ms).
 var lateBound = func() time.Duration {
 	if raceEnabled {
 		return 50 * time.Millisecond

@@ -152,30 +152,34 @@ type grpcCallState struct {
 // DEADLINE_EXCEEDED; the others keep the last attempt's code.
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 	c := newConfig(opts)
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) (err error) {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		ctx, call := record.StartCall(ctx, record.GRPC, method)
-		// The trailer (for pushback) and the attempt's options in one allocation.
-		cs := &grpcCallState{}
-		defer func() {
-			// The last attempt's pushback travels with the error, for a handler that
-			// relays it (deadlinekit.FromGRPC) without capturing the trailer.
-			if v := cs.trailer.Get(pushback.Key); err != nil && len(v) > 0 {
-				err = &pushback.Error{Err: err, Value: v[0]}
-			}
-			call.End(err)
-		}()
-		l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}
-		l.begin(ctx)
-		ctx = c.withCallKey(ctx)
-		opts := cs.opts[:0]
-		if len(callOpts) >= len(cs.opts) {
-			opts = make([]grpc.CallOption, 0, len(callOpts)+1)
-		}
-		opts = append(append(opts, callOpts...), grpc.Trailer(&cs.trailer))
-		l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
-		_, err = l.run(ctx)
-		return err
+		return call.Unary(func() error { return c.unary(ctx, method, req, reply, cc, invoker, callOpts) })
 	}
+}
+
+// unary is the interceptor's call, under ctx, the call's context.
+func (c *config) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (err error) {
+	// The trailer (for pushback) and the attempt's options in one allocation.
+	cs := &grpcCallState{}
+	defer func() {
+		// The last attempt's pushback travels with the error, for a handler that
+		// relays it (deadlinekit.FromGRPC) without capturing the trailer.
+		if v := cs.trailer.Get(pushback.Key); err != nil && len(v) > 0 {
+			err = &pushback.Error{Err: err, Value: v[0]}
+		}
+	}()
+	l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}
+	l.begin(ctx)
+	ctx = c.withCallKey(ctx)
+	opts := cs.opts[:0]
+	if len(callOpts) >= len(cs.opts) {
+		opts = make([]grpc.CallOption, 0, len(callOpts)+1)
+	}
+	opts = append(append(opts, callOpts...), grpc.Trailer(&cs.trailer))
+	l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+	_, err = l.run(ctx)
+	return err
 }
 
 // grpcCall is the gRPC adapter of one call: what each attempt is made from.

@@ -120,3 +120,26 @@ func TestObserverPanicEndsCallSpan(t *testing.T) {
 		t.Fatalf("ended spans %q; want the attempt's and the call's (GET, an error)", names)
 	}
 }
+
+// The same on a gRPC call: its span ends an error, though the observer's panic goes
+// through.
+func TestObserverPanicEndsGRPCCallSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "handler")
+	defer parent.End()
+	icpt := retry.UnaryClientInterceptor(retry.WithObserver(func(context.Context, retry.Event) { panic("observer") }))
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	func() {
+		defer func() { _ = recover() }()
+		_ = icpt(ctx, "/svc/M", nil, nil, nil, invoker)
+	}()
+	var names []string
+	for _, s := range rec.Ended() {
+		names = append(names, s.Name())
+	}
+	if len(rec.Ended()) != 2 || rec.Ended()[1].Name() != "Sent.svc.M" || rec.Ended()[1].Status().Code != otelcodes.Error {
+		t.Fatalf("ended spans %q; want the attempt's and the call's (Sent.svc.M, an error)", names)
+	}
+}

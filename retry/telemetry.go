@@ -19,7 +19,8 @@ func (c *config) report(ctx context.Context, att record.Attempt, e Event, d deci
 	if e.Action == Return && d.verdict == Answered {
 		outcome = record.OutcomeSuccess
 	}
-	att.End(outcome, e.Err)
+	// An attempt cut short because the caller left is canceled, not failed.
+	att.End(record.Cut(ctx, outcome), e.Err)
 	if e.Action != Retry {
 		record.RetryCall(ctx, e.Attempt, stopReason(ctx, e, d, maxAttempts, single))
 	}

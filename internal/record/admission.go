@@ -32,7 +32,8 @@ func Limit(ctx context.Context, n int) {
 // Admission records the concurrency limit's decision on the server span in ctx
 // (decision, whether the request was queued, the wait), a queued request's wait in
 // the deadlinekit.shortcircuit.queue_wait histogram, and a refusal in
-// deadlinekit.shortcircuit.rejections by reason.
+// deadlinekit.shortcircuit.rejections by reason. A refusal makes the span an error,
+// except "canceled" (the caller left while the request was queued).
 func Admission(ctx context.Context, decision string, queued bool, wait time.Duration) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
@@ -40,7 +41,9 @@ func Admission(ctx context.Context, decision string, queued bool, wait time.Dura
 			otelattr.ShortCircuitQueuedKey.Bool(queued),
 			otelattr.ShortCircuitQueueWaitKey.Float64(millis(wait)),
 		)
-		if decision != "admitted" {
+		// A refusal is an error; a caller that left while queued is not: nothing
+		// failed, nobody is waiting for the answer.
+		if decision != "admitted" && decision != "canceled" {
 			span.SetStatus(codes.Error, "refused before the handler ran: "+decision)
 		}
 	}

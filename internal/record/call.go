@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,11 +28,13 @@ type Call struct {
 // callState is what the layers of one call record, written on the call's span when
 // the call ends: each key once, meaning one thing.
 type callState struct {
-	span trace.Span
-	own  bool // the span was started here, and is ended here
+	span   trace.Span
+	own    bool            // the span was started here, and is ended here
+	caller context.Context // the caller's context: a call it cancelled is no error
 
-	seq  atomic.Int32 // attempt numbers handed out
-	once sync.Once
+	seq        atomic.Int32 // attempt numbers handed out
+	once       sync.Once    // the call ends
+	totalsOnce sync.Once    // its totals are written on its span
 
 	mu         sync.Mutex
 	retried    bool // the retry layer reported
@@ -68,7 +71,7 @@ func StartCall(ctx context.Context, p Protocol, name string) (context.Context, C
 	if !span.IsRecording() {
 		return ctx, Call{}
 	}
-	c := &callState{span: span}
+	c := &callState{span: span, caller: ctx}
 	if !isClientSpan(span) || isAttempt(ctx, span) {
 		ctx, c.span = span.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, callSpanName(p, name), trace.WithSpanKind(trace.SpanKindClient))
 		c.own = true
@@ -118,7 +121,8 @@ func (c Call) Owner() bool { return c.owner }
 func (c Call) Started() bool { return c.owner && c.c.own }
 
 // End writes the call's totals on its span and, when the toolkit started the span,
-// ends it, with err (when not nil) as its error. Only the layer that started the call
+// ends it, with err (when not nil) as its error; a call its caller cancelled is no
+// error ([CallerCanceled]), its span ends with an event saying so. Only the layer that started the call
 // does this; End may be called more than once, the first call counts.
 func (c Call) End(err error) {
 	if c.c == nil || !c.owner {
@@ -127,15 +131,19 @@ func (c Call) End(err error) {
 	c.c.once.Do(func() { c.c.end(err) })
 }
 
-// EndHTTP ends an HTTP call ([Call.End]) when its response is done with: at once
-// when there is no body to read (or err is set), else when the body is closed or read
-// to its end, so that the call's span covers the answer's transfer. A status of 400
-// or more marks the span an error, as OTel's conventions ask of client spans.
+// EndHTTP ends an HTTP call ([Call.End]) when its response is done with. The call's
+// totals are final when the round trip returns, and are written then: a span of the
+// user's (otelhttp's) ends when the caller closes the body, before the layers beneath
+// see the Close, so totals written later would land on an ended span. A span the
+// toolkit started ends at once when there is no body to read (or err is set), else
+// when the body is closed or read to its end, so that it covers the answer's
+// transfer. A status of 400 or more marks it an error, as OTel's conventions ask of
+// client spans.
 func (c Call) EndHTTP(resp *http.Response, err error) {
 	if c.c == nil || !c.owner {
 		return
 	}
-	if err != nil || resp == nil {
+	if err != nil || resp == nil || !c.c.own {
 		c.End(err)
 		return
 	}
@@ -147,15 +155,80 @@ func (c Call) EndHTTP(resp *http.Response, err error) {
 		c.End(status)
 		return
 	}
+	c.c.totalsOnce.Do(c.c.writeTotals)
 	resp.Body = cancelbody.Wrap(resp.Body, func() { c.End(status) })
 }
+
+// RoundTripHTTP runs rt, the round trip of an HTTP call whose span this layer holds,
+// and ends the call with its answer ([Call.EndHTTP]). When rt panics (a user's
+// observer or classifier, the base transport), the call's span ends at once, an
+// error saying that the call panicked, and the panic goes on: no span stays open.
+// Every layer that starts an HTTP call ends it through here.
+func (c Call) RoundTripHTTP(rt func() (*http.Response, error)) (*http.Response, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.End(ErrPanicked)
+		}
+	}()
+	resp, err := rt()
+	returned = true
+	c.EndHTTP(resp, err)
+	return resp, err
+}
+
+// Unary runs f, a unary call (gRPC, connect) whose span this layer holds, and ends
+// the call with f's error ([Call.End]); when f panics the call's span ends at once,
+// an error saying that the call panicked, and the panic goes on.
+func (c Call) Unary(f func() error) error {
+	returned := false
+	defer func() {
+		if !returned {
+			c.End(ErrPanicked)
+		}
+	}()
+	err := f()
+	returned = true
+	c.End(err)
+	return err
+}
+
+// ErrPanicked is the error of a call span whose call panicked.
+var ErrPanicked = errors.New("deadlinekit: the call panicked")
 
 // statusError is an HTTP failure status, for a call span's status.
 type statusError int
 
-func (e statusError) Error() string { return "HTTP " + strconv.Itoa(int(e)) }
+// StatusError is the error of an HTTP answer with a failure status, for a span's
+// status: "HTTP 503 Service Unavailable".
+func StatusError(code int) error { return statusError(code) }
+
+// Error is "HTTP 503 Service Unavailable", as retry's StatusError says it.
+func (e statusError) Error() string {
+	if text := http.StatusText(int(e)); text != "" {
+		return "HTTP " + strconv.Itoa(int(e)) + " " + text
+	}
+	return "HTTP " + strconv.Itoa(int(e))
+}
 
 func (c *callState) end(err error) {
+	c.totalsOnce.Do(c.writeTotals)
+	if !c.own {
+		return
+	}
+	switch {
+	case err == nil:
+	case CallerCanceled(c.caller):
+		c.span.AddEvent(callerCanceledEvent, trace.WithAttributes(exceptionMessageKey.String(err.Error())))
+	default:
+		c.span.RecordError(err)
+		c.span.SetStatus(codes.Error, err.Error())
+	}
+	c.span.End()
+}
+
+// writeTotals writes what the layers recorded of the call on its span.
+func (c *callState) writeTotals() {
 	c.mu.Lock()
 	attempts := 1
 	if c.retried {
@@ -178,14 +251,6 @@ func (c *callState) end(err error) {
 	}
 	c.mu.Unlock()
 	c.span.SetAttributes(kv...)
-	if !c.own {
-		return
-	}
-	if err != nil {
-		c.span.RecordError(err)
-		c.span.SetStatus(codes.Error, err.Error())
-	}
-	c.span.End()
 }
 
 // nextAttempt returns the number of the call's next attempt, 1 for the first.

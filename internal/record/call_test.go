@@ -127,12 +127,52 @@ func TestCallEndHTTP(t *testing.T) {
 	io.ReadAll(resp.Body)
 	resp.Body.Close()
 	spans := rec.Ended()
-	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != "HTTP 503" {
-		t.Fatalf("ended %d spans, status %v; want the call, failed with HTTP 503", len(spans), spans[0].Status())
+	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != "HTTP 503 Service Unavailable" {
+		t.Fatalf("ended %d spans, status %v; want the call, failed with HTTP 503 Service Unavailable", len(spans), spans[0].Status())
 	}
 	_, call = StartCall(ctx, HTTP, "HEAD")
 	call.EndHTTP(&http.Response{StatusCode: 200, Body: http.NoBody}, nil)
 	if spans := rec.Ended(); len(spans) != 2 || spans[1].Status().Code == codes.Error {
 		t.Fatal("a bodiless answer did not end its call, or ended it failed")
+	}
+}
+
+// Under the user's client span (otelhttp's), the totals are written when the round
+// trip returns: otelhttp ends its span on the body's Close before the layers beneath
+// see it, so a caller who closes the body unread would otherwise lose them.
+func TestCallEndHTTPUsersSpanTotalsAtReturn(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, client := tp.Tracer("otelhttp").Start(context.Background(), "HTTP GET", trace.WithSpanKind(trace.SpanKindClient))
+	cctx, call := StartCall(ctx, HTTP, "GET")
+	RetryCall(cctx, 2, StopAnswered)
+	body := io.NopCloser(strings.NewReader("answer"))
+	resp := &http.Response{StatusCode: 200, Body: body}
+	call.EndHTTP(resp, nil)
+	client.End() // as otelhttp's Close does, before the inner body's
+	resp.Body.Close()
+	testkit.WantAttrs(t, rec.Ended()[0], otelattr.AttemptsKey.Int(2), otelattr.RetryCountKey.Int(1))
+	if resp.Body != body {
+		t.Error("the body of a call whose span is the user's was wrapped: nothing of the toolkit's waits for it")
+	}
+}
+
+// A round trip that panics ends the call's span at once, an error, and the panic
+// goes on.
+func TestRoundTripHTTPPanic(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, server := tp.Tracer("t").Start(context.Background(), "server", trace.WithSpanKind(trace.SpanKindServer))
+	defer server.End()
+	_, call := StartCall(ctx, HTTP, "GET")
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v; want the round trip's panic", r)
+			}
+		}()
+		call.RoundTripHTTP(func() (*http.Response, error) { panic("boom") })
+	}()
+	spans := rec.Ended()
+	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != ErrPanicked.Error() {
+		t.Fatalf("ended %d spans; want the call's, failed with %q", len(spans), ErrPanicked)
 	}
 }

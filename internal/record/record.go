@@ -174,7 +174,21 @@ func HedgeCall(ctx context.Context, hedges int, won bool, skip HedgeSkip) {
 // Attempt is the span of one attempt of a call. Its zero value (returned when the
 // call's span is not recording) does nothing.
 type Attempt struct {
+	st *attemptState
+	// joined: a primary sent inside an attempt of the layer above (hedge under
+	// retry). It has no span of its own; its End tells that attempt how the copy it
+	// carried ended when that copy was not the call's answer (see [Attempt.End]).
+	joined bool
+}
+
+// attemptState is an attempt's span, shared with a layer beneath that sends its
+// primary inside it.
+type attemptState struct {
 	span trace.Span
+
+	mu      sync.Mutex
+	lost    Outcome // how the copy sent inside it ended, when it lost: failure or canceled
+	lostErr error
 }
 
 // StartAttempt starts the span of attempt n (1-based) of the call whose span is in
@@ -189,8 +203,13 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 		instruments().hedgesSent.Add(ctx, 1)
 	}
 	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() || kind == KindPrimary && isAttempt(ctx, parent) {
+	if !parent.IsRecording() {
 		return ctx, Attempt{}
+	}
+	if kind == KindPrimary {
+		if st := attemptOf(ctx, parent); st != nil {
+			return ctx, Attempt{st: st, joined: true}
+		}
 	}
 	if c := callFrom(ctx); c != nil {
 		// Every attempt of the call, whichever layer makes it, is a child of the
@@ -211,7 +230,23 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	}
 	// The SDK's default span kind is internal, which an attempt span is.
 	ctx, span := parent.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, attemptSpanName(kind), trace.WithAttributes(attrs...))
-	return context.WithValue(ctx, attemptKey{}, span), Attempt{span: span}
+	ac := &attemptContext{Context: ctx, st: attemptState{span: span}}
+	return ac, Attempt{st: &ac.st}
+}
+
+// attemptContext is an attempt's context: its parent's, with the attempt's state
+// under attemptKey. One allocation for both, where context.WithValue and the state
+// would take two.
+type attemptContext struct {
+	context.Context
+	st attemptState
+}
+
+func (c *attemptContext) Value(key any) any {
+	if key == (attemptKey{}) {
+		return &c.st
+	}
+	return c.Context.Value(key)
 }
 
 // attemptSpanName is "attempt " and the kind, without building the string per call.
@@ -227,43 +262,102 @@ func attemptSpanName(kind AttemptKind) string {
 	return "attempt " + string(kind)
 }
 
-// attemptKey marks a context whose span is an attempt span, its value the span.
+// attemptKey marks a context whose span is an attempt span, its value the
+// *attemptState.
 type attemptKey struct{}
 
 // isAttempt reports whether span, the span of ctx, is an attempt span: a layer above
 // (retry above hedge) has started an attempt, and a primary below it is that same
 // attempt, not one of its own.
-func isAttempt(ctx context.Context, span trace.Span) bool {
-	s, ok := ctx.Value(attemptKey{}).(trace.Span)
-	return ok && s == span
+func isAttempt(ctx context.Context, span trace.Span) bool { return attemptOf(ctx, span) != nil }
+
+// attemptOf returns the attempt whose span is span, the span of ctx; nil when span is
+// not an attempt's.
+func attemptOf(ctx context.Context, span trace.Span) *attemptState {
+	if st, ok := ctx.Value(attemptKey{}).(*attemptState); ok && st.span == span {
+		return st
+	}
+	return nil
 }
 
-// Recording reports whether the attempt has a span (the call's span is recording):
-// then the attempt's request needs its own trace header ([InjectHTTP]).
-func (a Attempt) Recording() bool { return a.span != nil }
+// Recording reports whether the attempt has a span of its own (the call's span is
+// recording): then the attempt's request needs its own trace header ([InjectHTTP]).
+func (a Attempt) Recording() bool { return a.st != nil && !a.joined }
 
-// End ends the attempt's span with its outcome; err, when not nil, is recorded on the
-// span and sets its status to Error. A cancelled loser is not an error: its span ends
-// with the event "canceled: another attempt answered first" instead.
+// End ends the attempt's span with its outcome. A failure is an error, whichever
+// layer sent the attempt: err, when not nil, is recorded on the span and describes
+// its status. A canceled attempt is not an error, whether another attempt answered
+// first (err nil) or its caller gave up (err says how, see [CallerCanceled]): its
+// span ends with an event saying which.
+//
+// A joined primary (one sent by the hedging layer inside the retry layer's attempt)
+// has no span of its own: when it lost (canceled by a hedge that answered, or failed
+// while a hedge answered), its End makes the attempt it was sent in end that way,
+// whatever the layer above makes of the call's answer, which is not this copy's.
 func (a Attempt) End(outcome Outcome, err error) {
-	if a.span == nil {
+	st := a.st
+	if st == nil {
 		return
 	}
-	a.span.SetAttributes(otelattr.AttemptOutcomeKey.String(string(outcome)))
-	switch {
-	case err != nil && outcome == OutcomeFailure:
-		a.span.RecordError(err)
-		a.span.SetStatus(codes.Error, err.Error())
-	case outcome == OutcomeCanceled:
-		// Not an error, but it must show on the timeline: Jaeger draws an event as a
-		// mark on the span's bar, where the loser was stopped.
-		a.span.AddEvent(canceledEvent)
+	if a.joined {
+		if outcome != OutcomeSuccess {
+			st.mu.Lock()
+			st.lost, st.lostErr = outcome, err
+			st.mu.Unlock()
+		}
+		return
 	}
-	a.span.End()
+	st.mu.Lock()
+	if st.lost != "" {
+		outcome, err = st.lost, st.lostErr
+	}
+	st.mu.Unlock()
+	span := st.span
+	span.SetAttributes(otelattr.AttemptOutcomeKey.String(string(outcome)))
+	switch outcome {
+	case OutcomeFailure:
+		desc := "failed"
+		if err != nil {
+			span.RecordError(err)
+			desc = err.Error()
+		}
+		span.SetStatus(codes.Error, desc)
+	case OutcomeCanceled:
+		// Not an error, but it must show on the timeline: Jaeger draws an event as a
+		// mark on the span's bar, where the attempt was stopped.
+		if err == nil {
+			span.AddEvent(canceledEvent)
+		} else {
+			span.AddEvent(callerCanceledEvent, trace.WithAttributes(exceptionMessageKey.String(err.Error())))
+		}
+	}
+	span.End()
 }
 
-// canceledEvent is the event a cancelled attempt's span ends with.
-const canceledEvent = "canceled: another attempt answered first"
+// The events a cancelled attempt's span ends with.
+const (
+	canceledEvent       = "canceled: another attempt answered first"
+	callerCanceledEvent = "canceled: the caller gave up"
+)
+
+// exceptionMessageKey is OTel's exception.message, naming how a cancelled attempt
+// ended without making it an error.
+const exceptionMessageKey = attribute.Key("exception.message")
+
+// CallerCanceled reports whether ctx, the context a caller gave a call, was
+// cancelled: an attempt or a call cut short because its caller left is canceled,
+// not failed, and no error. A deadline that passed is not a cancel: the call failed
+// to answer in time.
+func CallerCanceled(ctx context.Context) bool { return ctx.Err() == context.Canceled }
+
+// Cut is outcome, or [OutcomeCanceled] when outcome is a failure and ctx, the
+// caller's context, was cancelled ([CallerCanceled]).
+func Cut(ctx context.Context, outcome Outcome) Outcome {
+	if outcome == OutcomeFailure && CallerCanceled(ctx) {
+		return OutcomeCanceled
+	}
+	return outcome
+}
 
 // InjectHTTP writes the trace context of ctx into h with the global propagator
 // ([otel.GetTextMapPropagator]) when ctx's span is recording. Layers that make several

@@ -159,7 +159,7 @@ func TestHedgedCall(t *testing.T) {
 	_, primary := StartAttempt(ctx, GRPC, KindPrimary, 1)
 	_, hedge := StartAttempt(ctx, GRPC, KindHedge, 2)
 	hedge.End(OutcomeSuccess, nil)
-	primary.End(OutcomeCanceled, context.Canceled)
+	primary.End(OutcomeCanceled, nil) // another attempt answered first
 	HedgeCall(ctx, 1, true, "")
 	call.End(nil)
 
@@ -313,4 +313,127 @@ func BenchmarkRecordAttempt(b *testing.B) {
 			a.End(OutcomeSuccess, nil)
 		}
 	})
+}
+
+// Hedging under retry: the primary is the retry layer's attempt. When it loses (a
+// hedge answered first, or it failed while a hedge answered), its span ends that way,
+// not with the call's answer, which the retry layer reports.
+func TestJoinedPrimaryThatLost(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		lost   Outcome
+		err    error
+		status string
+	}{
+		{"canceled by a hedge", OutcomeCanceled, nil, "Unset"},
+		{"failed, a hedge answered", OutcomeFailure, errors.New("503"), "Error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp, rec, _ := withSDK(t)
+			sctx, server := tp.Tracer("test").Start(context.Background(), "server")
+			defer server.End()
+			ctx, call := StartCall(sctx, HTTP, "GET")
+			actx, retryAttempt := StartAttempt(ctx, HTTP, KindPrimary, 1)
+			_, primary := StartAttempt(actx, HTTP, KindPrimary, 1)
+			if primary.Recording() {
+				t.Fatal("a primary inside an attempt has a span of its own")
+			}
+			_, hedge := StartAttempt(actx, HTTP, KindHedge, 2)
+			hedge.End(OutcomeSuccess, nil)
+			primary.End(tc.lost, tc.err)
+			retryAttempt.End(OutcomeSuccess, nil) // the call's answer, the hedge's
+			call.End(nil)
+			var found bool
+			for _, s := range rec.Ended() {
+				if s.Name() == "attempt primary" {
+					found = true
+					testkit.WantAttrs(t, s, otelattr.AttemptOutcomeKey.String(string(tc.lost)))
+					if got := s.Status().Code.String(); got != tc.status {
+						t.Errorf("status %s; want %s", got, tc.status)
+					}
+				}
+			}
+			if !found {
+				t.Fatal("no primary attempt span")
+			}
+		})
+	}
+}
+
+// A joined primary that gave the call's answer leaves the outcome to the layer
+// above.
+func TestJoinedPrimaryThatWon(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, root := tp.Tracer("test").Start(context.Background(), "root")
+	defer root.End()
+	ctx, call := StartCall(ctx, HTTP, "GET")
+	actx, retryAttempt := StartAttempt(ctx, HTTP, KindPrimary, 1)
+	_, primary := StartAttempt(actx, HTTP, KindPrimary, 1)
+	primary.End(OutcomeSuccess, nil)
+	retryAttempt.End(OutcomeFailure, errors.New("HTTP 404, not retryable"))
+	call.End(nil)
+	testkit.WantAttrs(t, rec.Ended()[0], otelattr.AttemptOutcomeKey.String("failure"))
+}
+
+// A failed attempt is an error even when its failure came with no error value (an
+// HTTP 503 answer).
+func TestFailedAttemptWithoutAnErrorIsAnError(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, root := tp.Tracer("test").Start(context.Background(), "root")
+	defer root.End()
+	_, a := StartAttempt(ctx, HTTP, KindHedge, 2)
+	a.End(OutcomeFailure, nil)
+	if s := rec.Ended()[0]; s.Status().Code.String() != "Error" {
+		t.Errorf("a failed attempt has status %v", s.Status())
+	}
+}
+
+// A call whose caller cancelled it is no error, on the call span the toolkit started
+// or on its attempt; a call that failed on its own is one.
+func TestCallerCanceledCall(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	sctx, server := tp.Tracer("test").Start(context.Background(), "server", trace.WithSpanKind(trace.SpanKindServer))
+	defer server.End()
+	cctx, cancel := context.WithCancel(sctx)
+	ctx, call := StartCall(cctx, GRPC, "/svc/Get")
+	_, a := StartAttempt(ctx, GRPC, KindPrimary, 1)
+	cancel()
+	a.End(Cut(ctx, OutcomeFailure), context.Canceled)
+	call.End(context.Canceled)
+	for _, s := range rec.Ended() {
+		if s.Status().Code.String() == "Error" {
+			t.Errorf("span %q of a call its caller cancelled is an error: %v", s.Name(), s.Status())
+		}
+		if ev := s.Events(); len(ev) != 1 || ev[0].Name != callerCanceledEvent {
+			t.Errorf("span %q events %v; want one saying the caller gave up", s.Name(), ev)
+		}
+	}
+	testkit.WantAttrs(t, rec.Ended()[0], otelattr.AttemptOutcomeKey.String("canceled"))
+
+	dctx, stop := context.WithTimeout(sctx, 0)
+	defer stop()
+	<-dctx.Done()
+	if Cut(dctx, OutcomeFailure) != OutcomeFailure {
+		t.Error("a call whose deadline passed is taken for a cancel")
+	}
+	_, call = StartCall(dctx, GRPC, "/svc/Get")
+	call.End(context.DeadlineExceeded)
+	if s := rec.Ended()[2]; s.Status().Code.String() != "Error" {
+		t.Errorf("a call that ran out of time has status %v; want Error", s.Status())
+	}
+}
+
+// The guard's refusals are errors on the server's span; a caller that left while
+// queued is not.
+func TestAdmissionCanceledIsNotAnError(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	for _, d := range []string{"cannot_finish", "canceled"} {
+		ctx, s := tp.Tracer("test").Start(context.Background(), d, trace.WithSpanKind(trace.SpanKindServer))
+		Admission(ctx, d, true, time.Millisecond)
+		s.End()
+	}
+	spans := rec.Ended()
+	if spans[0].Status().Code.String() != "Error" || spans[1].Status().Code.String() == "Error" {
+		t.Errorf("statuses %v (cannot_finish) and %v (canceled); want Error and not Error", spans[0].Status(), spans[1].Status())
+	}
 }

@@ -50,8 +50,8 @@ type Outcome string
 // Attempt outcomes recorded under [otelattr.AttemptOutcomeKey].
 const (
 	OutcomeSuccess  Outcome = "success"  // answered, and its answer was used
-	OutcomeFailure  Outcome = "failure"  // failed (a retry may follow)
-	OutcomeCanceled Outcome = "canceled" // canceled because another attempt won
+	OutcomeFailure  Outcome = "failure"  // failed (a retry may follow); an error
+	OutcomeCanceled Outcome = "canceled" // cut short: another attempt answered first, or the caller gave up; no error
 )
 
 // Protocol says which semantic-convention attribute an attempt span carries.

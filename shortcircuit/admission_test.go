@@ -368,8 +368,8 @@ func TestPanicGivesTheSlotBack(t *testing.T) {
 
 // The adaptive limit through the middleware, in fake time: a handler with 8 slots of
 // a resource (beyond them requests queue inside it) and 40 callers that each send
-// again as soon as answered. The limit measures the unloaded latency at 3 at once,
-// then lets in a little more than the 8 slots, not the 40.
+// again as soon as answered. The limit, from 20, finds that latency grows with
+// concurrency beyond the 8 slots and lets in a little more than 8, not the 40.
 func TestAdaptiveLimitFindsTheHandlersSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slots := make(chan struct{}, 8)

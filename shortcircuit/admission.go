@@ -123,6 +123,13 @@ type entry struct {
 func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool) entry {
 	l.mu.Lock()
 	svc, need := l.mean(), l.need()
+	if has && l.service > 0 && deadline.Sub(now) < need {
+		// Even a free slot cannot make the time left pay for the work: refuse now,
+		// while the caller can still go elsewhere, not after running out of time
+		// in the handler.
+		l.mu.Unlock()
+		return entry{decision: CannotFinish, service: need}
+	}
 	if l.inflight < l.limit && l.q.Len() == 0 {
 		l.inflight++
 		if l.adapt != nil {

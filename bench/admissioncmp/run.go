@@ -179,7 +179,9 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	base := &http.Transport{Protocols: &p, Proxy: nil, MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second}
-	client := &http.Client{Transport: propagate.NewTransport(base)}
+	// The client sends any budget (its transport refuses none below a floor): the
+	// server decides what to do with a short one.
+	client := &http.Client{Transport: propagate.NewTransport(base, propagate.WithFloor(0))}
 	url := srv.url()
 
 	// The same arrivals and deadlines for every variant of the cell and round.

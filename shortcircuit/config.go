@@ -190,32 +190,38 @@ func WithMaxConcurrency(n int) Option {
 // fields take the value of [DefaultAdaptiveLimit].
 //
 // The rule asks whether the handler's latency grows with its concurrency, not
-// whether it grew. It runs the limit in pairs of windows: an upper one at the limit,
-// a lower one an eighth below it (at least one below). Each window begins one mean
-// handler duration after its limit takes force and lasts at least Samples
-// completions and six mean durations (the lower: a third of the samples, two
-// durations); it measures the time-averaged handlers in flight, n, and their mean
-// duration, s. Their elasticity e = ln(s_upper/s_lower) / ln(n_upper/n_lower) is
-// near 0 when the extra handlers ran as fast as the others (throughput n/s grew
-// with them) and near 1 when every request took longer in proportion (throughput
-// stayed; the extra requests only waited inside the handler for a resource the
-// limit is above). Below Tolerance, the limit grows if it held a request back in
-// the upper window (the toolkit's queue is what tells demand beyond the limit);
-// from Tolerance on, it falls. A move is an eighth of the limit (at least one), and
-// doubles while moves go the same way (at most a quarter of the limit down, half
-// up), so a limit far off closes in within a few pairs. Only the durations inside
-// the handler count, never the wait in the toolkit's queue, which the limit itself
-// causes.
+// whether it grew. It runs the limit in three windows: an upper one at the limit, a
+// lower one an eighth below it (at least one below), an upper one again. Each
+// begins one mean handler duration after its limit takes force (the requests
+// started under the previous limit have left by then); an upper one lasts at least
+// Samples/2 completions and four mean durations, the lower one Samples/4 and two.
+// Each measures the time-averaged handlers in flight, n, and their mean duration,
+// s; the lower window is compared with the mean of the two upper ones around it, so
+// a handler that turns slower or faster steadily across them cancels out. The
+// elasticity e = ln(s_upper/s_lower) / ln(n_upper/n_lower) is near 0 when the
+// extra handlers ran as fast as the others (throughput n/s grew with them) and near
+// 1 when every request took longer in proportion (throughput stayed; the extra
+// requests only waited inside the handler for a resource the limit is above).
+// Below Tolerance, the limit grows if it held a request back in an upper window
+// (the toolkit's own queue, or its refusals, tell demand beyond the limit); from
+// Tolerance on, it falls. A move is an eighth of the limit (at least one); from the
+// third move the same way on it doubles, at most a quarter of the limit down and
+// half of it up, so a limit far off closes in within a few rounds. When the upper
+// windows' durations differ by more than 25% (the handler changed speed meanwhile),
+// or the load, not the limit, set the concurrency (n no higher in the upper
+// windows), the limit holds. Only the durations inside the handler count, never
+// the wait in the toolkit's queue, which the limit itself causes.
 //
 // A handler that turns slower for every request, however many run (a slower
-// dependency, a colder cache), scales both windows alike and leaves e, and the
+// dependency, a colder cache), scales all windows alike and leaves e, and the
 // limit, where they were: the limit sheds no capacity the handler still has. A
 // rule that compares latency with a remembered unloaded latency (Envoy's gradient
 // controller, Netflix's Gradient2, the rule this one replaced) reads such a
-// slowdown as queueing and cuts the limit until its next probe. The price of
-// asking is the lower window: a limit at the handler's capacity runs an eighth
-// below it for about a third of the time. With fewer handlers in flight than the
-// limit (the load, not the limit, sets the concurrency) the limit holds.
+// slowdown as queueing and cuts the limit until its next measure of the unloaded
+// latency. The price of asking is the lower window: a limit at the handler's
+// capacity runs an eighth below it for about a quarter of the time (in
+// BENCHMARKS.md, a few percent of goodput against a static limit set right, more
+// at small limits, where an eighth is one of four).
 type AdaptiveLimit struct {
 	// Min and Max bound the limit; Initial is where it starts.
 	Min, Max, Initial int

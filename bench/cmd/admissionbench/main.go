@@ -60,6 +60,7 @@ func main() {
 	only := flag.String("only", "", "run only the variants whose name contains this")
 	cells := flag.String("cells", "load", "load: the sweep of loads and modes (issue 16); slowdown: the slowdown, saturation and mixed-budget cells (issue 25), with -rounds 3, -warmup 800ms and -duration 2.5s unless set")
 	cellFilter := flag.String("cell", "", "with -cells slowdown: run only the cells whose name (as in the tables' headings) contains this")
+	queueOrders := flag.Bool("queue-orders", false, "with -cells slowdown: add deadlinekit's static limit with each queue order (FIFO, LIFO, earliest deadline first) to every cell")
 	flag.Parse()
 	if *cells == "slowdown" {
 		set := map[string]bool{}
@@ -77,7 +78,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "admissionbench: -rounds in 1..10, -warmup in [0, 30s], -duration in [1s, 60s], -max-inflight in 1..100000")
 			os.Exit(2)
 		}
-		slowdown(*rounds, *warmup, *duration, *seed, *maxInFlight, *only, *cellFilter)
+		slowdown(*rounds, *warmup, *duration, *seed, *maxInFlight, *only, *cellFilter, *queueOrders)
 		return
 	} else if *cells != "load" {
 		fmt.Fprintln(os.Stderr, "admissionbench: -cells is load or slowdown")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ type cell struct {
 // then 4 from 20% of the measured time), and the mixed-budget workload; arrivals
 // open-loop at a fixed rate; every variant of a cell once per round, the rounds
 // alternating the order; the figures are the medians of the rounds.
-func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlight int, only, cellFilter string) {
+func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlight int, only, cellFilter string, queues bool) {
 	at := duration * 3 / 10
 	step := admissioncmp.Shape{Slow: admissioncmp.Slowdown{Factor: 3, From: at}}
 	transient := admissioncmp.Shape{Slow: admissioncmp.Slowdown{Factor: 2, From: at, For: time.Second}}
@@ -63,6 +64,9 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 	runs := 0
 	for _, c := range cells {
 		runs += len(base) + len(c.extra)
+		if queues {
+			runs += len(admissioncmp.QueueVariants())
+		}
 	}
 	per := warmup + duration + 300*time.Millisecond
 	fmt.Fprintf(os.Stderr, "admissionbench: %d cells, %d runs × %d rounds; about %v\n", len(cells), runs, rounds, (per * time.Duration(runs*rounds)).Round(time.Second))
@@ -81,6 +85,9 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 		vs := base
 		if len(c.extra) > 0 {
 			vs = append(admissioncmp.StaticVariants(c.extra...), base...)
+		}
+		if queues {
+			vs = append(slices.Clone(vs), admissioncmp.QueueVariants()...)
 		}
 		cfg := admissioncmp.Config{Mode: c.mode, Load: c.load, MinBudget: 50 * time.Millisecond, MaxBudget: 300 * time.Millisecond,
 			Warmup: warmup, Duration: duration, Rounds: rounds, Seed: seed, MaxInFlight: maxInFlight, Fixed: true, Shape: c.shape}

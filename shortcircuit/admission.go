@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -90,7 +89,7 @@ func newLimiter(c *config) *limiter {
 	l := &limiter{order: c.order, floor: c.floor}
 	if a := c.adaptiveLimit; a != nil {
 		l.adapt = newGradient(*a)
-		l.limit = int(l.adapt.limit)
+		l.limit = l.adapt.inForce()
 	} else {
 		l.limit = c.maxConcurrency
 	}
@@ -124,11 +123,24 @@ type entry struct {
 func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool) entry {
 	l.mu.Lock()
 	svc, need := l.mean(), l.need()
+	if has && l.service > 0 && deadline.Sub(now) < need {
+		// Even a free slot cannot make the time left pay for the work: refuse now,
+		// while the caller can still go elsewhere, not after running out of time
+		// in the handler.
+		l.mu.Unlock()
+		return entry{decision: CannotFinish, service: need}
+	}
 	if l.inflight < l.limit && l.q.Len() == 0 {
 		l.inflight++
+		if l.adapt != nil {
+			l.adapt.inFlight(now, l.inflight)
+		}
 		l.mu.Unlock()
 		record.InFlight(ctx, 1)
 		return entry{decision: Admitted, service: need}
+	}
+	if l.adapt != nil {
+		l.adapt.held()
 	}
 	w := l.newWaiter(deadline, has)
 	wait := l.predict(w, svc)
@@ -274,6 +286,12 @@ func (l *limiter) release(took time.Duration) {
 func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 	l.mu.Lock()
 	l.inflight--
+	if l.adapt != nil {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		l.adapt.inFlight(now, l.inflight)
+	}
 	if took > 0 {
 		if l.service == 0 {
 			l.service, l.dev = took, took/2
@@ -283,10 +301,7 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 			l.dev += (max(d, -d) - l.dev) / devWeight
 		}
 		if l.adapt != nil {
-			if now.IsZero() {
-				now = time.Now()
-			}
-			if n := l.adapt.update(now, took, l.inflight+1); n != l.limit {
+			if n := l.adapt.update(now, took, l.service); n != l.limit {
 				l.limit = n
 				record.Limit(context.Background(), n)
 			}
@@ -309,6 +324,9 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 		l.inflight++
 		started++
 		close(w.ready)
+	}
+	if l.adapt != nil && started > 0 {
+		l.adapt.inFlight(now, l.inflight)
 	}
 	l.mu.Unlock()
 	record.InFlight(context.Background(), started-1)
@@ -338,71 +356,160 @@ func (q *waitQueue) Pop() any {
 }
 
 // gradient is the adaptive limit's rule (see [AdaptiveLimit]). Its owner serialises
-// calls (limiter.mu).
+// calls (limiter.mu) and reports every change of the handlers in flight (inFlight)
+// and every request the limit held back (held).
+//
+// It runs the limit in three windows: an upper one at the limit, a lower one a step
+// below it, an upper one again. Each starts one service time after its limit takes
+// force (the requests started under the previous one have left by then) and
+// measures the time-averaged handlers in flight, n, and their mean duration, s. The
+// lower window is compared with the mean of the two upper ones around it, so a
+// handler that slows down or speeds up steadily across the three cancels out. The
+// elasticity e = ln(s_upper/s_lower) / ln(n_upper/n_lower) says what the extra
+// concurrency bought: near 0, the handler ran as fast with more at once
+// (throughput n/s grew with n); near 1, each request took longer in proportion
+// (throughput stayed, the extra requests only queued inside the handler). Below
+// Tolerance the limit grows, if it held requests back; above, it falls. A slowdown
+// that concurrency does not cause scales all windows alike and leaves e, and the
+// limit, where they were.
 type gradient struct {
-	cfg   AdaptiveLimit
-	limit float64
-	// minRTT is the handler's unloaded latency, zero until the first probe is over.
-	minRTT time.Duration
-	// While probing: the limit before the probe (zero for the first), how many
-	// completions of requests started before it are still to come (skipped), and
-	// the durations of those started during it.
-	probing bool
-	saved   float64
-	skip    int
-	probe   []time.Duration
-	// Between probes: the next recomputation and the next probe, and the sum and
-	// count of the durations of the window.
-	next, nextProbe time.Time
-	sum             time.Duration
-	n               int
+	cfg    AdaptiveLimit
+	limit  int // the operating limit: the upper windows'
+	phase  int // 0: the first upper window, 1: the lower one, 2: the second upper one
+	run    int // the last move, signed
+	streak int // moves in a row the same way
+
+	// The window: its measure begins at from; area is in-flight × time since then.
+	from   time.Time
+	area   float64
+	last   time.Time // the last change of the handlers in flight, cur
+	cur    int
+	sum    time.Duration
+	n      int
+	demand bool // the limit held a request back in the window
+
+	w [3]struct { // the figures of the windows so far
+		n, s   float64
+		demand bool
+	}
 }
 
 func newGradient(a AdaptiveLimit) *gradient {
-	return &gradient{cfg: a, probing: true, limit: float64(a.ProbeConcurrency), probe: make([]time.Duration, 0, a.ProbeSamples)}
+	return &gradient{cfg: a, limit: a.Initial}
 }
 
-// update takes one handler duration, ending at now with inflight handlers running
-// (itself included), and returns the limit.
-func (g *gradient) update(now time.Time, took time.Duration, inflight int) int {
-	if g.probing {
-		if g.skip > 0 {
-			g.skip-- // started before the probe, under a higher concurrency
-			return int(g.limit)
-		}
-		g.probe = append(g.probe, took)
-		if len(g.probe) < g.cfg.ProbeSamples {
-			return int(g.limit)
-		}
-		slices.Sort(g.probe)
-		g.minRTT = g.probe[len(g.probe)/2]
-		g.probe = g.probe[:0]
-		g.probing = false
-		g.limit = float64(g.cfg.Initial)
-		if g.saved > 0 {
-			g.limit = g.saved
-		}
-		g.next, g.nextProbe = now.Add(g.cfg.Window), now.Add(g.cfg.ProbeInterval)
-		g.sum, g.n = 0, 0
-		return int(g.limit)
+// inForce is the limit the limiter applies now.
+func (g *gradient) inForce() int {
+	if g.phase == 1 {
+		return g.below()
 	}
-	if !now.Before(g.nextProbe) {
-		g.probing, g.saved, g.skip = true, g.limit, inflight-1
-		g.limit = float64(g.cfg.ProbeConcurrency)
-		return int(g.limit)
+	return g.limit
+}
+
+// below is the lower window's limit: an eighth below the limit, at least one.
+func (g *gradient) below() int { return max(g.limit-max(g.limit/8, 1), 1) }
+
+// inFlight records that n handlers run from now on.
+func (g *gradient) inFlight(now time.Time, n int) {
+	if !g.from.IsZero() && now.After(g.from) {
+		from := g.from
+		if g.last.After(from) {
+			from = g.last
+		}
+		g.area += float64(g.cur) * float64(now.Sub(from))
+	}
+	g.cur, g.last = n, now
+}
+
+// held records a request that found the limit taken: it queued or was refused.
+func (g *gradient) held() { g.demand = true }
+
+// start begins a window whose limit took force at now; svc is the handler's mean
+// duration, the time the requests started under the previous limit take to leave.
+func (g *gradient) start(now time.Time, svc time.Duration) {
+	g.from = now.Add(max(svc, time.Millisecond))
+	g.area, g.sum, g.n, g.demand = 0, 0, 0, false
+}
+
+// update takes one handler's duration, ending at now, and the handler's mean
+// duration svc; it returns the limit in force.
+func (g *gradient) update(now time.Time, took, svc time.Duration) int {
+	if g.from.IsZero() {
+		g.start(now, svc)
+		return g.inForce()
+	}
+	if now.Before(g.from) {
+		return g.inForce() // started under the previous window's limit
 	}
 	g.sum += took
 	g.n++
-	if now.Before(g.next) {
-		return int(g.limit)
+	samples, spans := max(g.cfg.Samples/2, 1), 4
+	if g.phase == 1 {
+		samples, spans = max(g.cfg.Samples/4, 1), 2
 	}
-	sample := float64(g.sum) / float64(g.n)
-	grad := min(max((1+g.cfg.Buffer)*float64(g.minRTT)/sample, 0.5), 2)
-	g.next, g.sum, g.n = now.Add(g.cfg.Window), 0, 0
-	if l := g.limit * grad; l+math.Sqrt(l) < g.limit || float64(inflight) >= g.limit/2 {
-		// (Below half its slots in use, the load, not the limit, keeps concurrency
-		// low: no reason to grow.)
-		g.limit = min(max(l+math.Sqrt(l), float64(g.cfg.Min)), float64(g.cfg.Max))
+	span := now.Sub(g.from)
+	if g.n < samples || span < time.Duration(spans)*max(svc, time.Millisecond) {
+		return g.inForce()
 	}
-	return int(g.limit)
+	g.inFlight(now, g.cur) // close the area at now
+	w := &g.w[g.phase]
+	w.n, w.s, w.demand = g.area/float64(span), float64(g.sum)/float64(g.n), g.demand
+	switch {
+	case g.phase == 0 && g.below() == g.limit:
+		// At 1: nothing below to compare with; grow if the limit held requests back.
+		if w.demand {
+			g.move(1)
+		}
+	case g.phase < 2:
+		g.phase++
+	default:
+		g.phase = 0
+		g.decide()
+	}
+	g.start(now, svc)
+	return g.inForce()
+}
+
+// decide moves the limit by what the three windows measured.
+func (g *gradient) decide() {
+	a, lo, b := g.w[0], g.w[1], g.w[2]
+	upN, upS := (a.n+b.n)/2, (a.s+b.s)/2
+	r := upN / lo.n
+	if !(lo.n > 0 && lo.s > 0 && a.s > 0 && b.s > 0) || r < 1.02 || max(a.s, b.s) > 1.25*min(a.s, b.s) {
+		// The load, not the limit, set the concurrency; or the handler changed
+		// speed across the windows. Nothing learned.
+		g.run, g.streak = 0, 0
+		return
+	}
+	e := math.Log(upS/lo.s) / math.Log(r)
+	switch {
+	case e >= g.cfg.Tolerance:
+		g.move(-1)
+	case a.demand || b.demand:
+		g.move(1)
+	default:
+		g.run, g.streak = 0, 0
+	}
+}
+
+// move changes the limit one way (dir ±1): by an eighth of it (at least 1); from the
+// third move the same way on, by twice the last; at most a quarter of the limit
+// down and half of it up.
+func (g *gradient) move(dir int) {
+	size := max(g.limit/8, 1)
+	if g.run*dir > 0 {
+		g.streak++
+	} else {
+		g.streak = 1
+	}
+	if g.streak > 2 {
+		size = max(size, 2*g.run*dir)
+	}
+	if dir < 0 {
+		size = min(size, max(g.limit/4, 1))
+	} else {
+		size = min(size, max(g.limit/2, 1))
+	}
+	g.limit = min(max(g.limit+dir*size, g.cfg.Min), g.cfg.Max)
+	g.run = dir * size
 }

@@ -158,6 +158,31 @@ func TestRefusesWhatCannotFinish(t *testing.T) {
 	})
 }
 
+// With a slot free, a request whose time left cannot pay for the service time is
+// refused at once too, not started to run out of time in the handler: its caller
+// can still go elsewhere.
+func TestRefusesWhatCannotFinishWithASlotFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithFloor(ms), shortcircuit.WithMaxConcurrency(4))
+		s.teach(20) // the work takes 10 ms
+		var wg sync.WaitGroup
+		s.send(&wg, 1, 8*ms)
+		wg.Wait()
+		a := s.answer(1)
+		if a.code != http.StatusGatewayTimeout || a.end != a.start || !strings.Contains(a.body, "cannot finish in time") {
+			t.Errorf("8 ms left for 10 ms of work, a slot free: %d after %v, %q; want a refusal at once", a.code, a.end.Sub(a.start), a.body)
+		}
+		if st := s.c.Stats(); st.CannotFinish != 1 || st.Admitted != 20 {
+			t.Errorf("stats = %+v", st)
+		}
+		s.send(&wg, 2, 12*ms) // enough: admitted
+		wg.Wait()
+		if a := s.answer(2); a.code != http.StatusOK {
+			t.Errorf("12 ms left for 10 ms of work: %d %q", a.code, a.body)
+		}
+	})
+}
+
 // The floor is the least time a request must have left to start, not the time the
 // handler takes: with a 20 ms floor (the default) and a 2 ms handler, a queued
 // request waits about 2 ms per request ahead, not 20.
@@ -368,8 +393,8 @@ func TestPanicGivesTheSlotBack(t *testing.T) {
 
 // The adaptive limit through the middleware, in fake time: a handler with 8 slots of
 // a resource (beyond them requests queue inside it) and 40 callers that each send
-// again as soon as answered. The limit measures the unloaded latency at 3 at once,
-// then lets in a little more than the 8 slots, not the 40.
+// again as soon as answered. The limit, from 20, finds that latency grows with
+// concurrency beyond the 8 slots and lets in a little more than 8, not the 40.
 func TestAdaptiveLimitFindsTheHandlersSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slots := make(chan struct{}, 8)

@@ -213,38 +213,53 @@ func WithMaxConcurrency(n int) Option {
 // AdaptiveLimit configures the adaptive concurrency limit. It is plain data; zero
 // fields take the value of [DefaultAdaptiveLimit].
 //
-// The rule is Envoy's adaptive concurrency (a gradient controller). The handler's
-// unloaded latency, minRTT, is measured by pinning the limit to ProbeConcurrency
-// until ProbeSamples requests started under it have finished (their median), at the
-// start and every ProbeInterval after. In between, every Window, the limit becomes
-// limit × clamp((1 + Buffer) × minRTT / sample, 0.5, 2) + √(that), held to [Min,
-// Max], where sample is the mean duration of the requests that finished in the
-// window: the limit grows while the handler runs near its unloaded speed and falls,
-// by half at most per window, once requests queue inside it for a resource the limit
-// is above. A rule that compares recent latency with a long-run average of the same
-// latency (Netflix's Gradient2) learns a handler that has been overloaded from the
-// start as normal and grows without end; measuring minRTT at low concurrency costs a
-// short dip (ProbeSamples requests at ProbeConcurrency) per interval instead. The
-// limit does not grow while fewer than half of its slots are in use.
+// The rule asks whether the handler's latency grows with its concurrency, not
+// whether it grew. It runs the limit in three windows: an upper one at the limit, a
+// lower one an eighth below it (at least one below), an upper one again. Each
+// begins one mean handler duration after its limit takes force (the requests
+// started under the previous limit have left by then); an upper one lasts at least
+// Samples/2 completions and four mean durations, the lower one Samples/4 and two.
+// Each measures the time-averaged handlers in flight, n, and their mean duration,
+// s; the lower window is compared with the mean of the two upper ones around it, so
+// a handler that turns slower or faster steadily across them cancels out. The
+// elasticity e = ln(s_upper/s_lower) / ln(n_upper/n_lower) is near 0 when the
+// extra handlers ran as fast as the others (throughput n/s grew with them) and near
+// 1 when every request took longer in proportion (throughput stayed; the extra
+// requests only waited inside the handler for a resource the limit is above).
+// Below Tolerance, the limit grows if it held a request back in an upper window
+// (the toolkit's own queue, or its refusals, tell demand beyond the limit); from
+// Tolerance on, it falls. A move is an eighth of the limit (at least one); from the
+// third move the same way on it doubles, at most a quarter of the limit down and
+// half of it up, so a limit far off closes in within a few rounds. When the upper
+// windows' durations differ by more than 25% (the handler changed speed meanwhile),
+// or the load, not the limit, set the concurrency (n no higher in the upper
+// windows), the limit holds. Only the durations inside the handler count, never
+// the wait in the toolkit's queue, which the limit itself causes.
+//
+// A handler that turns slower for every request, however many run (a slower
+// dependency, a colder cache), scales all windows alike and leaves e, and the
+// limit, where they were: the limit sheds no capacity the handler still has. A
+// rule that compares latency with a remembered unloaded latency (Envoy's gradient
+// controller, Netflix's Gradient2, the rule this one replaced) reads such a
+// slowdown as queueing and cuts the limit until its next measure of the unloaded
+// latency. The price of asking is the lower window: a limit at the handler's
+// capacity runs an eighth below it for about a quarter of the time (in
+// BENCHMARKS.md, a few percent of goodput against a static limit set right, more
+// at small limits, where an eighth is one of four).
 type AdaptiveLimit struct {
-	// Min and Max bound the limit; Initial is the limit after the first probe.
+	// Min and Max bound the limit; Initial is where it starts.
 	Min, Max, Initial int
-	// Buffer is how much slower than minRTT the handler may run before the limit
-	// falls: 0.25 lets it be 25% slower.
-	Buffer float64
-	// Window is how often the limit is recomputed.
-	Window time.Duration
-	// ProbeConcurrency, ProbeSamples and ProbeInterval describe the measure of
-	// minRTT: the limit during it, the requests it takes, and how often it is taken.
-	ProbeConcurrency, ProbeSamples int
-	ProbeInterval                  time.Duration
+	// Tolerance is the elasticity from which the limit falls: 0.5 (the default)
+	// lets the limit grow while the extra concurrency buys at least half its share
+	// of throughput.
+	Tolerance float64
+	// Samples is the least number of completions the upper window measures.
+	Samples int
 }
 
 // DefaultAdaptiveLimit is the adaptive limit's default: between 1 and 1000 handlers
-// at once, 20 after the first probe, buffer 25%, recomputed every 100 ms; minRTT from
-// 50 requests at a concurrency of 3, every 30 s (Envoy's values, but a 60 s interval).
-var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Buffer: 0.25, Window: 100 * time.Millisecond,
-	ProbeConcurrency: 3, ProbeSamples: 50, ProbeInterval: 30 * time.Second}
+// at once, from 20, tolerance 0.5, 48 samples an upper window.
+var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Tolerance: 0.5, Samples: 48}
 
 func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
 	d := DefaultAdaptiveLimit
@@ -259,21 +274,11 @@ func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
 		a.Initial = d.Initial
 	}
 	a.Initial = min(max(a.Initial, a.Min), a.Max)
-	if !(a.Buffer > 0) {
-		a.Buffer = d.Buffer
+	if !(a.Tolerance > 0) || a.Tolerance > 10 {
+		a.Tolerance = d.Tolerance
 	}
-	if a.Window <= 0 {
-		a.Window = d.Window
-	}
-	if a.ProbeConcurrency <= 0 {
-		a.ProbeConcurrency = d.ProbeConcurrency
-	}
-	a.ProbeConcurrency = min(max(a.ProbeConcurrency, a.Min), a.Max)
-	if a.ProbeSamples <= 0 {
-		a.ProbeSamples = d.ProbeSamples
-	}
-	if a.ProbeInterval <= 0 {
-		a.ProbeInterval = d.ProbeInterval
+	if a.Samples <= 0 {
+		a.Samples = d.Samples
 	}
 	return a
 }

@@ -1,29 +1,90 @@
 package shortcircuit
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-// handler models a handler with 8 slots of a resource: below 8 at once a request
-// takes base, above it waits its turn inside the handler.
-func handler(base time.Duration, inflight int) time.Duration {
-	return time.Duration(float64(base) * max(1, float64(inflight)/8))
+// sim is a handler behind a limiter with the adaptive limit, in fake time: its
+// service time is base × slow × max(1, n/knee), n the handlers running when it
+// starts, so beyond knee at once every request slows in proportion (throughput
+// stays knee/base) and slow slows every request whatever the concurrency.
+type sim struct {
+	l    *limiter
+	base time.Duration
+
+	wg      sync.WaitGroup // the requests sent
+	mu      sync.Mutex
+	running int
+	knee    int
+	slow    float64
+	ok      int // finished within their budget
 }
 
-// drive feeds g the completions of a saturated handler (as many running as the limit
-// allows) for d, one completion per millisecond, from now; it returns the time
-// reached and the limits seen after the first probe.
-func drive(g *gradient, now time.Time, d time.Duration, base time.Duration) (time.Time, []int) {
-	var seen []int
-	limit := int(g.limit)
-	for end := now.Add(d); now.Before(end); now = now.Add(time.Millisecond) {
-		limit = g.update(now, handler(base, limit), limit)
-		if g.minRTT > 0 && !g.probing {
-			seen = append(seen, limit)
-		}
+func newSim(a AdaptiveLimit, base time.Duration, knee int) *sim {
+	a = a.withDefaults()
+	c := &config{adaptiveLimit: &a, maxQueue: -1}
+	return &sim{l: newLimiter(c), base: base, knee: knee, slow: 1}
+}
+
+func (s *sim) set(knee int, slow float64) {
+	s.mu.Lock()
+	s.knee, s.slow = knee, slow
+	s.mu.Unlock()
+}
+
+// serve is one request with the given budget, arriving now.
+func (s *sim) serve(budget time.Duration) {
+	now := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(budget))
+	defer cancel()
+	e := s.l.acquire(ctx, now, now.Add(budget), true)
+	if e.decision != Admitted {
+		return
 	}
-	return now, seen
+	start := time.Now()
+	s.mu.Lock()
+	s.running++
+	d := time.Duration(float64(s.base) * s.slow * max(1, float64(s.running)/float64(s.knee)))
+	s.mu.Unlock()
+	time.Sleep(d)
+	end := time.Now()
+	s.mu.Lock()
+	s.running--
+	if !end.After(now.Add(budget)) {
+		s.ok++
+	}
+	s.mu.Unlock()
+	s.l.releaseAt(end, end.Sub(start))
+}
+
+// limit is the operating limit (the upper window's).
+func (s *sim) limit() int {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.l.adapt.limit
+}
+
+// drive sends requests at rate per second with a 200 ms budget for d, sampling the
+// operating limit every 10 ms, and returns the samples. It does not wait for the
+// requests it sent: the next drive's follow them without a gap (wait ends a test).
+func (s *sim) drive(rate float64, d time.Duration) []int {
+	var seen []int
+	every := time.Duration(float64(time.Second) / rate)
+	end := time.Now().Add(d)
+	next := time.Now().Add(10 * time.Millisecond)
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		s.wg.Go(func() { s.serve(200 * time.Millisecond) })
+		if !now.Before(next) {
+			seen = append(seen, s.limit())
+			next = next.Add(10 * time.Millisecond)
+		}
+		time.Sleep(every)
+	}
+	return seen
 }
 
 func bounds(xs []int) (lo, hi int) {
@@ -34,65 +95,103 @@ func bounds(xs []int) (lo, hi int) {
 	return lo, hi
 }
 
-// Overloaded from the start, above the handler's 8 slots: the limit measures the
-// unloaded latency at a concurrency of 3, then settles a little above 8, and stays
-// there through the periodic probes.
-func TestGradientFindsTheCapacity(t *testing.T) {
-	g := newGradient(DefaultAdaptiveLimit.withDefaults())
-	now, _ := drive(g, time.Unix(0, 0), 5*time.Second, 10*time.Millisecond)
-	if g.minRTT != 10*time.Millisecond {
-		t.Fatalf("minRTT = %v, want the unloaded 10ms", g.minRTT)
+// settled is the samples from the first one in [lo, hi] on, and when it came (the
+// samples are 10 ms apart).
+func settled(xs []int, lo, hi int) ([]int, time.Duration) {
+	for i, x := range xs {
+		if x >= lo && x <= hi {
+			return xs[i:], time.Duration(i) * 10 * time.Millisecond
+		}
 	}
-	_, seen := drive(g, now, 100*time.Second, 10*time.Millisecond)
-	lo, hi := bounds(seen[len(seen)/10:])
-	t.Logf("limit in [%d, %d] over 100 s", lo, hi)
-	if lo < 8 || hi > 20 {
-		t.Fatalf("limit in [%d, %d] over 100 s; want it near the handler's 8 slots, in [8, 20]", lo, hi)
-	}
+	return nil, time.Duration(len(xs)) * 10 * time.Millisecond
 }
 
-// The handler turns twice as slow: the limit falls until the next probe measures the
-// new unloaded latency, then settles where it was.
-func TestGradientFollowsASlowerHandler(t *testing.T) {
-	g := newGradient(DefaultAdaptiveLimit.withDefaults())
-	now, _ := drive(g, time.Unix(0, 0), 20*time.Second, 10*time.Millisecond)
-	before := int(g.limit)
-	now, seen := drive(g, now, 2*time.Second, 20*time.Millisecond)
-	if lo, _ := bounds(seen); lo >= before/2 {
-		t.Fatalf("limit fell to %d from %d; want it at least halved", lo, before)
-	}
-	_, seen = drive(g, now, 60*time.Second, 20*time.Millisecond)
-	if g.minRTT != 20*time.Millisecond {
-		t.Fatalf("minRTT = %v after the next probe; want 20ms", g.minRTT)
-	}
-	if lo, hi := bounds(seen[len(seen)/2:]); lo < 8 || hi > 20 {
-		t.Fatalf("limit in [%d, %d]; want it back near 8", lo, hi)
-	}
+// At twice the capacity of a handler with a knee at 8 (8 × 10 ms: 800 a second), the
+// limit comes down from 20 to about 8 and stays there.
+func TestAdaptiveLimitFindsTheKnee(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8)
+		seen := s.drive(1600, 6*time.Second)
+		rest, at := settled(seen, 7, 11)
+		if rest == nil || at > 2*time.Second {
+			t.Fatalf("limit not in [7, 11] within 2 s: reached it after %v; samples %v", at, seen)
+		}
+		if lo, hi := bounds(rest); lo < 7 || hi > 11 {
+			t.Fatalf("after reaching the knee at %v, the limit ranged over [%d, %d]; want [7, 11]", at, lo, hi)
+		}
+		s.wg.Wait()
+	})
 }
 
-// A limit used by fewer than half its slots does not grow.
-func TestGradientIdleDoesNotGrow(t *testing.T) {
-	g := newGradient(DefaultAdaptiveLimit.withDefaults())
-	now := time.Unix(0, 0)
-	for range 50 { // the first probe
-		g.update(now, 10*time.Millisecond, 1)
-		now = now.Add(time.Millisecond)
-	}
-	start := int(g.limit)
-	for range 10000 {
-		g.update(now, 10*time.Millisecond, 2)
-		now = now.Add(time.Millisecond)
-	}
-	if n := int(g.limit); n > start {
-		t.Fatalf("limit grew from %d to %d with 2 requests at once", start, n)
-	}
+// Every request turns 3× slower, however many run (a step from 3 s on, for 5 s), then
+// a 1 s 2× transient: the handler keeps its 8 slots, and so does the limit. The rule
+// this one replaced (a gradient against a remembered unloaded latency) cut the limit
+// by half or more within the first windows of the slowdown.
+func TestAdaptiveLimitHoldsThroughASlowdown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8)
+		s.drive(1600, 3*time.Second)
+		before := s.limit()
+		s.set(8, 3)
+		slow := s.drive(1600/3, 5*time.Second) // still twice the capacity, now 267 a second
+		s.set(8, 2)
+		transient := s.drive(800, time.Second)
+		s.set(8, 1)
+		after := s.drive(1600, 2*time.Second)
+		s.wg.Wait()
+		// What the 8 slots can serve: 800 a second, 267 during the step, 400 during
+		// the transient. The lower windows cost a little of it.
+		if want := 800*3 + 267*5 + 400 + 800*2; s.ok < want*9/10 {
+			t.Errorf("%d answered in time; want at least 90%% of the %d the slots can serve", s.ok, want)
+		}
+		t.Logf("%d answered in time of the %d the slots can serve", s.ok, 800*3+267*5+400+800*2)
+		for name, xs := range map[string][]int{"3× step": slow, "2× transient": transient, "after": after} {
+			if lo, hi := bounds(xs); lo < 8 || hi > 12 {
+				t.Errorf("%s: limit in [%d, %d] (it was %d before); want it kept in [8, 12]", name, lo, hi, before)
+			}
+		}
+	})
+}
+
+// The knee moves: from 8 to 4 (half the resource gone), then to 16. Within 2 s of
+// each change the limit is near the new knee, and it stays near it.
+func TestAdaptiveLimitFollowsAMovingKnee(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8)
+		s.drive(1600, 3*time.Second)
+		for _, c := range []struct{ knee, lo, hi int }{{4, 3, 6}, {16, 14, 21}, {8, 7, 11}} {
+			s.set(c.knee, 1)
+			seen := s.drive(2*float64(c.knee)*100, 4*time.Second)
+			rest, at := settled(seen, c.lo, c.hi)
+			t.Logf("knee %d: limit in [%d, %d] after %v", c.knee, c.lo, c.hi, at)
+			if rest == nil || at > 2*time.Second {
+				t.Fatalf("knee %d: limit not in [%d, %d] within 2 s (after %v); samples %v", c.knee, c.lo, c.hi, at, seen)
+			}
+			if lo, hi := bounds(rest); lo < c.lo || hi > c.hi {
+				t.Errorf("knee %d: once there, the limit ranged over [%d, %d]; want [%d, %d]", c.knee, lo, hi, c.lo, c.hi)
+			}
+		}
+		s.wg.Wait()
+	})
+}
+
+// Below the capacity the load, not the limit, keeps the concurrency low: the limit
+// does not grow, and does not fall for want of evidence.
+func TestAdaptiveLimitIdleHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(AdaptiveLimit{Initial: 12}, 10*time.Millisecond, 8)
+		seen := s.drive(300, 5*time.Second)
+		if lo, hi := bounds(seen); lo < 10 || hi > 12 {
+			t.Fatalf("limit in [%d, %d] at 300 a second; want it held near 12", lo, hi)
+		}
+		s.wg.Wait()
+	})
 }
 
 func TestAdaptiveLimitDefaults(t *testing.T) {
-	a := AdaptiveLimit{Min: 10, Max: 5, Initial: 1, Buffer: -1, ProbeConcurrency: 1}.withDefaults()
+	a := AdaptiveLimit{Min: 10, Max: 5, Initial: 1, Tolerance: -1}.withDefaults()
 	d := DefaultAdaptiveLimit
-	if a.Min != 10 || a.Max != 10 || a.Initial != 10 || a.Buffer != d.Buffer || a.Window != d.Window ||
-		a.ProbeConcurrency != 10 || a.ProbeSamples != d.ProbeSamples || a.ProbeInterval != d.ProbeInterval {
+	if a.Min != 10 || a.Max != 10 || a.Initial != 10 || a.Tolerance != d.Tolerance || a.Samples != d.Samples {
 		t.Fatalf("withDefaults = %+v", a)
 	}
 }

@@ -39,8 +39,8 @@ const (
 	BelowFloor
 	// Expired: refused, the deadline had passed when the request reached the guard.
 	Expired
-	// CannotFinish: refused on arrival, every slot of the concurrency limit being
-	// taken: the predicted wait plus the service time exceeded the time left.
+	// CannotFinish: refused on arrival by the concurrency limit: the predicted wait
+	// (none with a slot free) plus the service time exceeded the time left.
 	CannotFinish
 	// Dropped: refused on leaving the queue: the time left could no longer pay for
 	// the service time.

@@ -34,6 +34,13 @@ type Config struct {
 	// MaxInFlight caps the client's requests in flight; an arrival beyond it is
 	// dropped, not sent, and counted.
 	MaxInFlight int
+	// Fixed sends the arrivals at a fixed rate instead of Poisson's.
+	Fixed bool
+	// ShortShare of the requests get a budget from [ShortMin, ShortMax] instead.
+	ShortShare         float64
+	ShortMin, ShortMax time.Duration
+	// Shape changes the server's work in the measured part (zero: none).
+	Shape Shape
 }
 
 // Capacity is the server's capacity in requests per second.
@@ -42,7 +49,10 @@ func Capacity() float64 { return Workers / Work.Seconds() }
 func (c Config) validate() error {
 	if c.Mode != Stops && c.Mode != Ignores || !(c.Load > 0 && c.Load <= 10) || c.MinBudget <= 0 ||
 		c.MaxBudget < c.MinBudget || c.MaxBudget > 10*time.Second || c.Warmup < 0 || c.Warmup > time.Minute ||
-		c.Duration <= 0 || c.Duration > time.Minute || c.Rounds < 1 || c.Rounds > 20 || c.MaxInFlight < 1 || c.MaxInFlight > 100000 {
+		c.Duration <= 0 || c.Duration > time.Minute || c.Rounds < 1 || c.Rounds > 20 || c.MaxInFlight < 1 || c.MaxInFlight > 100000 ||
+		!(c.ShortShare >= 0 && c.ShortShare <= 1) || c.ShortShare > 0 && (c.ShortMin <= 0 || c.ShortMax < c.ShortMin || c.ShortMax > c.MaxBudget) ||
+		c.Shape.Slow.Factor < 0 || c.Shape.Slow.Factor > 10 || c.Shape.Slow.From < 0 || c.Shape.Slow.For < 0 ||
+		c.Shape.Knee < 0 || c.Shape.Knee > 1000 || c.Shape.KneeAfter < 0 || c.Shape.KneeAfter > 1000 || c.Shape.KneeAt < 0 {
 		return fmt.Errorf("admissioncmp: bad config %+v", c)
 	}
 	return nil
@@ -83,6 +93,9 @@ type Result struct {
 	Lag time.Duration
 	// FirstError is the first unexpected error, for the harness.
 	FirstError string
+	// Rounds holds each round's figures, Med their medians.
+	Rounds []Fig
+	Med    Fig
 
 	answers, refusals []time.Duration
 }
@@ -113,9 +126,14 @@ func Run(vs []Variant, cfg Config) ([]Result, error) {
 		out[i] = Result{Variant: v.Name, Mode: cfg.Mode, Load: cfg.Load, Statuses: map[int]int{}}
 	}
 	for round := range cfg.Rounds {
-		for i, v := range vs {
-			if err := runOne(v, cfg, round, &out[i]); err != nil {
-				return nil, fmt.Errorf("admissioncmp: %s: %w", v.Name, err)
+		// Alternate the order too: no variant always runs first, or last.
+		for j := range vs {
+			i := j
+			if round%2 == 1 {
+				i = len(vs) - 1 - j
+			}
+			if err := runOne(vs[i], cfg, round, &out[i]); err != nil {
+				return nil, fmt.Errorf("admissioncmp: %s: %w", vs[i].Name, err)
 			}
 		}
 	}
@@ -125,6 +143,7 @@ func Run(vs []Variant, cfg Config) ([]Result, error) {
 		slices.Sort(r.refusals)
 		r.AnswerP50, r.AnswerP99 = pct(r.answers, 0.5), pct(r.answers, 0.99)
 		r.RefusalP99 = pct(r.refusals, 0.99)
+		r.Med = median(r.Rounds)
 	}
 	return out, nil
 }
@@ -143,6 +162,8 @@ type record struct {
 	status int
 	took   time.Duration
 	err    error
+	short  bool          // a short budget (Config.ShortShare)
+	at     time.Duration // sent at, from the measured part's start
 }
 
 // runOne runs v once in cfg's cell and adds what it measured to r.
@@ -151,14 +172,16 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 	if v.Guard != nil {
 		guard = v.Guard()
 	}
-	srv, err := newServer(cfg.Mode, Workers, Work, guard)
+	srv, err := newServer(cfg.Mode, Workers, Work, cfg.Shape, guard)
 	if err != nil {
 		return err
 	}
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	base := &http.Transport{Protocols: &p, Proxy: nil, MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second}
-	client := &http.Client{Transport: propagate.NewTransport(base)}
+	// The client sends any budget (its transport refuses none below a floor): the
+	// server decides what to do with a short one.
+	client := &http.Client{Transport: propagate.NewTransport(base, propagate.WithFloor(0))}
 	url := srv.url()
 
 	// The same arrivals and deadlines for every variant of the cell and round.
@@ -177,11 +200,19 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 	srv.from.Store(start.Add(cfg.Warmup).UnixNano())
 	at := time.Duration(0)
 	for {
-		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if cfg.Fixed {
+			at += time.Duration(float64(time.Second) / rate)
+		} else {
+			at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		}
 		if at >= end {
 			break
 		}
 		budget := cfg.MinBudget + time.Duration(rng.Int64N(span+1))
+		short := cfg.ShortShare > 0 && rng.Float64() < cfg.ShortShare
+		if short {
+			budget = cfg.ShortMin + time.Duration(rng.Int64N(int64(cfg.ShortMax-cfg.ShortMin)+1))
+		}
 		if d := at - time.Since(start); d > 100*time.Microsecond {
 			time.Sleep(d)
 		} else if -d > r.Lag {
@@ -198,9 +229,11 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 			continue
 		}
 		inflight.Add(1)
+		sentAt := at - cfg.Warmup
 		wg.Go(func() {
 			defer inflight.Add(-1)
 			rec := send(client, url, budget, measured)
+			rec.short, rec.at = short, sentAt
 			if measured {
 				mu.Lock()
 				recs = append(recs, rec)
@@ -232,6 +265,7 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 			}
 		}
 	}
+	r.Rounds = append(r.Rounds, figure(cfg, recs, time.Duration(srv.busy.Load()), time.Duration(srv.wasted.Load()), srv.conc))
 	r.Busy += time.Duration(srv.busy.Load())
 	r.Wasted += time.Duration(srv.wasted.Load())
 	r.Worked += int(srv.worked.Load())

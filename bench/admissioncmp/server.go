@@ -49,7 +49,8 @@ const (
 type server struct {
 	mode  Mode
 	work  time.Duration
-	slots chan struct{}
+	shape Shape
+	slots chan struct{} // nil: the saturation backend (Shape.Knee), no slots
 	// stop is closed at the cell's end, after the client has given up on every
 	// request: it releases the handlers still waiting for a slot (in mode
 	// Ignores nothing else would, for seconds), without working.
@@ -73,6 +74,51 @@ type server struct {
 	// one), past any guard; peak is its largest value after the warm-up: the
 	// concurrency the guard let through.
 	inside, peak atomic.Int64
+	// working counts the handlers doing their work (holding a slot).
+	working atomic.Int64
+	// conc samples inside every 10 ms from the start of the measured part.
+	conc    []int64
+	sampled sync.WaitGroup
+}
+
+// sample records inside every 10 ms from the measured part's start until stop.
+func (s *server) sample() {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			if from := s.from.Load(); from != 0 && now.UnixNano() >= from {
+				s.conc = append(s.conc, s.inside.Load())
+			}
+		}
+	}
+}
+
+// duration is the work of a request starting now with n handlers working (itself
+// included): the shape's slowdown, and beyond the knee every request slower in
+// proportion.
+func (s *server) duration(now time.Time, n int64) time.Duration {
+	d := s.work
+	from := s.from.Load()
+	if from == 0 {
+		return d
+	}
+	at := time.Duration(now.UnixNano() - from)
+	if sl := s.shape.Slow; sl.Factor > 0 && at >= sl.From && (sl.For == 0 || at < sl.From+sl.For) {
+		d = time.Duration(float64(d) * sl.Factor)
+	}
+	if k := s.shape.Knee; k > 0 {
+		if s.shape.KneeAfter > 0 && at >= s.shape.KneeAt {
+			k = s.shape.KneeAfter
+		}
+		if n > int64(k) {
+			d = time.Duration(float64(d) * float64(n) / float64(k))
+		}
+	}
+	return d
 }
 
 // newServer starts a server on 127.0.0.1 with the toolkit's propagate middleware
@@ -80,8 +126,11 @@ type server struct {
 // (h2c), as gRPC does: a request its caller gives up on resets its stream
 // instead of closing a connection, so an overload costs no dials, sockets or
 // ports, and the server sees the caller leave at once.
-func newServer(mode Mode, workers int, work time.Duration, guard func(http.Handler) http.Handler) (*server, error) {
-	s := &server{mode: mode, work: work, slots: make(chan struct{}, workers), stop: make(chan struct{})}
+func newServer(mode Mode, workers int, work time.Duration, shape Shape, guard func(http.Handler) http.Handler) (*server, error) {
+	s := &server{mode: mode, work: work, shape: shape, stop: make(chan struct{})}
+	if shape.Knee == 0 {
+		s.slots = make(chan struct{}, workers)
+	}
 	var h http.Handler = http.HandlerFunc(s.serve)
 	if guard != nil {
 		h = guard(h)
@@ -110,6 +159,7 @@ func newServer(mode Mode, workers int, work time.Duration, guard func(http.Handl
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1 << 20},
 	}
 	s.served.Go(func() { _ = s.srv.Serve(ln) })
+	s.sampled.Go(s.sample)
 	return s, nil
 }
 
@@ -128,8 +178,12 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.mode == Stops {
 		done = ctx.Done()
 	}
+	slots := s.slots
+	if slots == nil {
+		slots = make(chan struct{}, 1) // the saturation backend: no slot to wait for
+	}
 	select {
-	case s.slots <- struct{}{}:
+	case slots <- struct{}{}:
 	case <-done:
 		s.giveUp(w)
 		return
@@ -141,9 +195,10 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
+	work := s.duration(start, s.working.Add(1))
 	finished := true
 	if s.mode == Stops {
-		t := time.NewTimer(s.work)
+		t := time.NewTimer(work)
 		select {
 		case <-t.C:
 		case <-done:
@@ -151,11 +206,12 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		t.Stop()
 	} else {
-		time.Sleep(s.work)
+		time.Sleep(work)
 	}
 	end := time.Now()
 	took := end.Sub(start)
-	<-s.slots
+	s.working.Add(-1)
+	<-slots
 	if from := s.from.Load(); from != 0 && end.UnixNano() >= from {
 		s.worked.Add(1)
 		s.busy.Add(int64(took))
@@ -181,6 +237,7 @@ func (s *server) giveUp(w http.ResponseWriter) {
 // to return and stops the server. The client is done: nothing is left to answer.
 func (s *server) close() {
 	close(s.stop)
+	s.sampled.Wait()
 	s.handlers.Wait()
 	_ = s.srv.Close()
 	s.served.Wait()

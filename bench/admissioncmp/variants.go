@@ -2,7 +2,7 @@
 // loopback: no guard, deadlinekit's shortcircuit (its static floor; a static and an
 // adaptive concurrency limit, whose queue admits only requests predicted to finish
 // in time; the queue's three orders), failsafe-go's adaptivelimiter and bulkhead,
-// and platinummonkey/go-concurrency-limits (Vegas, its default limit).
+// and platinummonkey/go-concurrency-limits (Vegas, its default limit, and Gradient2).
 //
 // The server has a known capacity: 8 worker slots, each request holding one for
 // 10 ms, 800 requests per second. Holding a slot stands in for CPU work (the
@@ -22,6 +22,14 @@
 // slots, and how much of that was for requests whose context had ended (deadline
 // passed, or caller gone) when the work ended: wasted work. cmd/admissionbench runs
 // it and prints markdown tables.
+//
+// A cell can also change the server's work ([Shape]): a slowdown of every request
+// by a factor for a while, whatever the concurrency, or the saturation backend
+// (no slots: beyond a knee every request slows in proportion to how many work at
+// once, and the knee can move). Its arrivals can come at a fixed rate, and a share
+// of its requests can get short budgets. Each round's figures are kept
+// ([Result.Rounds]) with their medians ([Result.Med]); the rounds alternate the
+// variants' order, so a neighbour's burst of CPU steal falls on all of them.
 package admissioncmp
 
 import (
@@ -78,7 +86,7 @@ func Variants() []Variant {
 		},
 		{
 			Name: "deadlinekit shortcircuit, adaptive limit",
-			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithAdaptiveConcurrency(DefaultAdaptiveLimit)): Envoy's gradient: minRTT measured at a concurrency of 3 (50 requests, every 30 s), then every 100 ms limit × clamp(1.25 × minRTT / mean latency, 0.5, 2) + √, in [1, 1000], 20 after the first probe; default queue (1 × the current limit, FIFO) with the same admission by predicted wait",
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithAdaptiveConcurrency(DefaultAdaptiveLimit)): from 20, in [1, 1000]; windows upper, lower (an eighth below), upper; the elasticity of the handler's mean duration to the handlers in flight decides (tolerance 0.5); default queue (1 × the current limit, FIFO) with the same admission by predicted wait",
 			Guard: func() func(http.Handler) http.Handler {
 				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))
 			},
@@ -123,7 +131,40 @@ func Variants() []Variant {
 				return concurrencyLimits(l)
 			},
 		},
+		{
+			Name: "platinummonkey/go-concurrency-limits v0.8.0, Gradient2",
+			Note: "limiter.NewDefaultLimiter(limit.NewGradient2Limit(initial 20, max 1000, min 1, queue size 4, smoothing 0.2, long window 600), 1 s windows of ≥ 100 samples, min RTT threshold 100 µs) with strategy.NewSimpleStrategy(1000): the defaults of NewDefaultGradient2Limit but a least limit of 1 (its default 20 is above the 8 slots); over the limit, refused at once (429)",
+			Guard: func() func(http.Handler) http.Handler {
+				g, err := limit.NewGradient2Limit("admissioncmp", 20, 1000, 1, func(int) int { return 4 }, 0.2, 600,
+					limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+				if err != nil {
+					panic(err) // constant arguments
+				}
+				l, err := limiter.NewDefaultLimiter(g, int64(time.Second), int64(time.Second), int64(100*time.Microsecond), 100,
+					strategy.NewSimpleStrategy(1000), limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+				if err != nil {
+					panic(err) // constant arguments
+				}
+				return concurrencyLimits(l)
+			},
+		},
 	}
+}
+
+// StaticVariants returns deadlinekit's static limit at each of ns, with the default
+// queue: the best static limit of a cell is the best of them.
+func StaticVariants(ns ...int) []Variant {
+	var vs []Variant
+	for _, n := range ns {
+		vs = append(vs, Variant{
+			Name: "deadlinekit shortcircuit, static limit " + strconv.Itoa(n),
+			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithMaxConcurrency(" + strconv.Itoa(n) + ")), default queue",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithMaxConcurrency(n))
+			},
+		})
+	}
+	return vs
 }
 
 // QueueLength is the queue of [QueueVariants]: the default, one per slot.

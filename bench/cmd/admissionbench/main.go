@@ -20,6 +20,17 @@
 // It talks to 127.0.0.1 only, and every run is bounded: in load (-loads, at most
 // 10× capacity), in time (-warmup and -duration per cell, -rounds), in requests in
 // flight (-max-inflight). With the defaults the run takes about 7 minutes.
+//
+// With -cells slowdown it runs instead the cells of issue 25 (about 10 minutes):
+//
+//	cd bench && go run ./cmd/admissionbench -cells slowdown
+//
+// a 3× step slowdown from 30% of the measured time (2× and 4× load, both handler
+// modes), a 1 s 2× transient, the saturation backend whose knee falls from 8 to 4
+// (with static limits 4, 8 and 16 beside the adaptive ones), and the mixed-budget
+// workload (30% of the budgets in [12 ms, 25 ms]); arrivals at a fixed rate; three
+// rounds, every variant once per round, the medians printed. -cell picks cells by
+// name.
 package main
 
 import (
@@ -47,7 +58,32 @@ func main() {
 	maxInFlight := flag.Int("max-inflight", 10000, "the client's cap on requests in flight (arrivals beyond it are dropped and counted)")
 	seed := flag.Uint64("seed", 16, "seed of the arrivals and deadlines (the same for every variant of a cell)")
 	only := flag.String("only", "", "run only the variants whose name contains this")
+	cells := flag.String("cells", "load", "load: the sweep of loads and modes (issue 16); slowdown: the slowdown, saturation and mixed-budget cells (issue 25), with -rounds 3, -warmup 800ms and -duration 2.5s unless set")
+	cellFilter := flag.String("cell", "", "with -cells slowdown: run only the cells whose name (as in the tables' headings) contains this")
+	queueOrders := flag.Bool("queue-orders", false, "with -cells slowdown: add deadlinekit's static limit with each queue order (FIFO, LIFO, earliest deadline first) to every cell")
 	flag.Parse()
+	if *cells == "slowdown" {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rounds"] {
+			*rounds = 3
+		}
+		if !set["warmup"] {
+			*warmup = 800 * time.Millisecond
+		}
+		if !set["duration"] {
+			*duration = 2500 * time.Millisecond
+		}
+		if *rounds < 1 || *rounds > 10 || *warmup < 0 || *warmup > 30*time.Second || *duration < time.Second || *duration > 60*time.Second || *maxInFlight < 1 || *maxInFlight > 100000 {
+			fmt.Fprintln(os.Stderr, "admissionbench: -rounds in 1..10, -warmup in [0, 30s], -duration in [1s, 60s], -max-inflight in 1..100000")
+			os.Exit(2)
+		}
+		slowdown(*rounds, *warmup, *duration, *seed, *maxInFlight, *only, *cellFilter, *queueOrders)
+		return
+	} else if *cells != "load" {
+		fmt.Fprintln(os.Stderr, "admissionbench: -cells is load or slowdown")
+		os.Exit(2)
+	}
 	loads, err1 := parseLoads(*loadsFlag)
 	qloads, err2 := parseLoads(*queueLoads)
 	modes, err3 := parseModes(*modesFlag)
@@ -80,14 +116,7 @@ func main() {
 	fmt.Fprintf(os.Stderr, "admissionbench: %d variants × %d loads + %d queue orders × %d loads, × %d modes; about %v\n",
 		len(vs), len(loads), len(qs), len(qloads), len(modes), total.Round(time.Second))
 
-	args := []string{"cd bench && go run ./cmd/admissionbench"}
-	for _, a := range os.Args[1:] {
-		if a == "" || strings.ContainsAny(a, " \t'\"*?$&|;<>()") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		args = append(args, a)
-	}
-	fmt.Printf("Command: `%s`\n\n", strings.Join(args, " "))
+	fmt.Printf("Command: `%s`\n\n", command())
 	fmt.Printf("%s, %s, GOMAXPROCS %d; server on 127.0.0.1 (h2c): %d worker slots × %v of work = %.0f requests/s capacity; open-loop Poisson arrivals, deadlines uniform in [%v, %v] sent as grpc-timeout; per variant and cell %v of warm-up (not counted) then %v measured, × %d round(s), variants one after another, seed %d\n\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.GOMAXPROCS(0), admissioncmp.Workers, admissioncmp.Work,
 		admissioncmp.Capacity(), *minBudget, *maxBudget, *warmup, *duration, *rounds, *seed)
@@ -259,4 +288,16 @@ func share(n, of int) string {
 		return strconv.Itoa(n)
 	}
 	return fmt.Sprintf("%d (%.1f%%)", n, 100*float64(n)/float64(of))
+}
+
+// command is the command line that was run, quoted for a shell.
+func command() string {
+	args := []string{"cd bench && go run ./cmd/admissionbench"}
+	for _, a := range os.Args[1:] {
+		if a == "" || strings.ContainsAny(a, " \t'\"*?$&|;<>()") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		args = append(args, a)
+	}
+	return strings.Join(args, " ")
 }

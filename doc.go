@@ -23,5 +23,10 @@
 // and [WithHedge], and [Without] leaves a layer out. [WithDedup] adds the server
 // half of idempotency keys (package dedup): off without a store. Each outbound call has one span
 // carrying its totals, with one child span per attempt (package otelattr names what
-// they hold). The runnable demonstration is examples/threehop.
+// they hold). A handler relays a downstream's failure with [FromHTTP] or [FromGRPC]
+// and [WriteHTTPError] or [GRPCError], which keep four signals apart on the wire, one
+// value each: "do not retry", "come back in N", "the handler did not run" (a write
+// may be sent again), and "the failure is my downstream's" (the caller's breaker
+// counts it as neutral); [Public] gives an edge's end users a stable reason instead
+// of the chain. The runnable demonstration is examples/threehop.
 package deadlinekit

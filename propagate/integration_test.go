@@ -85,6 +85,7 @@ func runChain(t *testing.T) chainResult {
 		dl, _ := r.Context().Deadline()
 		// The twin: the same deadline on a bare context, waited on by a goroutine of
 		// its own, so that the machine's lateness at that moment is measured too.
+		//deadlinevet:detached a baseline timer, deliberately apart from the request
 		twin, cancel := context.WithDeadline(context.Background(), dl)
 		defer cancel()
 		twinDone := make(chan time.Time, 1)

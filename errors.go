@@ -79,7 +79,8 @@ type WireError struct {
 	// (Retry-After, google.rpc.RetryInfo, a positive grpc-retry-pushback-ms), kept
 	// apart from Pushback: a relay may say both "do not retry" (its own layers
 	// already retried) and "come back in N" (its downstream's circuit opens then).
-	// Zero when it named no wait.
+	// [FromHTTP] and [FromGRPC] set it beside a negative Pushback only: otherwise
+	// Pushback is itself the wait. Zero when it named no wait.
 	RetryAfter time.Duration
 
 	err     error          // the error FromGRPC was given
@@ -314,9 +315,11 @@ func FromHTTP(resp *http.Response, err error) error {
 	e := &WireError{
 		HTTPStatus: resp.StatusCode,
 		Pushback:   httpPushback(resp.Header, now),
-		RetryAfter: pushback.ComeBackHTTP(resp.Header, now),
 		Message:    readMessage(resp),
 		relayed:    true,
+	}
+	if e.Pushback < 0 {
+		e.RetryAfter = pushback.ComeBackHTTP(resp.Header, now)
 	}
 	e.Code = codeFromHTTP(resp.StatusCode, e.Pushback)
 	return e
@@ -368,8 +371,10 @@ func FromGRPC(err error, trailer *metadata.MD) error {
 			md = metadata.Pairs(pushback.Key, v)
 		}
 	}
-	e := &WireError{Code: st.Code(), Message: st.Message(), Pushback: grpcPushback(st, md),
-		RetryAfter: pushback.ComeBackGRPC(st, md), err: err, st: st, relayed: true}
+	e := &WireError{Code: st.Code(), Message: st.Message(), Pushback: grpcPushback(st, md), err: err, st: st, relayed: true}
+	if e.Pushback < 0 {
+		e.RetryAfter = pushback.ComeBackGRPC(st, md)
+	}
 	e.HTTPStatus = httpFromCode(e.Code, e.Pushback)
 	return e
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
@@ -59,7 +60,7 @@ func (o *orders) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*tes
 func newShop(t *testing.T, h http.HandlerFunc, serverOpts ...deadlinekit.Option) *shop {
 	t.Helper()
 	s := &shop{ordersTr: make(chan metadata.MD, 100)}
-	inv := "http://" + closedAddr(t)
+	inv := "http://" + testkit.ClosedAddr(t)
 	if h != nil {
 		srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.invRun.Add(1)
@@ -105,17 +106,6 @@ func newShop(t *testing.T, h http.HandlerFunc, serverOpts ...deadlinekit.Option)
 	s.user = &http.Client{Transport: deadlinekit.NewTransport(nil)}
 	t.Cleanup(s.user.CloseIdleConnections)
 	return s
-}
-
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 func (s *shop) do(t *testing.T, method, path string) *http.Response {
@@ -181,7 +171,7 @@ func TestUnavailableAnswerOfAWriteIsNotResent(t *testing.T) {
 	}
 
 	var attempts atomic.Int32
-	dead, err := grpc.NewClient(closedAddr(t), append(deadlinekit.DialOptions(
+	dead, err := grpc.NewClient(testkit.ClosedAddr(t), append(deadlinekit.DialOptions(
 		deadlinekit.Without(deadlinekit.Breaker)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -181,7 +181,7 @@ func TestGRPCDeadTargetDoesNotDisturbAHealthyOne(t *testing.T) {
 	s := &grpcBackend{}
 	b := breaker.New(breaker.WithOpenFor(time.Minute))
 	healthy, addr := serveGRPC(t, s, b)
-	dead := dialGRPC(t, deadAddr(t), b)
+	dead := dialGRPC(t, testkit.ClosedAddr(t), b)
 	refused := 0
 	for range 100 {
 		if _, err := dead.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); errors.Is(err, breaker.ErrOpen) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -141,7 +140,7 @@ func TestHTTPOutageOpensAndRecoveryCloses(t *testing.T) {
 }
 
 func TestHTTPDeadTargetOpensAfterMinCalls(t *testing.T) {
-	dead := deadAddr(t)
+	dead := testkit.ClosedAddr(t)
 	healthy := newBackend(t)
 	b := breaker.New(breaker.WithOpenFor(time.Minute))
 	client := &http.Client{Transport: b.Transport(nil)}
@@ -168,17 +167,6 @@ func TestHTTPDeadTargetOpensAfterMinCalls(t *testing.T) {
 	if s := b.Stats(); s.Targets != 2 {
 		t.Fatalf("targets = %d", s.Targets)
 	}
-}
-
-// deadAddr returns a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 func TestHTTPCallerCancellationsNeverOpen(t *testing.T) {

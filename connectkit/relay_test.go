@@ -3,7 +3,6 @@ package connectkit_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/connectkit"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
 // user (connect client) → gateway (connect handler) → inventory (HTTP). Post writes
@@ -34,7 +34,7 @@ func TestConnectChainRelay(t *testing.T) {
 		for _, p := range protocols {
 			t.Run(c.name+"/"+p.name, func(t *testing.T) {
 				var invRuns, gwRuns atomic.Int32
-				invURL := "http://" + closedPort(t)
+				invURL := "http://" + testkit.ClosedAddr(t)
 				if c.inv != nil {
 					srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 						invRuns.Add(1)
@@ -93,14 +93,4 @@ func TestConnectChainRelay(t *testing.T) {
 			})
 		}
 	}
-}
-
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -47,21 +47,9 @@ func findRetrying(pass *analysis.Pass) *retrying {
 					fn, _ := pass.TypesInfo.Defs[n.Name].(*types.Func)
 					funcs = append(funcs[:0], fn)
 				case *ast.AssignStmt:
-					if len(n.Lhs) == len(n.Rhs) {
-						for i := range n.Lhs {
-							mark(n.Lhs[i], n.Rhs[i])
-						}
-					} else if len(n.Rhs) == 1 {
-						mark(n.Lhs[0], n.Rhs[0])
-					}
+					markPairs(n.Lhs, n.Rhs, mark)
 				case *ast.ValueSpec:
-					if len(n.Names) == len(n.Values) {
-						for i := range n.Names {
-							mark(n.Names[i], n.Values[i])
-						}
-					} else if len(n.Values) == 1 {
-						mark(n.Names[0], n.Values[0])
-					}
+					markPairs(n.Names, n.Values, mark)
 				case *ast.CompositeLit:
 					for _, e := range n.Elts {
 						if kv, ok := e.(*ast.KeyValueExpr); ok {
@@ -451,4 +439,17 @@ func has(n ast.Node, tok token.Token) bool {
 		return true
 	})
 	return found
+}
+
+// markPairs calls mark for each name and the value assigned to it: pairwise, or the
+// first name with a single value (a, err := f()).
+func markPairs[L ast.Expr](lhs []L, rhs []ast.Expr, mark func(ast.Expr, ast.Expr)) {
+	switch {
+	case len(lhs) == len(rhs):
+		for i := range lhs {
+			mark(lhs[i], rhs[i])
+		}
+	case len(rhs) == 1 && len(lhs) > 0:
+		mark(lhs[0], rhs[0])
+	}
 }

@@ -209,7 +209,7 @@ func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut boo
 	idem := g.c.grpcIdempotent(ctx, g.method)
 	// grpc-go fills the trailer only for an attempt that got a transport stream: a
 	// nil one is an attempt that never left the client.
-	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
+	keyed := keyedCall(ctx)
 	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, keyed: keyed, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
 	return outcome{d: d, err: err, idempotent: idem}
 }
@@ -286,5 +286,11 @@ func withKey(ctx context.Context, key string, blank bool) context.Context {
 // option, by the method's descriptor in the protobuf registry (package hedge reads
 // it the same way), or made safe by an idempotency-key in the call's metadata.
 func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
-	return c.idempotent[method] || idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key)) || idempotency.Declared(method)
+	return c.idempotent[method] || keyedCall(ctx) || idempotency.Declared(method)
+}
+
+// keyedCall reports whether the call of ctx carries an idempotency-key that is not
+// blank in its outgoing metadata.
+func keyedCall(ctx context.Context) bool {
+	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
 }

@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
-	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -73,7 +72,7 @@ func (r rpcCall) judge(ctx context.Context, a rpc.Answer, err error, timedOut bo
 	}
 	st, _ := status.FromError(err)
 	idem := r.call.Idempotent || r.c.grpcIdempotent(ctx, r.call.Procedure)
-	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
+	keyed := keyedCall(ctx)
 	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: a.Meta, timedOut: timedOut, idem: idem, keyed: keyed, callEnded: ctx.Err() != nil, unsent: a.Unsent})
 	return outcome{d: d, err: err, idempotent: idem}
 }

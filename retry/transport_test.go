@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
 
@@ -33,20 +34,8 @@ func newClient(t *testing.T, opts ...retry.Option) *http.Client {
 	return c
 }
 
-// closedAddr returns a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestLoopbackConnectionRefused(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testkit.ClosedAddr(t)
 	for _, method := range []string{"GET", "POST"} {
 		var attempts atomic.Int32
 		c := newClient(t, fast, retry.WithBudget(nil), retry.WithObserver(func(_ context.Context, e retry.Event) { attempts.Add(1) }))

@@ -3,6 +3,7 @@
 package testkit
 
 import (
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -61,4 +62,17 @@ func WantAttrs(t testing.TB, s Span, want ...attribute.KeyValue) {
 			t.Errorf("span %q: %s = %s (present %v); want %s", s.Name(), kv.Key, v.String(), ok, kv.Value.String())
 		}
 	}
+}
+
+// ClosedAddr returns a loopback address ("127.0.0.1:port") nobody listens on: a
+// dead downstream, whose dial is refused at once.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

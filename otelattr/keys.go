@@ -29,9 +29,15 @@ const (
 	// ShortCircuitQueuedKey is true when the request waited for a slot of a
 	// concurrency limit.
 	ShortCircuitQueuedKey = attribute.Key("deadlinekit.shortcircuit.queued")
-	// ShortCircuitQueueWaitKey is how long (ms) the request waited for a slot; for a
-	// refusal on arrival, the wait that was predicted.
+	// ShortCircuitQueueWaitKey is how long (ms) a queued request waited for a slot.
 	ShortCircuitQueueWaitKey = attribute.Key("deadlinekit.shortcircuit.queue_wait_ms")
+	// ShortCircuitPredictedWaitKey is, for a request refused on arrival by a
+	// concurrency limit, the wait (ms) it was predicted to have for a slot.
+	ShortCircuitPredictedWaitKey = attribute.Key("deadlinekit.shortcircuit.predicted_wait_ms")
+	// ShortCircuitWorkKey is, for a request a concurrency limit refused as unable to
+	// finish, the time (ms) it had to have left once it got a slot: the handler's
+	// mean duration and twice its deviation.
+	ShortCircuitWorkKey = attribute.Key("deadlinekit.shortcircuit.work_ms")
 	// ShortCircuitReasonKey is a refusal's reason on the
 	// deadlinekit.shortcircuit.rejections metric: "below_floor", "expired", or one of
 	// the limit's refusals of [ShortCircuitAdmissionKey].

@@ -4,9 +4,11 @@ import (
 	"container/heap"
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/internal/benchknob"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
@@ -53,6 +55,7 @@ type limiter struct {
 	maxQueue int           // negative: DefaultQueueFactor × the current limit
 	floor    time.Duration // the guard's static floor: the least service time assumed
 	adapt    *gradient     // nil: a static limit
+	uniform  bool          // predict waits from the mean service time alone (benchknob)
 
 	mu       sync.Mutex
 	limit    int
@@ -61,6 +64,36 @@ type limiter struct {
 	seq      int64
 	service  time.Duration // average handler duration; zero until the first is known
 	dev      time.Duration // average deviation from it
+
+	// The slots of the running handlers: when each started (zero: free), so that a
+	// queued request's wait is predicted from when they should end.
+	starts []time.Time
+	free   []int
+	ends   []time.Duration // scratch for predict
+}
+
+// take gives a slot to a handler starting at now and returns its number. l.mu is
+// held.
+func (l *limiter) take(now time.Time) int {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if n := len(l.free); n > 0 {
+		i := l.free[n-1]
+		l.free = l.free[:n-1]
+		l.starts[i] = now
+		return i
+	}
+	l.starts = append(l.starts, now)
+	return len(l.starts) - 1
+}
+
+// give frees slot i. l.mu is held.
+func (l *limiter) give(i int) {
+	if i >= 0 && i < len(l.starts) && !l.starts[i].IsZero() {
+		l.starts[i] = time.Time{}
+		l.free = append(l.free, i)
+	}
 }
 
 // queueBound is how many requests may wait. l.mu is held.
@@ -86,7 +119,7 @@ func (l *limiter) mean() time.Duration {
 func (l *limiter) need() time.Duration { return max(l.service+devFactor*l.dev, l.floor) }
 
 func newLimiter(c *config) *limiter {
-	l := &limiter{order: c.order, floor: c.floor}
+	l := &limiter{order: c.order, floor: c.floor, uniform: benchknob.UniformWait.Load()}
 	if a := c.adaptiveLimit; a != nil {
 		l.adapt = newGradient(*a)
 		l.limit = l.adapt.inForce()
@@ -106,6 +139,7 @@ type waiter struct {
 	index    int           // in the heap; -1 once out of it
 	ready    chan struct{} // closed when the request leaves the queue
 	granted  bool          // set before ready is closed: a slot is the request's
+	slot     int           // the slot, once granted
 	evicted  bool          // set before ready is closed: refused, overloaded
 }
 
@@ -115,6 +149,7 @@ type entry struct {
 	queued   bool
 	wait     time.Duration // time spent in the queue, or predicted (refusals on arrival)
 	service  time.Duration // the service time the prediction used
+	slot     int           // the slot of an admitted request, for release
 }
 
 // acquire waits for a slot for a request that arrived at now, with the given
@@ -132,18 +167,24 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	}
 	if l.inflight < l.limit && l.q.Len() == 0 {
 		l.inflight++
+		slot := l.take(now)
 		if l.adapt != nil {
 			l.adapt.inFlight(now, l.inflight)
 		}
 		l.mu.Unlock()
 		record.InFlight(ctx, 1)
-		return entry{decision: Admitted, service: need}
+		return entry{decision: Admitted, service: need, slot: slot}
 	}
 	if l.adapt != nil {
 		l.adapt.held()
 	}
 	w := l.newWaiter(deadline, has)
 	wait := l.predict(w, svc)
+	if has && !l.uniform && deadline.Sub(now) < wait+need+l.worst(w, need) {
+		// The mean rate of the slots cannot tell whether the slot this request
+		// would get frees in time: ask when the running handlers should end.
+		wait = l.predictAt(now, w, need)
+	}
 	if has && deadline.Sub(now) < wait+need {
 		l.mu.Unlock()
 		return entry{decision: CannotFinish, wait: wait, service: need}
@@ -180,7 +221,7 @@ func (l *limiter) newWaiter(deadline time.Time, has bool) *waiter {
 // evictFor makes room in the full queue for w by refusing the queued request the
 // order serves last, if w goes before it; false when w does not. l.mu is held.
 func (l *limiter) evictFor(w *waiter) bool {
-	worst := l.worst()
+	worst := l.evictee()
 	if worst == nil || worst.key <= w.key {
 		return false
 	}
@@ -217,8 +258,9 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 	switch {
 	case w.granted && ctx.Err() == nil:
 		e.decision = Admitted
+		e.slot = w.slot
 	case w.granted:
-		l.release(0) // granted as the caller left: give the slot on
+		l.release(w.slot, 0) // granted as the caller left: give the slot on
 		fallthrough
 	case ctx.Err() != nil:
 		e.decision = Canceled
@@ -234,9 +276,8 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 	return e
 }
 
-// predict is how long w would wait for a slot, queued now: all slots are taken, and
-// slots free up at limit / service per unit of time. l.mu is held.
-func (l *limiter) predict(w *waiter, svc time.Duration) time.Duration {
+// ahead is how many queued requests the queue's order serves before w. l.mu is held.
+func (l *limiter) ahead(w *waiter) int {
 	ahead := 0
 	switch l.order {
 	case FIFO:
@@ -248,7 +289,44 @@ func (l *limiter) predict(w *waiter, svc time.Duration) time.Duration {
 			}
 		}
 	}
-	return time.Duration(int64(ahead+1) * int64(svc) / int64(max(l.limit, 1)))
+	return ahead
+}
+
+// predict is how long w would wait for a slot, queued now: all slots are taken, and
+// slots free up at limit / service per unit of time. l.mu is held.
+func (l *limiter) predict(w *waiter, svc time.Duration) time.Duration {
+	return time.Duration(int64(l.ahead(w)+1) * int64(svc) / int64(max(l.limit, 1)))
+}
+
+// worst is how much later than predict the slot of w may free: the slot that
+// serves it frees within one work time (need) of the one before it. l.mu is held.
+func (l *limiter) worst(w *waiter, need time.Duration) time.Duration {
+	return need*time.Duration(l.ahead(w)/max(l.limit, 1)+1) - l.predict(w, need)
+}
+
+// predictAt is when the slot of w frees, from when the running handlers started:
+// each ends within d (the time a request must have left to start: the mean service
+// time and twice its deviation) of its start, and one overdue within a deviation;
+// the queue ahead of w takes the first slots to free, and a slot freed serves the
+// queue again d later. It errs late rather than early: a request it queues is
+// served in time, and one it refuses is refused at once. l.mu is held.
+func (l *limiter) predictAt(now time.Time, w *waiter, d time.Duration) time.Duration {
+	ends := l.ends[:0]
+	for _, s := range l.starts {
+		if !s.IsZero() {
+			ends = append(ends, max(s.Add(d).Sub(now), l.dev))
+		}
+	}
+	l.ends = ends
+	if len(ends) == 0 {
+		return l.predict(w, d)
+	}
+	slices.Sort(ends)
+	// Handlers beyond the limit (it fell) free slots that serve no one.
+	skip := min(max(l.inflight-l.limit, 0), len(ends)-1)
+	serving := ends[skip:]
+	k := l.ahead(w)
+	return serving[k%len(serving)] + time.Duration(k/len(serving))*d
 }
 
 // predictEnd is the wait at the end of the queue: when to come back. l.mu need not be
@@ -259,9 +337,9 @@ func (l *limiter) predictEnd(svc time.Duration) time.Duration {
 	return time.Duration(int64(l.q.Len()+1) * int64(svc) / int64(max(l.limit, 1)))
 }
 
-// worst is the queued request a full queue gives up first for a better newcomer:
+// evictee is the queued request a full queue gives up first for a better newcomer:
 // none in FIFO order, else the one served last. l.mu is held.
-func (l *limiter) worst() *waiter {
+func (l *limiter) evictee() *waiter {
 	if l.order == FIFO {
 		return nil
 	}
@@ -274,18 +352,19 @@ func (l *limiter) worst() *waiter {
 	return worst
 }
 
-// release gives back the slot of a request whose handler took took (zero: it did not
+// release gives back slot, of a request whose handler took took (zero: it did not
 // run), and hands free slots to the queue, dropping the requests whose budget can no
 // longer pay for the work.
-func (l *limiter) release(took time.Duration) {
-	l.releaseAt(time.Time{}, took)
+func (l *limiter) release(slot int, took time.Duration) {
+	l.releaseAt(slot, time.Time{}, took)
 }
 
 // releaseAt is release for a handler that ended at now (zero: not known, read the
 // clock if the adaptive limit needs it).
-func (l *limiter) releaseAt(now time.Time, took time.Duration) {
+func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 	l.mu.Lock()
 	l.inflight--
+	l.give(slot)
 	if l.adapt != nil {
 		if now.IsZero() {
 			now = time.Now()
@@ -322,6 +401,10 @@ func (l *limiter) releaseAt(now time.Time, took time.Duration) {
 		}
 		w.granted = true
 		l.inflight++
+		if now.IsZero() {
+			now = time.Now()
+		}
+		w.slot = l.take(now)
 		started++
 		close(w.ready)
 	}
@@ -371,7 +454,9 @@ func (q *waitQueue) Pop() any {
 // (throughput stayed, the extra requests only queued inside the handler). Below
 // Tolerance the limit grows, if it held requests back; above, it falls. A slowdown
 // that concurrency does not cause scales all windows alike and leaves e, and the
-// limit, where they were.
+// limit, where they were. Settled, it asks less often (see [AdaptiveLimit]): a grow
+// found to buy nothing is taken back and not tried again for ceilHold mean
+// durations, and the upper windows of rounds that keep the limit grow longer.
 type gradient struct {
 	cfg    AdaptiveLimit
 	limit  int // the operating limit: the upper windows'
@@ -388,14 +473,34 @@ type gradient struct {
 	n      int
 	demand bool // the limit held a request back in the window
 
+	calm     int // decisions in a row that kept the limit
+	calmMax  int
+	first    bool // the rule before the steady state (benchknob)
+	ceilHold time.Duration
+	ref      float64 // the mean duration of the last upper window
+	ceil     int     // a limit found too high at ceilAt (0: none)
+	ceilAt   time.Time
+
 	w [3]struct { // the figures of the windows so far
 		n, s   float64
 		demand bool
 	}
 }
 
+// The steady state: after calm decisions in a row that kept the limit, the upper
+// windows last 2^min(calm, calmMax) times as long; a limit found too high right
+// after growing into it is not grown into again for ceilHold mean service times.
+const (
+	calmMax  = 3
+	ceilHold = 48
+)
+
 func newGradient(a AdaptiveLimit) *gradient {
-	return &gradient{cfg: a, limit: a.Initial}
+	g := &gradient{cfg: a, limit: a.Initial, calmMax: calmMax, ceilHold: ceilHold}
+	if benchknob.FirstAdaptiveLimit.Load() {
+		g.first, g.calmMax = true, 0
+	}
+	return g
 }
 
 // inForce is the limit the limiter applies now.
@@ -446,6 +551,17 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	samples, spans := max(g.cfg.Samples/2, 1), 4
 	if g.phase == 1 {
 		samples, spans = max(g.cfg.Samples/4, 1), 2
+	} else {
+		if m := float64(g.sum) / float64(g.n); g.calm > 0 && g.ref > 0 && g.n >= samples && (m > 1.25*g.ref || 1.25*m < g.ref) {
+			// The handler changed speed since the last upper window: end the
+			// long windows of the steady state, and learn again.
+			g.calm = 0
+		}
+		scale := 1 << min(g.calm, g.calmMax)
+		if g.run > 0 {
+			scale = 1 // a grow, probe or not, is judged quickly
+		}
+		samples, spans = samples*scale, spans*scale
 	}
 	span := now.Sub(g.from)
 	if g.n < samples || span < time.Duration(spans)*max(svc, time.Millisecond) {
@@ -454,6 +570,9 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	g.inFlight(now, g.cur) // close the area at now
 	w := &g.w[g.phase]
 	w.n, w.s, w.demand = g.area/float64(span), float64(g.sum)/float64(g.n), g.demand
+	if g.phase != 1 {
+		g.ref = w.s
+	}
 	switch {
 	case g.phase == 0 && g.below() == g.limit:
 		// At 1: nothing below to compare with; grow if the limit held requests back.
@@ -464,28 +583,70 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 		g.phase++
 	default:
 		g.phase = 0
-		g.decide()
+		g.decide(now, svc)
 	}
 	g.start(now, svc)
 	return g.inForce()
 }
 
-// decide moves the limit by what the three windows measured.
-func (g *gradient) decide() {
+// decide moves the limit by what the three windows measured, at now; svc is the
+// handler's mean duration.
+func (g *gradient) decide(now time.Time, svc time.Duration) {
 	a, lo, b := g.w[0], g.w[1], g.w[2]
 	upN, upS := (a.n+b.n)/2, (a.s+b.s)/2
 	r := upN / lo.n
 	if !(lo.n > 0 && lo.s > 0 && a.s > 0 && b.s > 0) || r < 1.02 || max(a.s, b.s) > 1.25*min(a.s, b.s) {
 		// The load, not the limit, set the concurrency; or the handler changed
 		// speed across the windows. Nothing learned.
-		g.run, g.streak = 0, 0
+		g.run, g.streak, g.calm = 0, 0, 0
 		return
 	}
 	e := math.Log(upS/lo.s) / math.Log(r)
+	if g.first {
+		g.decideFirst(e, a.demand || b.demand)
+		return
+	}
+	held := g.ceil > 0 && g.limit+1 >= g.ceil && now.Sub(g.ceilAt) < g.ceilHold*max(svc, time.Millisecond)
+	switch {
+	case e >= g.cfg.Tolerance:
+		if g.run > 0 {
+			// The last move was up, and it bought nothing: not up to this limit
+			// again for a while. Back one step (a probe of one: to where the
+			// limit was, which stays calm).
+			g.ceil, g.ceilAt = g.limit, now
+			size := min(g.run, max(g.limit/8, 1))
+			g.limit -= size
+			g.run, g.streak = -size, 1
+			return
+		}
+		g.move(-1)
+		g.calm = 0
+	case (a.demand || b.demand) && !held:
+		if g.run <= 0 && g.calm > 0 {
+			// One up from the steady state: a probe, which stays calm until a
+			// second grow confirms it.
+			g.move(1)
+			break
+		}
+		was := g.limit
+		g.move(1)
+		if g.ceil > 0 && g.limit >= g.ceil && now.Sub(g.ceilAt) < g.ceilHold*max(svc, time.Millisecond) {
+			g.limit = max(g.ceil-1, was) // not into the limit found too high
+			g.run = g.limit - was
+		}
+		g.calm = 0
+	default:
+		g.run, g.streak = 0, 0
+		g.calm++
+	}
+}
+
+// decideFirst is the rule before the steady state (benchknob.FirstAdaptiveLimit).
+func (g *gradient) decideFirst(e float64, demand bool) {
 	switch {
 	case e >= g.cfg.Tolerance:
 		g.move(-1)
-	case a.demand || b.demand:
+	case demand:
 		g.move(1)
 	default:
 		g.run, g.streak = 0, 0
@@ -493,16 +654,22 @@ func (g *gradient) decide() {
 }
 
 // move changes the limit one way (dir ±1): by an eighth of it (at least 1); from the
-// third move the same way on, by twice the last; at most a quarter of the limit
-// down and half of it up.
+// second fall in a row (the third, under the first rule) or the third grow on, by
+// twice the last; at most a quarter of the limit down and half of it up.
 func (g *gradient) move(dir int) {
-	size := max(g.limit/8, 1)
+	size, streak := g.step(dir)
+	g.streak = streak
+	g.limit = min(max(g.limit+dir*size, g.cfg.Min), g.cfg.Max)
+	g.run = dir * size
+}
+
+// step is the size of the next move one way (dir ±1), and the streak it makes.
+func (g *gradient) step(dir int) (size, streak int) {
+	size, streak = max(g.limit/8, 1), 1
 	if g.run*dir > 0 {
-		g.streak++
-	} else {
-		g.streak = 1
+		streak = g.streak + 1
 	}
-	if g.streak > 2 {
+	if streak > 2 || (streak > 1 && dir < 0 && !g.first) {
 		size = max(size, 2*g.run*dir)
 	}
 	if dir < 0 {
@@ -510,6 +677,5 @@ func (g *gradient) move(dir int) {
 	} else {
 		size = min(size, max(g.limit/2, 1))
 	}
-	g.limit = min(max(g.limit+dir*size, g.cfg.Min), g.cfg.Max)
-	g.run = dir * size
+	return size, streak
 }

@@ -144,7 +144,7 @@ func TestRefusesWhatCannotFinish(t *testing.T) {
 		synctest.Wait()
 		a := s.answer(10) // answered at once, before any time passed
 		if a.code != http.StatusGatewayTimeout || a.end != a.start || a.header.Get("grpc-retry-pushback-ms") != "-1" ||
-			!strings.Contains(a.body, "cannot finish in time") || !strings.Contains(a.body, "a wait of 30ms predicted") {
+			!strings.Contains(a.body, "cannot finish in time") || !strings.Contains(a.body, "a wait of 30.1ms predicted") {
 			t.Errorf("refusal: %d after %v, pushback %q, %q", a.code, a.end.Sub(a.start), a.header.Get("grpc-retry-pushback-ms"), a.body)
 		}
 		s.send(&wg, 11, 45*ms)
@@ -479,5 +479,39 @@ func TestStreamsAreNotLimited(t *testing.T) {
 		entered.Wait() // both handlers run at once
 		close(release)
 		wg.Wait()
+	})
+}
+
+// Eight slots, all taken by handlers that started together 1 ms ago: no slot frees
+// for 9 ms. The mean rate of the slots (one every 1.25 ms) would queue a request with
+// 15 ms left and drop it 4 ms later, when its budget could no longer pay for the
+// 10 ms of work; the ends of the running handlers say at once that it cannot finish,
+// and it is refused before any time passes, while its caller can still go
+// elsewhere. One with 25 ms left is queued and answered after 19 ms.
+func TestRefusesOnArrivalWhatTheRunningHandlersLeaveNoTimeFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(8), shortcircuit.WithQueue(8, shortcircuit.FIFO))
+		s.teach(20) // the work takes 10 ms
+		var wg sync.WaitGroup
+		for i := range 8 {
+			s.send(&wg, i, time.Second)
+		}
+		time.Sleep(ms)
+		synctest.Wait()
+		s.send(&wg, 10, 15*ms)
+		synctest.Wait()
+		a := s.answer(10)
+		if a.code != http.StatusGatewayTimeout || a.end != a.start || !strings.Contains(a.body, "cannot finish in time") ||
+			!strings.Contains(a.body, "a wait of 9ms predicted") {
+			t.Errorf("request with 15 ms: %d after %v: %q; want 504 at once, a wait of 9ms predicted", a.code, a.end.Sub(a.start), a.body)
+		}
+		s.send(&wg, 11, 25*ms)
+		wg.Wait()
+		if a := s.answer(11); a.code != http.StatusOK || a.end.Sub(a.start) != 19*ms {
+			t.Errorf("request with 25 ms: %d after %v: %q; want 200 after 19ms", a.code, a.end.Sub(a.start), a.body)
+		}
+		if st := s.c.Stats(); st.CannotFinish != 1 || st.Dropped != 0 {
+			t.Errorf("stats = %+v; want one refusal on arrival, none dropped from the queue", st)
+		}
 	})
 }

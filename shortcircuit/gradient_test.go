@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/deadlinekit/deadlinekit/internal/benchknob"
 )
 
 // sim is a handler behind a limiter with the adaptive limit, in fake time: its
@@ -21,7 +23,8 @@ type sim struct {
 	running int
 	knee    int
 	slow    float64
-	ok      int // finished within their budget
+	ok      int            // finished within their budget
+	jitter  func() float64 // nil: none; else a factor on each request's duration
 }
 
 func newSim(a AdaptiveLimit, base time.Duration, knee int) *sim {
@@ -49,6 +52,9 @@ func (s *sim) serve(budget time.Duration) {
 	s.mu.Lock()
 	s.running++
 	d := time.Duration(float64(s.base) * s.slow * max(1, float64(s.running)/float64(s.knee)))
+	if s.jitter != nil {
+		d = time.Duration(float64(d) * s.jitter())
+	}
 	s.mu.Unlock()
 	time.Sleep(d)
 	end := time.Now()
@@ -58,13 +64,16 @@ func (s *sim) serve(budget time.Duration) {
 		s.ok++
 	}
 	s.mu.Unlock()
-	s.l.releaseAt(end, end.Sub(start))
+	s.l.releaseAt(e.slot, end, end.Sub(start))
 }
 
 // limit is the operating limit (the upper window's).
 func (s *sim) limit() int {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
+	if s.l.adapt == nil {
+		return s.l.limit
+	}
 	return s.l.adapt.limit
 }
 
@@ -169,6 +178,7 @@ func TestAdaptiveLimitFollowsAMovingKnee(t *testing.T) {
 			}
 			if lo, hi := bounds(rest); lo < c.lo || hi > c.hi {
 				t.Errorf("knee %d: once there, the limit ranged over [%d, %d]; want [%d, %d]", c.knee, lo, hi, c.lo, c.hi)
+				t.Logf("samples %v", seen)
 			}
 		}
 		s.wg.Wait()
@@ -193,5 +203,74 @@ func TestAdaptiveLimitDefaults(t *testing.T) {
 	d := DefaultAdaptiveLimit
 	if a.Min != 10 || a.Max != 10 || a.Initial != 10 || a.Tolerance != d.Tolerance || a.Samples != d.Samples {
 		t.Fatalf("withDefaults = %+v", a)
+	}
+}
+
+// steady drives a sim at twice the capacity of a knee at 8 for 2 s, then measures 4 s:
+// the share of the time the limit in force was below the knee (the cost of probing
+// below it), and above it (requests queued inside the handler), and the requests
+// answered in time.
+func steady(t *testing.T, s *sim) (below, above float64, ok int) {
+	s.drive(1600, 2*time.Second)
+	s.wg.Wait()
+	s.ok = 0
+	var n, lo, hi int
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			s.l.mu.Lock()
+			n++
+			switch {
+			case s.l.limit < s.knee:
+				lo++
+			case s.l.limit > s.knee:
+				hi++
+			}
+			s.l.mu.Unlock()
+		}
+	}()
+	s.drive(1600, 4*time.Second)
+	close(done)
+	s.wg.Wait()
+	return float64(lo) / float64(n), float64(hi) / float64(n), s.ok
+}
+
+// Settled at the knee, the limit probes below it less often than the first rule
+// did (which probed every cycle and grew straight back into a limit it had just
+// found too high), and answers within 1% of a static limit set to the knee.
+func TestAdaptiveLimitSettledProbesLess(t *testing.T) {
+	var first, now [3]float64
+	var static int
+	synctest.Test(t, func(t *testing.T) {
+		benchknob.FirstAdaptiveLimit.Store(true)
+		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8)
+		benchknob.FirstAdaptiveLimit.Store(false)
+		lo, hi, ok := steady(t, s)
+		first = [3]float64{lo, hi, float64(ok)}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		lo, hi, ok := steady(t, newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8))
+		now = [3]float64{lo, hi, float64(ok)}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		c := &config{maxConcurrency: 8, maxQueue: -1}
+		s := &sim{l: newLimiter(c), base: 10 * time.Millisecond, knee: 8, slow: 1}
+		_, _, static = steady(t, s)
+	})
+	t.Logf("time below the knee %.1f%% (first rule %.1f%%), above %.1f%% (%.1f%%); answered %.0f (%.0f), static limit 8 %d",
+		100*now[0], 100*first[0], 100*now[1], 100*first[1], now[2], first[2], static)
+	if now[0] > first[0]*3/4 {
+		t.Errorf("below the knee %.1f%% of the time; want at most three quarters of the first rule's %.1f%%", 100*now[0], 100*first[0])
+	}
+	if now[1] > first[1] {
+		t.Errorf("above the knee %.1f%% of the time; want no more than the first rule's %.1f%%", 100*now[1], 100*first[1])
+	}
+	if now[2] < 0.99*float64(static) {
+		t.Errorf("%.0f answered in time; want within 1%% of the static limit's %d", now[2], static)
 	}
 }

@@ -280,7 +280,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	}
 	t.entry = g.lim.acquire(ctx, t.start, t.deadline, t.has)
 	t.decision = t.entry.decision
-	record.Admission(ctx, t.decision.String(), t.entry.queued, t.entry.wait)
+	record.Admission(ctx, t.decision.String(), t.entry.queued, t.entry.wait, t.entry.service, t.left, t.has)
 	if t.decision != Admitted {
 		g.observe(ctx, t)
 		return false
@@ -331,7 +331,7 @@ func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
 	took := end.Sub(t.start)
 	if g.lim != nil {
 		t.released = true
-		g.lim.releaseAt(end, max(took, 1))
+		g.lim.releaseAt(t.entry.slot, end, max(took, 1))
 	}
 	if ok && t.win != nil && ctx.Err() == nil {
 		// A handler whose context ended (its deadline passed, its caller left) ran
@@ -371,7 +371,7 @@ func (t *ticket) comeBack() (d time.Duration, ok bool) {
 // (done did not run); the panic goes on.
 func (g *guard) releaseOnPanic(t *ticket) {
 	if !t.released && t.decision == Admitted {
-		g.lim.release(0)
+		g.lim.release(t.entry.slot, 0)
 	}
 }
 

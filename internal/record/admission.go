@@ -30,17 +30,30 @@ func Limit(ctx context.Context, n int) {
 }
 
 // Admission records the concurrency limit's decision on the server span in ctx
-// (decision, whether the request was queued, the wait), a queued request's wait in
-// the deadlinekit.shortcircuit.queue_wait histogram, and a refusal in
-// deadlinekit.shortcircuit.rejections by reason. A refusal makes the span an error,
-// except "canceled" (the caller left while the request was queued).
-func Admission(ctx context.Context, decision string, queued bool, wait time.Duration) {
+// (decision, whether the request was queued; a queued request's wait, or for a
+// refusal on arrival the predicted one; for a refusal for lack of time, the work it
+// had to have time for and the time it had left, when it had a deadline), a queued
+// request's wait in the deadlinekit.shortcircuit.queue_wait histogram, and a
+// refusal in deadlinekit.shortcircuit.rejections by reason. A refusal makes the
+// span an error, except "canceled" (the caller left while the request was queued).
+func Admission(ctx context.Context, decision string, queued bool, wait, work, left time.Duration, has bool) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
 			otelattr.ShortCircuitAdmissionKey.String(decision),
 			otelattr.ShortCircuitQueuedKey.Bool(queued),
-			otelattr.ShortCircuitQueueWaitKey.Float64(millis(wait)),
 		)
+		switch {
+		case queued:
+			span.SetAttributes(otelattr.ShortCircuitQueueWaitKey.Float64(millis(wait)))
+		case decision != "admitted":
+			span.SetAttributes(otelattr.ShortCircuitPredictedWaitKey.Float64(millis(wait)))
+		}
+		if decision == "cannot_finish" || decision == "dropped" {
+			span.SetAttributes(otelattr.ShortCircuitWorkKey.Float64(millis(work)))
+			if has {
+				span.SetAttributes(otelattr.ShortCircuitRemainingKey.Float64(millis(left)))
+			}
+		}
 		// A refusal is an error; a caller that left while queued is not: nothing
 		// failed, nobody is waiting for the answer.
 		if decision != "admitted" && decision != "canceled" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -279,7 +280,7 @@ func TestNoSDKAllocs(t *testing.T) {
 		a.End(OutcomeFailure, context.Canceled)
 		RetryCall(ctx, 3, StopBudgetEmpty)
 		HedgeCall(ctx, 1, true, "")
-		Admission(ctx, "cannot_finish", true, time.Millisecond)
+		Admission(ctx, "cannot_finish", false, time.Millisecond, 2*time.Millisecond, 3*time.Millisecond, true)
 		InFlight(ctx, 1)
 		QueueLength(ctx, -1)
 		Limit(ctx, 8)
@@ -429,11 +430,46 @@ func TestAdmissionCanceledIsNotAnError(t *testing.T) {
 	tp, rec, _ := withSDK(t)
 	for _, d := range []string{"cannot_finish", "canceled"} {
 		ctx, s := tp.Tracer("test").Start(context.Background(), d, trace.WithSpanKind(trace.SpanKindServer))
-		Admission(ctx, d, true, time.Millisecond)
+		Admission(ctx, d, true, time.Millisecond, 0, 0, false)
 		s.End()
 	}
 	spans := rec.Ended()
 	if spans[0].Status().Code.String() != "Error" || spans[1].Status().Code.String() == "Error" {
 		t.Errorf("statuses %v (cannot_finish) and %v (canceled); want Error and not Error", spans[0].Status(), spans[1].Status())
+	}
+}
+
+// A refusal on arrival says what did not fit: the predicted wait, the work and the
+// time left; it has no queue wait, since it never queued. A queued request's wait is
+// the one it had.
+func TestAdmissionRefusalSaysWhatDidNotFit(t *testing.T) {
+	tp, rec, _ := withSDK(t)
+	ctx, s := tp.Tracer("test").Start(context.Background(), "refused", trace.WithSpanKind(trace.SpanKindServer))
+	Admission(ctx, "cannot_finish", false, 73*time.Millisecond, 125*time.Millisecond, 193*time.Millisecond, true)
+	s.End()
+	ctx, s = tp.Tracer("test").Start(context.Background(), "queued", trace.WithSpanKind(trace.SpanKindServer))
+	Admission(ctx, "admitted", true, 4*time.Millisecond, 10*time.Millisecond, 90*time.Millisecond, true)
+	s.End()
+	spans := rec.Ended()
+	got := func(i int) map[attribute.Key]attribute.Value {
+		m := map[attribute.Key]attribute.Value{}
+		for _, kv := range spans[i].Attributes() {
+			m[kv.Key] = kv.Value
+		}
+		return m
+	}
+	r, q := got(0), got(1)
+	if r[otelattr.ShortCircuitPredictedWaitKey].AsFloat64() != 73 || r[otelattr.ShortCircuitWorkKey].AsFloat64() != 125 ||
+		r[otelattr.ShortCircuitRemainingKey].AsFloat64() != 193 {
+		t.Errorf("refusal's attributes %v; want predicted wait 73, work 125, remaining 193", r)
+	}
+	if _, ok := r[otelattr.ShortCircuitQueueWaitKey]; ok {
+		t.Errorf("a refusal on arrival has a queue wait: %v", r)
+	}
+	if q[otelattr.ShortCircuitQueueWaitKey].AsFloat64() != 4 {
+		t.Errorf("queued request's attributes %v; want a queue wait of 4", q)
+	}
+	if _, ok := q[otelattr.ShortCircuitWorkKey]; ok {
+		t.Errorf("an admitted request has the refusal's work: %v", q)
 	}
 }

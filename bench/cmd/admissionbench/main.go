@@ -57,9 +57,9 @@ func main() {
 	maxBudget := flag.Duration("max-budget", 300*time.Millisecond, "largest deadline of a request")
 	maxInFlight := flag.Int("max-inflight", 10000, "the client's cap on requests in flight (arrivals beyond it are dropped and counted)")
 	seed := flag.Uint64("seed", 16, "seed of the arrivals and deadlines (the same for every variant of a cell)")
-	only := flag.String("only", "", "run only the variants whose name contains this")
+	only := flag.String("only", "", "run only the variants whose name contains this (alternatives separated by |)")
 	cells := flag.String("cells", "load", "load: the sweep of loads and modes (issue 16); slowdown: the slowdown, saturation and mixed-budget cells (issue 25), with -rounds 3, -warmup 800ms and -duration 2.5s unless set")
-	cellFilter := flag.String("cell", "", "with -cells slowdown: run only the cells whose name (as in the tables' headings) contains this")
+	cellFilter := flag.String("cell", "", "with -cells slowdown: run only the cells whose name (as in the tables' headings) contains this (alternatives separated by |)")
 	queueOrders := flag.Bool("queue-orders", false, "with -cells slowdown: add deadlinekit's static limit with each queue order (FIFO, LIFO, earliest deadline first) to every cell")
 	flag.Parse()
 	if *cells == "slowdown" {
@@ -98,12 +98,12 @@ func main() {
 	}
 	var vs, qs []admissioncmp.Variant
 	for _, v := range admissioncmp.Variants() {
-		if *only == "" || strings.Contains(v.Name, *only) {
+		if matches(v.Name, *only) {
 			vs = append(vs, v)
 		}
 	}
 	for _, v := range admissioncmp.QueueVariants() {
-		if *only == "" || strings.Contains(v.Name, *only) {
+		if matches(v.Name, *only) {
 			qs = append(qs, v)
 		}
 	}

@@ -49,7 +49,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 	if cellFilter != "" {
 		var keep []cell
 		for _, c := range cells {
-			if strings.Contains(fmt.Sprintf("%s, %s, %g×", c.name, shortMode(c.mode), c.load), cellFilter) {
+			if matches(fmt.Sprintf("%s, %s, %g×", c.name, shortMode(c.mode), c.load), cellFilter) {
 				keep = append(keep, c)
 			}
 		}
@@ -57,7 +57,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 	}
 	var base []admissioncmp.Variant
 	for _, v := range admissioncmp.Variants() {
-		if v.Guard != nil && v.Name != "deadlinekit shortcircuit, static floor" && (only == "" || strings.Contains(v.Name, only)) {
+		if v.Guard != nil && v.Name != "deadlinekit shortcircuit, static floor" && matches(v.Name, only) {
 			base = append(base, v)
 		}
 	}
@@ -203,4 +203,18 @@ func loadavg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// matches reports whether name contains one of the |-separated parts of only (all
+// names match an empty only).
+func matches(name, only string) bool {
+	if only == "" {
+		return true
+	}
+	for _, part := range strings.Split(only, "|") {
+		if part != "" && strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,216 @@
+package deadlinekit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
+)
+
+// runs counts, per order ID, what happened to it at one hop.
+type runs struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (r *runs) add(id string) {
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = map[string]int{}
+	}
+	r.m[id]++
+	r.mu.Unlock()
+}
+
+func (r *runs) get(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[id]
+}
+
+func (r *runs) twice() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, n := range r.m {
+		if n > 1 {
+			ids = append(ids, fmt.Sprintf("%s×%d", id, n))
+		}
+	}
+	return ids
+}
+
+// admissionOrders is orders' PlaceOrder (the interop UnaryCall): it reserves the
+// order's stock at inventory and relays inventory's failure.
+type admissionOrders struct {
+	testgrpc.UnimplementedTestServiceServer
+	client *http.Client
+	inv    string
+	ran    *runs
+}
+
+func (o *admissionOrders) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	id := orderID(ctx)
+	o.ran.add(id)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, o.inv+"/reserve", strings.NewReader("tea"))
+	req.Header.Set("Order-Id", id)
+	resp, err := o.client.Do(req)
+	if err := deadlinekit.FromHTTP(resp, err); err != nil {
+		return nil, deadlinekit.GRPCError(ctx, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return &testgrpc.SimpleResponse{}, nil
+}
+
+func orderID(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("order-id"); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// The adaptive limit in a chain of separate servers built from the README: the
+// user's client → gateway (HTTP) → orders (gRPC, behind
+// WithAdaptiveConcurrency) → inventory (HTTP, 2 slots × 20 ms: 100 writes a
+// second). An open loop of 400 writes at 400 a second, 30% of them with budgets
+// under twice the work, and inventory failing every tenth with a 500. However the
+// machine's load shifts the timing, no write runs twice at any hop, and a write
+// that orders' guard refused as unable to finish is never sent to orders again:
+// its "do not retry" reached every layer above.
+func TestChainAdaptiveLimitUnderOverload(t *testing.T) {
+	var invRan, ordersRan, refusedNoRetry, seen runs
+	sem := make(chan struct{}, 2)
+	inv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Order-Id")
+		invRan.add(id)
+		var n int
+		fmt.Sscan(id, &n)
+		if n%10 == 9 {
+			http.Error(w, "inventory: stock ledger unavailable", http.StatusInternalServerError)
+			return
+		}
+		select { // one of inventory's two slots
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		case <-r.Context().Done():
+			return
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+			io.WriteString(w, "reserved")
+		case <-r.Context().Done():
+		}
+	})))
+	defer inv.Close()
+	toInv := &http.Client{Transport: deadlinekit.NewTransport(nil)}
+	defer toInv.CloseIdleConnections()
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats shortcircuit.Counter
+	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithShortCircuit(
+		shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit),
+		shortcircuit.WithObserver(stats.Observe),
+		shortcircuit.WithObserver(func(ctx context.Context, e shortcircuit.Event) {
+			seen.add(orderID(ctx))
+			if e.Admission == shortcircuit.CannotFinish || e.Admission == shortcircuit.Dropped {
+				refusedNoRetry.add(orderID(ctx))
+			}
+		})))...)
+	testgrpc.RegisterTestServiceServer(gs, &admissionOrders{client: toInv, inv: inv.URL, ran: &ordersRan})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	toOrders := testgrpc.NewTestServiceClient(conn)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
+		ctx := metadata.AppendToOutgoingContext(r.Context(), "order-id", r.Header.Get("Order-Id"))
+		var tr metadata.MD
+		if _, err := toOrders.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Trailer(&tr)); err != nil {
+			deadlinekit.WriteHTTPError(w, deadlinekit.FromGRPC(err, &tr))
+			return
+		}
+		io.WriteString(w, "ordered")
+	})
+	gw := httptest.NewServer(deadlinekit.NewHandler(mux))
+	defer gw.Close()
+	user := &http.Client{Transport: deadlinekit.NewTransport(nil)}
+	defer user.CloseIdleConnections()
+
+	rng := rand.New(rand.NewPCG(25, 1))
+	codes := map[int]int{}
+	var failedSeen int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 400 {
+		budget := 50*time.Millisecond + time.Duration(rng.Int64N(int64(250*time.Millisecond)))
+		if rng.Float64() < 0.3 {
+			budget = 12*time.Millisecond + time.Duration(rng.Int64N(int64(13*time.Millisecond)))
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), budget)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/order", strings.NewReader("tea"))
+			req.Header.Set("Order-Id", fmt.Sprint(i))
+			code := 0 // no answer in time
+			if resp, err := user.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			}
+			mu.Lock()
+			codes[code]++
+			if i%10 == 9 && code >= 500 && invRan.get(fmt.Sprint(i)) == 1 {
+				failedSeen++
+			}
+			mu.Unlock()
+		})
+		time.Sleep(2500 * time.Microsecond)
+	}
+	wg.Wait()
+
+	st := stats.Stats()
+	t.Logf("user saw %v; orders' guard: %+v", codes, st)
+	if ids := ordersRan.twice(); len(ids) > 0 {
+		t.Errorf("writes that ran twice at orders: %v", ids)
+	}
+	if ids := invRan.twice(); len(ids) > 0 {
+		t.Errorf("writes that ran twice at inventory: %v", ids)
+	}
+	for id := range refusedNoRetry.m {
+		if n := seen.get(id); n != 1 {
+			t.Errorf("write %s was refused by orders' guard as unable to finish, and reached orders' guard %d times; want once (do not retry)", id, n)
+		}
+	}
+	if st.Admitted == 0 || st.Refused() == 0 {
+		t.Errorf("orders' guard admitted %d and refused %d of 400 writes at four times inventory's capacity; want both", st.Admitted, st.Refused())
+	}
+	if failedSeen == 0 {
+		t.Errorf("no write that inventory failed came back to the user as a 5xx; the failure path went untested")
+	}
+}

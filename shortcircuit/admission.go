@@ -552,7 +552,7 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	if g.phase == 1 {
 		samples, spans = max(g.cfg.Samples/4, 1), 2
 	} else {
-		if m := float64(g.sum) / float64(g.n); g.calm > 0 && g.ref > 0 && g.n >= samples && (m > 1.25*g.ref || 1.25*m < g.ref) {
+		if m := float64(g.sum) / float64(g.n); g.calm > 0 && g.run <= 0 && g.ref > 0 && g.n >= samples && (m > 1.25*g.ref || 1.25*m < g.ref) {
 			// The handler changed speed since the last upper window: end the
 			// long windows of the steady state, and learn again.
 			g.calm = 0
@@ -570,8 +570,8 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	g.inFlight(now, g.cur) // close the area at now
 	w := &g.w[g.phase]
 	w.n, w.s, w.demand = g.area/float64(span), float64(g.sum)/float64(g.n), g.demand
-	if g.phase != 1 {
-		g.ref = w.s
+	if g.phase != 1 && g.run <= 0 {
+		g.ref = w.s // a window at a limit kept (a probe's is not)
 	}
 	switch {
 	case g.phase == 0 && g.below() == g.limit:

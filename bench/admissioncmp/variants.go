@@ -109,6 +109,13 @@ func Variants() []Variant {
 			},
 		},
 		{
+			Name: "deadlinekit shortcircuit, adaptive limit, tolerance 0.9",
+			Note: "WithAdaptiveConcurrency(AdaptiveLimit{Tolerance: 0.9}): the limit grows while the extra concurrency buys a tenth of its share of throughput, so it settles above a knee rather than at it (more goodput where per-request gaps cost throughput, more latency)",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.AdaptiveLimit{Tolerance: 0.9}))
+			},
+		},
+		{
 			Name: "deadlinekit shortcircuit, adaptive limit, first rule",
 			Note: "the adaptive limit as it was before issue 25's second step, beside the current one: a lower window every cycle, a grow straight back into a limit just found too high, the queue's wait predicted from the mean service time alone",
 			Guard: func() func(http.Handler) http.Handler {

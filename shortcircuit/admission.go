@@ -179,11 +179,12 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 		l.adapt.held()
 	}
 	w := l.newWaiter(deadline, has)
-	wait := l.predict(w, svc)
-	if has && !l.uniform && deadline.Sub(now) < wait+need+l.worst(w, need) {
+	ahead := l.ahead(w)
+	wait := l.predict(ahead, svc)
+	if has && !l.uniform && deadline.Sub(now) < wait+need+l.worst(ahead, need) {
 		// The mean rate of the slots cannot tell whether the slot this request
 		// would get frees in time: ask when the running handlers should end.
-		wait = l.predictAt(now, w, need)
+		wait = l.predictAt(now, ahead, need)
 	}
 	if has && deadline.Sub(now) < wait+need {
 		l.mu.Unlock()
@@ -292,25 +293,28 @@ func (l *limiter) ahead(w *waiter) int {
 	return ahead
 }
 
-// predict is how long w would wait for a slot, queued now: all slots are taken, and
-// slots free up at limit / service per unit of time. l.mu is held.
-func (l *limiter) predict(w *waiter, svc time.Duration) time.Duration {
-	return time.Duration(int64(l.ahead(w)+1) * int64(svc) / int64(max(l.limit, 1)))
+// predict is how long a request with ahead queued before it would wait for a slot,
+// queued now: all slots are taken, and slots free up at limit / service per unit of
+// time. l.mu is held.
+func (l *limiter) predict(ahead int, svc time.Duration) time.Duration {
+	return time.Duration(int64(ahead+1) * int64(svc) / int64(max(l.limit, 1)))
 }
 
-// worst is how much later than predict the slot of w may free: the slot that
-// serves it frees within one work time (need) of the one before it. l.mu is held.
-func (l *limiter) worst(w *waiter, need time.Duration) time.Duration {
-	return need*time.Duration(l.ahead(w)/max(l.limit, 1)+1) - l.predict(w, need)
+// worst is how much later than predict the slot of such a request may free: the
+// slot that serves it frees within one work time (need) of the one before it. l.mu
+// is held.
+func (l *limiter) worst(ahead int, need time.Duration) time.Duration {
+	return need*time.Duration(ahead/max(l.limit, 1)+1) - l.predict(ahead, need)
 }
 
-// predictAt is when the slot of w frees, from when the running handlers started:
+// predictAt is when the slot of a request with ahead queued before it frees, from
+// when the running handlers started:
 // each ends within d (the time a request must have left to start: the mean service
 // time and twice its deviation) of its start, and one overdue within a deviation;
 // the queue ahead of w takes the first slots to free, and a slot freed serves the
 // queue again d later. It errs late rather than early: a request it queues is
 // served in time, and one it refuses is refused at once. l.mu is held.
-func (l *limiter) predictAt(now time.Time, w *waiter, d time.Duration) time.Duration {
+func (l *limiter) predictAt(now time.Time, ahead int, d time.Duration) time.Duration {
 	ends := l.ends[:0]
 	for _, s := range l.starts {
 		if !s.IsZero() {
@@ -319,14 +323,13 @@ func (l *limiter) predictAt(now time.Time, w *waiter, d time.Duration) time.Dura
 	}
 	l.ends = ends
 	if len(ends) == 0 {
-		return l.predict(w, d)
+		return l.predict(ahead, d)
 	}
 	slices.Sort(ends)
 	// Handlers beyond the limit (it fell) free slots that serve no one.
 	skip := min(max(l.inflight-l.limit, 0), len(ends)-1)
 	serving := ends[skip:]
-	k := l.ahead(w)
-	return serving[k%len(serving)] + time.Duration(k/len(serving))*d
+	return serving[ahead%len(serving)] + time.Duration(ahead/len(serving))*d
 }
 
 // predictEnd is the wait at the end of the queue: when to come back. l.mu need not be
@@ -606,7 +609,7 @@ func (g *gradient) decide(now time.Time, svc time.Duration) {
 		g.decideFirst(e, a.demand || b.demand)
 		return
 	}
-	held := g.ceil > 0 && g.limit+1 >= g.ceil && now.Sub(g.ceilAt) < g.ceilHold*max(svc, time.Millisecond)
+	held := g.ceilHeld(now, svc)
 	switch {
 	case e >= g.cfg.Tolerance:
 		if g.run > 0 {
@@ -621,24 +624,29 @@ func (g *gradient) decide(now time.Time, svc time.Duration) {
 		}
 		g.move(-1)
 		g.calm = 0
-	case (a.demand || b.demand) && !held:
-		if g.run <= 0 && g.calm > 0 {
-			// One up from the steady state: a probe, which stays calm until a
-			// second grow confirms it.
-			g.move(1)
-			break
-		}
+	case (a.demand || b.demand) && !(held && g.limit+1 >= g.ceil):
+		// One up from the steady state is a probe, which stays calm until a
+		// second grow confirms it.
+		probe := g.run <= 0 && g.calm > 0
 		was := g.limit
 		g.move(1)
-		if g.ceil > 0 && g.limit >= g.ceil && now.Sub(g.ceilAt) < g.ceilHold*max(svc, time.Millisecond) {
+		if held && g.limit >= g.ceil {
 			g.limit = max(g.ceil-1, was) // not into the limit found too high
 			g.run = g.limit - was
 		}
-		g.calm = 0
+		if !probe {
+			g.calm = 0
+		}
 	default:
 		g.run, g.streak = 0, 0
 		g.calm++
 	}
+}
+
+// ceilHeld reports whether a limit found too high (g.ceil) is still not to be grown
+// into, at now; svc is the handler's mean duration.
+func (g *gradient) ceilHeld(now time.Time, svc time.Duration) bool {
+	return g.ceil > 0 && now.Sub(g.ceilAt) < g.ceilHold*max(svc, time.Millisecond)
 }
 
 // decideFirst is the rule before the steady state (benchknob.FirstAdaptiveLimit).

@@ -455,17 +455,19 @@ func (q *waitQueue) Pop() any {
 // concurrency bought: near 0, the handler ran as fast with more at once
 // (throughput n/s grew with n); near 1, each request took longer in proportion
 // (throughput stayed, the extra requests only queued inside the handler). Below
-// Tolerance the limit grows, if it held requests back; above, it falls. A slowdown
-// that concurrency does not cause scales all windows alike and leaves e, and the
-// limit, where they were. Settled, it asks less often (see [AdaptiveLimit]): a grow
-// found to buy nothing is taken back and not tried again for ceilHold mean
-// durations, and the upper windows of rounds that keep the limit grow longer.
+// Tolerance the limit grows, if it held requests back; above, it falls to the knee
+// the two windows' throughput places, never past the lower window. A slowdown that
+// concurrency does not cause scales all windows alike and leaves e, and the limit,
+// where they were. Settled (see [AdaptiveLimit]), it keeps a step of headroom above
+// the knee, rechecked after a hold that doubles while the knee stays put, and the
+// upper windows of rounds that keep the limit grow longer.
 type gradient struct {
 	cfg    AdaptiveLimit
-	limit  int // the operating limit: the upper windows'
-	phase  int // 0: the first upper window, 1: the lower one, 2: the second upper one
-	run    int // the last move, signed
-	streak int // moves in a row the same way
+	limit  int  // the operating limit: the upper windows'
+	phase  int  // 0: the first upper window, 1: the lower one, 2: the second upper one
+	run    int  // the last move, signed
+	wide   bool // the last move was a fall to the lower window: the next one is wider
+	streak int  // moves in a row the same way
 
 	// The window: its measure begins at from; area is in-flight × time since then.
 	from   time.Time
@@ -476,13 +478,17 @@ type gradient struct {
 	n      int
 	demand bool // the limit held a request back in the window
 
-	calm     int // decisions in a row that kept the limit
-	calmMax  int
-	first    bool // the rule before the steady state (benchknob)
-	ceilHold time.Duration
-	ref      float64 // the mean duration of the last upper window
-	ceil     int     // a limit found too high at ceilAt (0: none)
-	ceilAt   time.Time
+	calm    int // decisions in a row that kept the limit
+	calmMax int
+	first   bool    // the rule before the steady state (benchknob)
+	ref     float64 // the mean duration of the last upper window
+	// over: the limit is a step above the knee (overLimit); it holds for
+	// overLeft more rounds that find it buys nothing, then falls to see that the
+	// knee still buys. Found again at the same limit, the hold doubles
+	// (overRounds, up to overMax).
+	over                            bool
+	overLimit, overLeft, overRounds int
+	grewOn                          float64 // the elasticity of the last grow
 
 	w [3]struct { // the figures of the windows so far
 		n, s   float64
@@ -491,15 +497,15 @@ type gradient struct {
 }
 
 // The steady state: after calm decisions in a row that kept the limit, the upper
-// windows last 2^min(calm, calmMax) times as long; a limit found too high right
-// after growing into it is not grown into again for ceilHold mean service times.
+// windows last 2^min(calm, calmMax) times as long; the headroom above the knee holds
+// for up to overMax rounds before it is rechecked.
 const (
-	calmMax  = 3
-	ceilHold = 48
+	calmMax = 3
+	overMax = 8
 )
 
 func newGradient(a AdaptiveLimit) *gradient {
-	g := &gradient{cfg: a, limit: a.Initial, calmMax: calmMax, ceilHold: ceilHold}
+	g := &gradient{cfg: a, limit: a.Initial, calmMax: calmMax}
 	if benchknob.FirstAdaptiveLimit.Load() {
 		g.first, g.calmMax = true, 0
 	}
@@ -514,8 +520,17 @@ func (g *gradient) inForce() int {
 	return g.limit
 }
 
-// below is the lower window's limit: an eighth below the limit, at least one.
-func (g *gradient) below() int { return max(g.limit-max(g.limit/8, 1), 1) }
+// below is the lower window's limit: an eighth below the limit (at least one);
+// after a fall all the way to the lower window, twice that fall below it (at most
+// a quarter of the limit), so that the next fall, doubled, goes to a limit measured
+// to keep the throughput.
+func (g *gradient) below() int {
+	gap := max(g.limit/8, 1)
+	if g.wide {
+		gap = max(gap, min(-2*g.run, max(g.limit/4, 1)))
+	}
+	return max(g.limit-gap, 1)
+}
 
 // inFlight records that n handlers run from now on.
 func (g *gradient) inFlight(now time.Time, n int) {
@@ -555,10 +570,10 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	if g.phase == 1 {
 		samples, spans = max(g.cfg.Samples/4, 1), 2
 	} else {
-		if m := float64(g.sum) / float64(g.n); g.calm > 0 && g.run <= 0 && g.ref > 0 && g.n >= samples && (m > 1.25*g.ref || 1.25*m < g.ref) {
+		if m := float64(g.sum) / float64(g.n); (g.calm > 0 || g.over) && g.run <= 0 && g.ref > 0 && g.n >= samples && (m > 1.25*g.ref || 1.25*m < g.ref) {
 			// The handler changed speed since the last upper window: end the
 			// long windows of the steady state, and learn again.
-			g.calm = 0
+			g.calm, g.over = 0, false
 		}
 		scale := 1 << min(g.calm, g.calmMax)
 		if g.run > 0 {
@@ -586,21 +601,23 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 		g.phase++
 	default:
 		g.phase = 0
-		g.decide(now, svc)
+		g.decide()
 	}
 	g.start(now, svc)
 	return g.inForce()
 }
 
-// decide moves the limit by what the three windows measured, at now; svc is the
-// handler's mean duration.
-func (g *gradient) decide(now time.Time, svc time.Duration) {
+// decide moves the limit by what the three windows measured.
+func (g *gradient) decide() {
 	a, lo, b := g.w[0], g.w[1], g.w[2]
+	lower := g.below() // the lower window's limit
+	g.wide = false
 	upN, upS := (a.n+b.n)/2, (a.s+b.s)/2
 	r := upN / lo.n
-	if !(lo.n > 0 && lo.s > 0 && a.s > 0 && b.s > 0) || r < 1.02 || max(a.s, b.s) > 1.25*min(a.s, b.s) {
-		// The load, not the limit, set the concurrency; or the handler changed
-		// speed across the windows. Nothing learned.
+	if !(lo.n > 0 && lo.s > 0 && a.s > 0 && b.s > 0) || r < 1.02 || lo.n < 0.9*float64(lower) || max(a.s, b.s) > 1.25*min(a.s, b.s) {
+		// The load, not the limit, set the concurrency (in the lower window
+		// too: a lull in the arrivals is no measure of the limit); or the
+		// handler changed speed across the windows. Nothing learned.
 		g.run, g.streak, g.calm = 0, 0, 0
 		return
 	}
@@ -609,31 +626,54 @@ func (g *gradient) decide(now time.Time, svc time.Duration) {
 		g.decideFirst(e, a.demand || b.demand)
 		return
 	}
-	held := g.ceilHeld(now, svc)
 	switch {
-	case e >= g.cfg.Tolerance:
-		if g.run > 0 {
-			// The last move was up, and it bought nothing: not up to this limit
-			// again for a while. Back one step (a probe of one: to where the
-			// limit was, which stays calm).
-			g.ceil, g.ceilAt = g.limit, now
-			size := min(g.run, max(g.limit/8, 1))
-			g.limit -= size
-			g.run, g.streak = -size, 1
+	case e >= g.cfg.Tolerance && g.run > 0:
+		// The last move was up, and it bought nothing: the limit before it did
+		// (it grew because it did), so the knee is there, and a step above it is
+		// the headroom that keeps the handler full while a request is handed a
+		// freed slot. Keep the limit a step above the last one that bought (back
+		// from a larger grow), and hold it.
+		was := g.limit - g.run
+		g.run, g.streak = 0, 0
+		if g.grewOn >= g.cfg.Tolerance/2 {
+			// The grow was on weak evidence: the limit before it may be at the
+			// knee's step above already. Back to it, and ask again.
+			g.limit = was
 			return
 		}
-		g.move(-1)
-		g.calm = 0
-	case (a.demand || b.demand) && !(held && g.limit+1 >= g.ceil):
+		g.limit = min(was+max(was/8, 1), g.limit)
+		if g.over || g.limit != g.overLimit {
+			g.overRounds = 1
+		} else {
+			g.overRounds = min(2*g.overRounds, overMax) // found again where it was
+		}
+		g.over, g.overLimit, g.overLeft = true, g.limit, g.overRounds
+	case e >= g.cfg.Tolerance/2 && g.over && g.overLeft > 0:
+		// A step above the knee, as intended: hold. (Only a clear gain, under
+		// half the tolerance, says the knee rose: one noisy round does not end
+		// the hold.)
+		g.overLeft--
+		g.run, g.streak = 0, 0
+		g.calm++
+	case e >= g.cfg.Tolerance || (e >= g.cfg.Tolerance/2 && g.limit-lower > max(g.limit/8, 1)):
+		// The lower window kept the throughput, or (wider than a step) part
+		// of it: fall to where the knee is, read from the throughput the two
+		// measured (n^(1-e) grows as the throughput does; below the knee it
+		// grows as n), at least a step and at most to the lower window. After a
+		// fall all the way, the next lower window goes twice as far, unless
+		// this fall checked the knee below the headroom.
+		knee := lo.n * math.Pow(r, 1-e)
+		to := min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1))
+		to = max(to, g.cfg.Min)
+		g.run, g.streak = to-g.limit, 1
+		g.calm, g.wide, g.over = 0, to == lower && g.run < 0 && !g.over, false
+		g.limit = to
+	case a.demand || b.demand:
 		// One up from the steady state is a probe, which stays calm until a
 		// second grow confirms it.
 		probe := g.run <= 0 && g.calm > 0
-		was := g.limit
 		g.move(1)
-		if held && g.limit >= g.ceil {
-			g.limit = max(g.ceil-1, was) // not into the limit found too high
-			g.run = g.limit - was
-		}
+		g.over, g.grewOn = false, e
 		if !probe {
 			g.calm = 0
 		}
@@ -641,12 +681,6 @@ func (g *gradient) decide(now time.Time, svc time.Duration) {
 		g.run, g.streak = 0, 0
 		g.calm++
 	}
-}
-
-// ceilHeld reports whether a limit found too high (g.ceil) is still not to be grown
-// into, at now; svc is the handler's mean duration.
-func (g *gradient) ceilHeld(now time.Time, svc time.Duration) bool {
-	return g.ceil > 0 && now.Sub(g.ceilAt) < g.ceilHold*max(svc, time.Millisecond)
 }
 
 // decideFirst is the rule before the steady state (benchknob.FirstAdaptiveLimit).
@@ -662,11 +696,12 @@ func (g *gradient) decideFirst(e float64, demand bool) {
 }
 
 // move changes the limit one way (dir ±1): by an eighth of it (at least 1); from the
-// second fall in a row (the third, under the first rule) or the third grow on, by
-// twice the last; at most a quarter of the limit down and half of it up.
+// third move in a row the same way on, by twice the last; at most a quarter of the
+// limit down and half of it up. (The rule falls to its lower window; only the first
+// rule falls by move.)
 func (g *gradient) move(dir int) {
 	size, streak := g.step(dir)
-	g.streak = streak
+	g.streak, g.wide = streak, false
 	g.limit = min(max(g.limit+dir*size, g.cfg.Min), g.cfg.Max)
 	g.run = dir * size
 }
@@ -677,7 +712,7 @@ func (g *gradient) step(dir int) (size, streak int) {
 	if g.run*dir > 0 {
 		streak = g.streak + 1
 	}
-	if streak > 2 || (streak > 1 && dir < 0 && !g.first) {
+	if streak > 2 {
 		size = max(size, 2*g.run*dir)
 	}
 	if dir < 0 {

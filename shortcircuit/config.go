@@ -227,14 +227,16 @@ func WithMaxConcurrency(n int) Option {
 // 1 when every request took longer in proportion (throughput stayed; the extra
 // requests only waited inside the handler for a resource the limit is above).
 // Below Tolerance, the limit grows if it held a request back in an upper window
-// (the toolkit's own queue, or its refusals, tell demand beyond the limit); from
-// Tolerance on, it falls. A move is an eighth of the limit (at least one); from the
-// second fall in a row, or the third grow, on it doubles, at most a quarter of the
-// limit down and half of it up, so a limit far off closes in within a few rounds.
-// When the upper
-// windows' durations differ by more than 25% (the handler changed speed meanwhile),
-// or the load, not the limit, set the concurrency (n no higher in the upper
-// windows), the limit holds. Only the durations inside the handler count, never
+// (the toolkit's own queue, or its refusals, tell demand beyond the limit), by an
+// eighth (at least one), doubling from the third grow in a row, at most half the
+// limit. From Tolerance on, it falls to where the two windows' throughput places
+// the knee, never past the lower window; after a fall all the way to it, the next
+// lower window goes twice as far below (at most a quarter of the limit), so a
+// limit far off closes in within a few rounds without falling past a limit it has
+// not measured. When the upper windows' durations differ by more than 25% (the
+// handler changed speed meanwhile), or the load, not the limit, set the
+// concurrency (n no higher in the upper windows, or the lower window short of its
+// limit), the limit holds. Only the durations inside the handler count, never
 // the wait in the toolkit's queue, which the limit itself causes.
 //
 // A handler that turns slower for every request, however many run (a slower
@@ -245,22 +247,27 @@ func WithMaxConcurrency(n int) Option {
 // slowdown as queueing and cuts the limit until its next measure of the unloaded
 // latency.
 //
-// Settled, the rule asks less often. A grow that the next round finds bought
-// nothing is taken back, and the limit does not grow into it again for 48 mean
-// handler durations (480 ms for a 10 ms handler); each round in a row that keeps
-// the limit doubles the upper windows, up to eight times, while the handler's mean
-// duration stays within 25% of the last upper window's (a change ends them at
-// once). The price of asking is the lower window: a limit at the handler's capacity
-// runs an eighth below it for about 5% of the time (11% before this steady state),
-// and one above it for about 11% (40%), in the fake-time model of the tests. In
-// BENCHMARKS.md the adaptive limit is up to two points of goodput behind a static
-// limit set right, four at a knee of 4, where the lower window is one of four; most
-// of the rest is its start from Initial.
+// Settled, the limit keeps a step of headroom above the knee. When a grow buys
+// nothing, the limit stays where it grew to, a step above the last limit that
+// bought throughput, instead of going back: its lower window then runs at the knee,
+// not below it, and a request is ready to start the moment another ends. (Handing
+// a freed slot to a queued request takes a goroutine's wake-up, about half a
+// millisecond on a busy machine; a limit exactly at the knee leaves the handler one
+// short for it after every end, 6% of a 10 ms handler's throughput.) The price is a
+// step of latency inside the handler: an eighth, a quarter at a knee of 4. The
+// headroom holds for a round, then is rechecked (the limit falls to the knee and
+// grows back if the knee still buys); each recheck that finds it again doubles the
+// hold, up to eight rounds, and a change of the handler's mean duration by 25% ends
+// it at once. Each round in a row that keeps the limit also doubles the upper
+// windows, up to eight times. In the fake-time model of the tests the limit runs
+// below the knee for about 2% of the time (11% under the rule before the steady
+// state) and answers as many requests as a static limit a step above the knee. In
+// BENCHMARKS.md, at a knee of 4, it is within 5% of the best static limit.
 //
 // Tolerance trades latency for throughput where requests slow with concurrency
-// without losing it (a saturation backend): at 0.5 the limit settles at the knee; at
-// 0.9 above it, with the goodput of a limit far above the knee and twice the answers'
-// p99 (BENCHMARKS.md, the saturation cell).
+// without losing it (a saturation backend): at 0.5 the limit settles a step above
+// the knee; at 0.9 further above it, with a point more of goodput and 1.7 times the
+// answers' p99 (BENCHMARKS.md, the saturation cell).
 type AdaptiveLimit struct {
 	// Min and Max bound the limit; Initial is where it starts.
 	Min, Max, Initial int

@@ -25,6 +25,10 @@ type sim struct {
 	slow    float64
 	ok      int            // finished within their budget
 	jitter  func() float64 // nil: none; else a factor on each request's duration
+	// gap is the handoff: the time from a request's admission to its start in
+	// the handler (a goroutine waking, the request read), when it holds a slot
+	// of the limit but not of the handler.
+	gap time.Duration
 }
 
 func newSim(a AdaptiveLimit, base time.Duration, knee int) *sim {
@@ -47,6 +51,9 @@ func (s *sim) serve(budget time.Duration) {
 	e := s.l.acquire(ctx, now, now.Add(budget), true)
 	if e.decision != Admitted {
 		return
+	}
+	if s.gap > 0 {
+		time.Sleep(s.gap)
 	}
 	start := time.Now()
 	s.mu.Lock()
@@ -208,7 +215,8 @@ func TestAdaptiveLimitDefaults(t *testing.T) {
 
 // steady drives a sim at twice the capacity of a knee at 8 for 2 s, then measures 4 s:
 // the share of the time the limit in force was below the knee (the cost of probing
-// below it), and above it (requests queued inside the handler), and the requests
+// below it), and above it by more than the step of headroom the rule keeps
+// (requests queued inside the handler for nothing), and the requests
 // answered in time.
 func steady(t *testing.T, s *sim) (below, above float64, ok int) {
 	s.drive(1600, 2*time.Second)
@@ -228,7 +236,7 @@ func steady(t *testing.T, s *sim) (below, above float64, ok int) {
 			switch {
 			case s.l.limit < s.knee:
 				lo++
-			case s.l.limit > s.knee:
+			case s.l.limit > s.knee+max(s.knee/8, 1):
 				hi++
 			}
 			s.l.mu.Unlock()
@@ -272,5 +280,44 @@ func TestAdaptiveLimitSettledProbesLess(t *testing.T) {
 	}
 	if now[2] < 0.99*float64(static) {
 		t.Errorf("%.0f answered in time; want within 1%% of the static limit's %d", now[2], static)
+	}
+}
+
+// A request takes a moment from its admission to its start in the handler (a
+// goroutine waking; on the loopback bench about half a millisecond). A limit at the
+// knee leaves the handler one short for that moment after every end, and the lower
+// window of the rule that settled at the knee ran a step below it. Settled a step
+// above the knee, the adaptive limit answers more than a static limit at the knee,
+// and as many as a static limit a step above it.
+func TestAdaptiveLimitKeepsAStepAboveTheKnee(t *testing.T) {
+	for _, knee := range []int{4, 8} {
+		step := max(knee/8, 1)
+		run := func(c *config) (ok int, seen []int) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &sim{l: newLimiter(c), base: 10 * time.Millisecond, knee: knee, slow: 1, gap: 500 * time.Microsecond}
+				rate := 2 * float64(knee) * 100
+				s.drive(rate, 6*time.Second)
+				s.mu.Lock()
+				s.ok = 0 // the measure follows the warm-up without a lull
+				s.mu.Unlock()
+				seen = s.drive(rate, 6*time.Second)
+				s.wg.Wait()
+				ok = s.ok
+			})
+			return ok, seen
+		}
+		a := DefaultAdaptiveLimit.withDefaults()
+		adaptive, seen := run(&config{adaptiveLimit: &a, maxQueue: -1})
+		atKnee, _ := run(&config{maxConcurrency: knee, maxQueue: -1})
+		above, _ := run(&config{maxConcurrency: knee + step, maxQueue: -1})
+		lo, hi := bounds(seen)
+		t.Logf("knee %d: answered %d; static limit %d: %d, %d: %d; the limit in [%d, %d]", knee, adaptive, knee, atKnee, knee+step, above, lo, hi)
+		if adaptive <= atKnee || float64(adaptive) < 0.99*float64(above) {
+			t.Errorf("knee %d: %d answered in time; want more than the static limit %d's %d, and within 1%% of the static limit %d's %d",
+				knee, adaptive, knee, atKnee, knee+step, above)
+		}
+		if lo < knee || hi > knee+2*step {
+			t.Errorf("knee %d: the limit in [%d, %d]; want it in [%d, %d]", knee, lo, hi, knee, knee+2*step)
+		}
 	}
 }

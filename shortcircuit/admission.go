@@ -527,7 +527,7 @@ func (g *gradient) inForce() int {
 func (g *gradient) below() int {
 	gap := max(g.limit/8, 1)
 	if g.wide {
-		gap = max(gap, min(-2*g.run, max(g.limit/4, 1)))
+		gap = max(gap, min(-2*g.run, max(g.limit/2, 1)))
 	}
 	return max(g.limit-gap, 1)
 }
@@ -618,10 +618,16 @@ func (g *gradient) decide() {
 		// The load, not the limit, set the concurrency (in the lower window
 		// too: a lull in the arrivals is no measure of the limit); or the
 		// handler changed speed across the windows. Nothing learned.
+		if debugGradient != nil {
+			debugGradient(g, g.limit, -1, 0, a.n, lo.n, b.n, a.s, lo.s, b.s, g.over, g.calm)
+		}
 		g.run, g.streak, g.calm = 0, 0, 0
 		return
 	}
 	e := math.Log(upS/lo.s) / math.Log(r)
+	if debugGradient != nil {
+		defer func(l int) { debugGradient(g, l, g.limit, e, a.n, lo.n, b.n, a.s, lo.s, b.s, g.over, g.calm) }(g.limit)
+	}
 	if g.first {
 		g.decideFirst(e, a.demand || b.demand)
 		return
@@ -668,6 +674,11 @@ func (g *gradient) decide() {
 		g.run, g.streak = to-g.limit, 1
 		g.calm, g.wide, g.over = 0, to == lower && g.run < 0 && !g.over, false
 		g.limit = to
+	case max(a.s, b.s) > 1.1*min(a.s, b.s):
+		// Below the tolerance, but the handler changed speed across the round
+		// (by less than the 25% that voids it): a trend the mean of the upper
+		// windows cancels only roughly, and a grow on it would be a guess.
+		g.run, g.streak, g.calm = 0, 0, 0
 	case a.demand || b.demand:
 		// One up from the steady state is a probe, which stays calm until a
 		// second grow confirms it.
@@ -722,3 +733,5 @@ func (g *gradient) step(dir int) (size, streak int) {
 	}
 	return size, streak
 }
+
+var debugGradient func(g *gradient, from, to int, e, an, ln, bn, as, ls, bs float64, over bool, calm int)

@@ -466,6 +466,7 @@ type gradient struct {
 	limit  int  // the operating limit: the upper windows'
 	phase  int  // 0: the first upper window, 1: the lower one, 2: the second upper one
 	run    int  // the last move, signed
+	lo     int  // the lower window's limit (below, when it began)
 	wide   bool // the last move was a fall to the lower window: the next one is wider
 	streak int  // moves in a row the same way
 
@@ -486,7 +487,7 @@ type gradient struct {
 	// overLeft more rounds that find it buys nothing, then falls to see that the
 	// knee still buys. Found again at the same limit, the hold doubles
 	// (overRounds, up to overMax).
-	over                            bool
+	over, recheck                   bool
 	overLimit, overLeft, overRounds int
 	grewOn                          float64 // the elasticity of the last grow
 
@@ -508,6 +509,11 @@ func newGradient(a AdaptiveLimit) *gradient {
 	g := &gradient{cfg: a, limit: a.Initial, calmMax: calmMax}
 	if benchknob.FirstAdaptiveLimit.Load() {
 		g.first, g.calmMax = true, 0
+	} else {
+		// Initial is a guess: the first lower window goes a quarter below it,
+		// as after a fall, so that a limit far above the knee comes down in
+		// fewer rounds.
+		g.run, g.wide = -max(a.Initial/8, 1), true
 	}
 	return g
 }
@@ -515,7 +521,7 @@ func newGradient(a AdaptiveLimit) *gradient {
 // inForce is the limit the limiter applies now.
 func (g *gradient) inForce() int {
 	if g.phase == 1 {
-		return g.below()
+		return g.lo
 	}
 	return g.limit
 }
@@ -526,8 +532,11 @@ func (g *gradient) inForce() int {
 // to keep the throughput.
 func (g *gradient) below() int {
 	gap := max(g.limit/8, 1)
-	if g.wide {
+	switch {
+	case g.wide:
 		gap = max(gap, min(-2*g.run, max(g.limit/2, 1)))
+	case g.over && g.recheck:
+		gap = min(2*gap, max(g.limit/2, 1))
 	}
 	return max(g.limit-gap, 1)
 }
@@ -570,10 +579,13 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	if g.phase == 1 {
 		samples, spans = max(g.cfg.Samples/4, 1), 2
 	} else {
-		if m := float64(g.sum) / float64(g.n); (g.calm > 0 || g.over) && g.run <= 0 && g.ref > 0 && g.n >= samples && (m > 1.25*g.ref || 1.25*m < g.ref) {
+		if m := float64(g.sum) / float64(g.n); (g.calm > 0 || g.over) && g.run <= 0 && g.ref > 0 && g.n >= samples && (m > 1.2*g.ref || 1.2*m < g.ref) {
 			// The handler changed speed since the last upper window: end the
-			// long windows of the steady state, and learn again.
-			g.calm, g.over = 0, false
+			// long windows of the steady state, and learn again. Slower, a
+			// headroom is rechecked at once: the knee may have fallen. (Faster,
+			// a knee that rose shows in the next round as a gain.)
+			g.calm = 0
+			g.recheck = g.recheck || (g.over && m > g.ref)
 		}
 		scale := 1 << min(g.calm, g.calmMax)
 		if g.run > 0 {
@@ -599,6 +611,9 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 		}
 	case g.phase < 2:
 		g.phase++
+		if g.phase == 1 {
+			g.lo = g.below()
+		}
 	default:
 		g.phase = 0
 		g.decide()
@@ -610,7 +625,7 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 // decide moves the limit by what the three windows measured.
 func (g *gradient) decide() {
 	a, lo, b := g.w[0], g.w[1], g.w[2]
-	lower := g.below() // the lower window's limit
+	lower := g.lo // the lower window's limit
 	g.wide = false
 	upN, upS := (a.n+b.n)/2, (a.s+b.s)/2
 	r := upN / lo.n
@@ -618,18 +633,19 @@ func (g *gradient) decide() {
 		// The load, not the limit, set the concurrency (in the lower window
 		// too: a lull in the arrivals is no measure of the limit); or the
 		// handler changed speed across the windows. Nothing learned.
-		if debugGradient != nil {
-			debugGradient(g, g.limit, -1, 0, a.n, lo.n, b.n, a.s, lo.s, b.s, g.over, g.calm)
-		}
 		g.run, g.streak, g.calm = 0, 0, 0
 		return
 	}
 	e := math.Log(upS/lo.s) / math.Log(r)
-	if debugGradient != nil {
-		defer func(l int) { debugGradient(g, l, g.limit, e, a.n, lo.n, b.n, a.s, lo.s, b.s, g.over, g.calm) }(g.limit)
-	}
 	if g.first {
 		g.decideFirst(e, a.demand || b.demand)
+		return
+	}
+	trend := max(a.s, b.s) > 1.1*min(a.s, b.s)
+	if g.over && g.recheck && g.limit-lower > max(g.limit/8, 1) {
+		if !trend { // else check again in the next round
+			g.decideRecheck(e, r, lo.n, lower, a.demand || b.demand)
+		}
 		return
 	}
 	switch {
@@ -654,11 +670,12 @@ func (g *gradient) decide() {
 			g.overRounds = min(2*g.overRounds, overMax) // found again where it was
 		}
 		g.over, g.overLimit, g.overLeft = true, g.limit, g.overRounds
-	case e >= g.cfg.Tolerance/2 && g.over && g.overLeft > 0:
+	case e >= g.cfg.Tolerance/2 && g.over:
 		// A step above the knee, as intended: hold. (Only a clear gain, under
 		// half the tolerance, says the knee rose: one noisy round does not end
-		// the hold.)
+		// the hold.) When the hold is up, the next round rechecks the knee.
 		g.overLeft--
+		g.recheck = g.overLeft <= 0
 		g.run, g.streak = 0, 0
 		g.calm++
 	case e >= g.cfg.Tolerance || (e >= g.cfg.Tolerance/2 && g.limit-lower > max(g.limit/8, 1)):
@@ -667,14 +684,15 @@ func (g *gradient) decide() {
 		// measured (n^(1-e) grows as the throughput does; below the knee it
 		// grows as n), at least a step and at most to the lower window. After a
 		// fall all the way, the next lower window goes twice as far, unless
-		// this fall checked the knee below the headroom.
+		// the fall is from the headroom (a recheck, or the handler changed
+		// speed): the knee is likely a step below it.
 		knee := lo.n * math.Pow(r, 1-e)
 		to := min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1))
 		to = max(to, g.cfg.Min)
+		g.calm, g.wide = 0, to == lower && to < g.limit && g.limit != g.overLimit
 		g.run, g.streak = to-g.limit, 1
-		g.calm, g.wide, g.over = 0, to == lower && g.run < 0 && !g.over, false
-		g.limit = to
-	case max(a.s, b.s) > 1.1*min(a.s, b.s):
+		g.limit, g.over = to, false
+	case trend:
 		// Below the tolerance, but the handler changed speed across the round
 		// (by less than the 25% that voids it): a trend the mean of the upper
 		// windows cancels only roughly, and a grow on it would be a guess.
@@ -691,6 +709,38 @@ func (g *gradient) decide() {
 	default:
 		g.run, g.streak = 0, 0
 		g.calm++
+	}
+}
+
+// decideRecheck decides a round that rechecked the headroom: its lower window ran
+// two steps below the limit, a step below the knee, so the throughput the two
+// windows measured places the knee (e, r: the elasticity and the ratio of the
+// handlers in flight; n the lower window's, at its limit lower) without leaving
+// the headroom. demand: the limit held requests back.
+func (g *gradient) decideRecheck(e, r, n float64, lower int, demand bool) {
+	g.recheck = false
+	step := max(g.limit/8, 1)
+	knee := int(math.Round(n * math.Pow(r, 1-e)))
+	switch {
+	case e < g.cfg.Tolerance/2 && demand:
+		// The knee rose above the limit: learn again from here.
+		g.over = false
+		g.move(1)
+		g.grewOn = e
+		g.calm = 0
+	case knee >= g.limit-step:
+		// The knee is where it was: hold the headroom, twice as long.
+		g.overRounds = min(2*g.overRounds, overMax)
+		g.overLeft = g.overRounds
+		g.run, g.streak = 0, 0
+		g.calm++
+	default:
+		// The knee fell: fall to it; all the way down, the next lower window
+		// goes twice as far.
+		to := max(knee, lower, g.cfg.Min)
+		g.run, g.streak = to-g.limit, 1
+		g.wide = to == lower
+		g.limit, g.over, g.calm = to, false, 0
 	}
 }
 
@@ -733,5 +783,3 @@ func (g *gradient) step(dir int) (size, streak int) {
 	}
 	return size, streak
 }
-
-var debugGradient func(g *gradient, from, to int, e, an, ln, bn, as, ls, bs float64, over bool, calm int)

@@ -231,12 +231,13 @@ func WithMaxConcurrency(n int) Option {
 // eighth (at least one), doubling from the third grow in a row, at most half the
 // limit. From Tolerance on, it falls to where the two windows' throughput places
 // the knee, never past the lower window; after a fall all the way to it, the next
-// lower window goes twice as far below (at most a quarter of the limit), so a
-// limit far off closes in within a few rounds without falling past a limit it has
-// not measured. When the upper windows' durations differ by more than 25% (the
-// handler changed speed meanwhile), or the load, not the limit, set the
-// concurrency (n no higher in the upper windows, or the lower window short of its
-// limit), the limit holds. Only the durations inside the handler count, never
+// lower window goes twice as far below (at most half the limit; the first one,
+// below Initial, a quarter), so a limit far off closes in within a few rounds
+// without falling past a limit it has not measured. When the upper windows'
+// durations differ by more than 25% (the handler changed speed meanwhile; by more
+// than 10%, for a grow), or the load, not the limit, set the concurrency (n no
+// higher in the upper windows, or the lower window short of its limit), the limit
+// holds. Only the durations inside the handler count, never
 // the wait in the toolkit's queue, which the limit itself causes.
 //
 // A handler that turns slower for every request, however many run (a slower
@@ -254,15 +255,17 @@ func WithMaxConcurrency(n int) Option {
 // a freed slot to a queued request takes a goroutine's wake-up, about half a
 // millisecond on a busy machine; a limit exactly at the knee leaves the handler one
 // short for it after every end, 6% of a 10 ms handler's throughput.) The price is a
-// step of latency inside the handler: an eighth, a quarter at a knee of 4. The
-// headroom holds for a round, then is rechecked (the limit falls to the knee and
-// grows back if the knee still buys); each recheck that finds it again doubles the
-// hold, up to eight rounds, and a change of the handler's mean duration by 25% ends
-// it at once. Each round in a row that keeps the limit also doubles the upper
-// windows, up to eight times. In the fake-time model of the tests the limit runs
-// below the knee for about 2% of the time (11% under the rule before the steady
-// state) and answers as many requests as a static limit a step above the knee. In
-// BENCHMARKS.md, at a knee of 4, it is within 5% of the best static limit.
+// step of latency inside the handler: an eighth, a quarter at a knee of 4. After a
+// round's hold, and whenever the handler turns 20% slower, a round rechecks the knee
+// with its lower window two steps below the limit, a step below the knee: if the
+// throughput the two windows measured still places the knee where it was, the
+// headroom holds twice as long (up to eight rounds); if lower, the limit falls to
+// it. A knee that rose shows as a gain in any round, and the limit grows. Each round
+// in a row that keeps the limit also doubles the upper windows, up to eight times,
+// while the handler's mean duration stays within 20% of the last upper window's. In
+// the fake-time model of the tests the limit runs below the knee for under 1% of the
+// time (11% under the rule before the steady state) and answers as many requests as
+// a static limit a step above the knee.
 //
 // Tolerance trades latency for throughput where requests slow with concurrency
 // without losing it (a saturation backend): at 0.5 the limit settles a step above

@@ -578,6 +578,9 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 	samples, spans := max(g.cfg.Samples/2, 1), 4
 	if g.phase == 1 {
 		samples, spans = max(g.cfg.Samples/4, 1), 2
+		if g.wide {
+			spans = 1 // see below
+		}
 	} else {
 		if m := float64(g.sum) / float64(g.n); (g.calm > 0 || g.over) && g.run <= 0 && g.ref > 0 && g.n >= samples && (m > 1.2*g.ref || 1.2*m < g.ref) {
 			// The handler changed speed since the last upper window: end the
@@ -588,8 +591,15 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 			g.recheck = g.recheck || (g.over && m > g.ref)
 		}
 		scale := 1 << min(g.calm, g.calmMax)
-		if g.run > 0 {
+		switch {
+		case g.run > 0:
 			scale = 1 // a grow, probe or not, is judged quickly
+		case g.wide:
+			// Falling, or starting: a limit above the knee inflates the mean
+			// duration the windows are measured in (20 handlers behind 4
+			// slots take 5 times the work); one of them, and the completions
+			// Samples asks for, is enough to see the throughput stay.
+			scale, spans = 1, 1
 		}
 		samples, spans = samples*scale, spans*scale
 	}
@@ -626,16 +636,19 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 func (g *gradient) decide() {
 	a, lo, b := g.w[0], g.w[1], g.w[2]
 	lower := g.lo // the lower window's limit
-	g.wide = false
 	upN, upS := (a.n+b.n)/2, (a.s+b.s)/2
 	r := upN / lo.n
 	if !(lo.n > 0 && lo.s > 0 && a.s > 0 && b.s > 0) || r < 1.02 || lo.n < 0.9*float64(lower) || max(a.s, b.s) > 1.25*min(a.s, b.s) {
 		// The load, not the limit, set the concurrency (in the lower window
 		// too: a lull in the arrivals is no measure of the limit); or the
-		// handler changed speed across the windows. Nothing learned.
-		g.run, g.streak, g.calm = 0, 0, 0
+		// handler changed speed across the windows. Nothing learned (a wide
+		// lower window stays wide: it has measured nothing yet).
+		g.keep(g.wide)
+		g.calm = 0
 		return
 	}
+	wide := g.wide
+	g.wide = false
 	e := math.Log(upS/lo.s) / math.Log(r)
 	if g.first {
 		g.decideFirst(e, a.demand || b.demand)
@@ -696,7 +709,8 @@ func (g *gradient) decide() {
 		// Below the tolerance, but the handler changed speed across the round
 		// (by less than the 25% that voids it): a trend the mean of the upper
 		// windows cancels only roughly, and a grow on it would be a guess.
-		g.run, g.streak, g.calm = 0, 0, 0
+		g.keep(wide)
+		g.calm = 0
 	case a.demand || b.demand:
 		// One up from the steady state is a probe, which stays calm until a
 		// second grow confirms it.
@@ -707,8 +721,17 @@ func (g *gradient) decide() {
 			g.calm = 0
 		}
 	default:
-		g.run, g.streak = 0, 0
+		g.keep(wide)
 		g.calm++
+	}
+}
+
+// keep keeps the limit after a round that learned nothing about the knee below it;
+// a lower window that was to go wide still does.
+func (g *gradient) keep(wide bool) {
+	g.streak = 0
+	if g.wide = wide; !wide {
+		g.run = 0
 	}
 }
 

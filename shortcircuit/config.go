@@ -269,8 +269,9 @@ func WithMaxConcurrency(n int) Option {
 //
 // Tolerance trades latency for throughput where requests slow with concurrency
 // without losing it (a saturation backend): at 0.5 the limit settles a step above
-// the knee; at 0.9 further above it, with a point more of goodput and 1.7 times the
-// answers' p99 (BENCHMARKS.md, the saturation cell).
+// the knee; at 0.9 further above it. In BENCHMARKS.md's saturation cell 0.9 gains no
+// goodput over 0.5 now that 0.5 keeps a step of headroom, at 1.3 times the answers'
+// p99.
 type AdaptiveLimit struct {
 	// Min and Max bound the limit; Initial is where it starts.
 	Min, Max, Initial int

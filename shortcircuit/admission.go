@@ -484,9 +484,9 @@ type gradient struct {
 	first   bool    // the rule before the steady state (benchknob)
 	ref     float64 // the mean duration of the last upper window
 	// over: the limit is a step above the knee (overLimit); it holds for
-	// overLeft more rounds that find it buys nothing, then falls to see that the
-	// knee still buys. Found again at the same limit, the hold doubles
-	// (overRounds, up to overMax).
+	// overLeft more rounds that find it buys nothing, then a recheck (a round
+	// whose lower window runs a step below the knee) places the knee again.
+	// Found where it was, the hold doubles (overRounds, up to overMax).
 	over, recheck                   bool
 	overLimit, overLeft, overRounds int
 	grewOn                          float64 // the elasticity of the last grow
@@ -528,15 +528,15 @@ func (g *gradient) inForce() int {
 
 // below is the lower window's limit: an eighth below the limit (at least one);
 // after a fall all the way to the lower window, twice that fall below it (at most
-// a quarter of the limit), so that the next fall, doubled, goes to a limit measured
-// to keep the throughput.
+// half the limit), so that the next fall, doubled, goes to a limit measured to keep
+// the throughput; rechecking a headroom, two steps below (a step below the knee).
 func (g *gradient) below() int {
 	gap := max(g.limit/8, 1)
 	switch {
 	case g.wide:
 		gap = max(gap, min(-2*g.run, max(g.limit/2, 1)))
 	case g.over && g.recheck:
-		gap = min(2*gap, max(g.limit/2, 1))
+		gap = min(2*gap, g.limit-1)
 	}
 	return max(g.limit-gap, 1)
 }
@@ -696,13 +696,11 @@ func (g *gradient) decide() {
 		// of it: fall to where the knee is, read from the throughput the two
 		// measured (n^(1-e) grows as the throughput does; below the knee it
 		// grows as n), at least a step and at most to the lower window. After a
-		// fall all the way, the next lower window goes twice as far, unless
-		// the fall is from the headroom (a recheck, or the handler changed
-		// speed): the knee is likely a step below it.
+		// fall all the way, the next lower window goes twice as far.
 		knee := lo.n * math.Pow(r, 1-e)
 		to := min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1))
 		to = max(to, g.cfg.Min)
-		g.calm, g.wide = 0, to == lower && to < g.limit && g.limit != g.overLimit
+		g.calm, g.wide = 0, to == lower && to < g.limit
 		g.run, g.streak = to-g.limit, 1
 		g.limit, g.over = to, false
 	case trend:

@@ -321,3 +321,25 @@ func TestAdaptiveLimitKeepsAStepAboveTheKnee(t *testing.T) {
 		}
 	}
 }
+
+// At small limits the recheck's lower window still goes a step below the knee: a
+// knee that falls from 2 to 1 under a headroom of one (a limit of 3) is found
+// within 2 s.
+func TestAdaptiveLimitFollowsASmallKnee(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 2)
+		s.drive(400, 4*time.Second)
+		before := s.limit()
+		s.set(1, 1)
+		seen := s.drive(200, 4*time.Second)
+		s.wg.Wait()
+		rest, at := settled(seen, 1, 2)
+		t.Logf("knee 2 → 1: the limit was %d; in [1, 2] after %v", before, at)
+		if rest == nil || at > 2*time.Second {
+			t.Fatalf("limit not in [1, 2] within 2 s of the knee falling to 1 (after %v); samples %v", at, seen)
+		}
+		if lo, hi := bounds(rest); hi > 2 {
+			t.Errorf("once there, the limit ranged over [%d, %d]; want [1, 2]", lo, hi)
+		}
+	})
+}

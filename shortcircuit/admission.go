@@ -698,11 +698,7 @@ func (g *gradient) decide() {
 		// grows as n), at least a step and at most to the lower window. After a
 		// fall all the way, the next lower window goes twice as far.
 		knee := lo.n * math.Pow(r, 1-e)
-		to := min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1))
-		to = max(to, g.cfg.Min)
-		g.calm, g.wide = 0, to == lower && to < g.limit
-		g.run, g.streak = to-g.limit, 1
-		g.limit, g.over = to, false
+		g.fall(min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1)), lower)
 	case trend:
 		// Below the tolerance, but the handler changed speed across the round
 		// (by less than the 25% that voids it): a trend the mean of the upper
@@ -758,11 +754,17 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand bool) {
 	default:
 		// The knee fell: fall to it; all the way down, the next lower window
 		// goes twice as far.
-		to := max(knee, lower, g.cfg.Min)
-		g.run, g.streak = to-g.limit, 1
-		g.wide = to == lower
-		g.limit, g.over, g.calm = to, false, 0
+		g.fall(max(knee, lower), lower)
 	}
+}
+
+// fall moves the limit down to to (at least Min), from a round whose lower window
+// ran at lower: a fall all the way to it makes the next lower window wide.
+func (g *gradient) fall(to, lower int) {
+	to = max(to, g.cfg.Min)
+	g.calm, g.wide = 0, to == lower && to < g.limit
+	g.run, g.streak = to-g.limit, 1
+	g.limit, g.over = to, false
 }
 
 // decideFirst is the rule before the steady state (benchknob.FirstAdaptiveLimit).

@@ -35,7 +35,10 @@ func (g *learnedGuard) call(left time.Duration) codes.Code {
 	ctx, cancel := context.WithTimeout(context.Background(), left)
 	defer cancel()
 	_, err := g.in(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/shop.Stock/Get"}, func(ctx context.Context, _ any) (any, error) {
-		time.Sleep(g.work)
+		select { // the work, in the bubble's fake time; it stops with its context
+		case <-time.After(g.work):
+		case <-ctx.Done():
+		}
 		return nil, nil
 	})
 	return status.Code(err)
@@ -114,7 +117,7 @@ func TestDefaultFloorFollowsTheHandler(t *testing.T) {
 		}
 		// Ten seconds on, the slow durations have left the window.
 		g.work = 2 * ms
-		time.Sleep(11 * time.Second)
+		<-time.After(11 * time.Second) // the bubble's clock jumps
 		for range 30 {
 			g.call(time.Hour)
 		}
@@ -162,7 +165,10 @@ func TestStreamGuardLearnsNothingByDefault(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), left)
 			defer cancel()
 			in(nil, fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: "/shop.Stock/Watch"}, func(any, grpc.ServerStream) error {
-				time.Sleep(life)
+				select { // the stream's life, in the bubble's fake time
+				case <-time.After(life):
+				case <-ctx.Done():
+				}
 				return nil
 			})
 		}

@@ -367,6 +367,10 @@ func (l *limiter) release(slot int, took time.Duration) {
 func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 	l.mu.Lock()
 	l.inflight--
+	var began time.Time
+	if slot >= 0 && slot < len(l.starts) {
+		began = l.starts[slot]
+	}
 	l.give(slot)
 	if l.adapt != nil {
 		if now.IsZero() {
@@ -383,7 +387,7 @@ func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 			l.dev += (max(d, -d) - l.dev) / devWeight
 		}
 		if l.adapt != nil {
-			if n := l.adapt.update(now, took, l.service); n != l.limit {
+			if n := l.adapt.update(now, began, took, l.service); n != l.limit {
 				l.limit = n
 				record.Limit(context.Background(), n)
 			}
@@ -446,9 +450,9 @@ func (q *waitQueue) Pop() any {
 // and every request the limit held back (held).
 //
 // It runs the limit in three windows: an upper one at the limit, a lower one a step
-// below it, an upper one again. Each starts one service time after its limit takes
-// force (the requests started under the previous one have left by then) and
-// measures the time-averaged handlers in flight, n, and their mean duration, s. The
+// below it, an upper one again. Each starts when the handlers in flight reach its
+// limit (see start) and measures, over the requests admitted under it, the
+// time-averaged handlers in flight, n, and their mean duration, s. The
 // lower window is compared with the mean of the two upper ones around it, so a
 // handler that slows down or speeds up steadily across the three cancels out. The
 // elasticity e = ln(s_upper/s_lower) / ln(n_upper/n_lower) says what the extra
@@ -467,11 +471,18 @@ type gradient struct {
 	phase  int  // 0: the first upper window, 1: the lower one, 2: the second upper one
 	run    int  // the last move, signed
 	lo     int  // the lower window's limit (below, when it began)
-	wide   bool // the last move was a fall to the lower window: the next one is wider
+	wide   bool // the last move was a fall (nearly) to the lower window: the next one is wider
 	streak int  // moves in a row the same way
 
-	// The window: its measure begins at from; area is in-flight × time since then.
-	from   time.Time
+	// The window: its limit took force at since, its measure begins at from;
+	// area is in-flight × time since then.
+	since time.Time
+	from  time.Time
+	// toward: the handlers in flight have yet to reach the window's limit,
+	// from below (1) or above (-1); the measure begins when they do, at the
+	// latest one mean duration after since. rising: from below.
+	toward int
+	rising bool
 	area   float64
 	last   time.Time // the last change of the handlers in flight, cur
 	cur    int
@@ -510,10 +521,10 @@ func newGradient(a AdaptiveLimit) *gradient {
 	if benchknob.FirstAdaptiveLimit.Load() {
 		g.first, g.calmMax = true, 0
 	} else {
-		// Initial is a guess: the first lower window goes a quarter below it,
-		// as after a fall, so that a limit far above the knee comes down in
+		// Initial is a guess: the first lower window goes half below it, as
+		// after a fall, so that a limit far above the knee comes down in
 		// fewer rounds.
-		g.run, g.wide = -max(a.Initial/8, 1), true
+		g.run, g.wide = -max(a.Initial/4, 1), true
 	}
 	return g
 }
@@ -527,14 +538,15 @@ func (g *gradient) inForce() int {
 }
 
 // below is the lower window's limit: an eighth below the limit (at least one);
-// after a fall all the way to the lower window, twice that fall below it (at most
-// half the limit), so that the next fall, doubled, goes to a limit measured to keep
-// the throughput; rechecking a headroom, two steps below (a step below the knee).
+// after a fall (nearly) all the way to the lower window, twice that fall below it
+// (at least a quarter, at most half the limit), so that the next fall goes to a
+// limit measured to keep the throughput; rechecking a headroom, two steps below (a
+// step below the knee).
 func (g *gradient) below() int {
 	gap := max(g.limit/8, 1)
 	switch {
 	case g.wide:
-		gap = max(gap, min(-2*g.run, max(g.limit/2, 1)))
+		gap = max(gap, g.limit/4, min(-2*g.run, max(g.limit/2, 1)))
 	case g.over && g.recheck:
 		gap = min(2*gap, g.limit-1)
 	}
@@ -543,6 +555,15 @@ func (g *gradient) below() int {
 
 // inFlight records that n handlers run from now on.
 func (g *gradient) inFlight(now time.Time, n int) {
+	if g.toward != 0 && now.Before(g.from) && (n-g.inForce())*g.toward >= 0 {
+		// The handlers in flight reached the window's limit: its measure
+		// begins; rising, with the requests admitted from now on, which wait
+		// behind as many as it lets into the handler.
+		g.from, g.toward = now, 0
+		if g.rising {
+			g.since = now
+		}
+	}
 	if !g.from.IsZero() && now.After(g.from) {
 		from := g.from
 		if g.last.After(from) {
@@ -556,22 +577,40 @@ func (g *gradient) inFlight(now time.Time, n int) {
 // held records a request that found the limit taken: it queued or was refused.
 func (g *gradient) held() { g.demand = true }
 
-// start begins a window whose limit took force at now; svc is the handler's mean
-// duration, the time the requests started under the previous limit take to leave.
+// start begins a window whose limit took force at now. Its measure begins when the
+// handlers in flight reach the limit (at once for a fall, whose admissions wait for
+// that; for a rise, when the load has filled it), or at the latest after svc, the
+// handler's mean duration; it counts only the requests admitted since the limit
+// took force (for a rise, since it was reached).
 func (g *gradient) start(now time.Time, svc time.Duration) {
-	g.from = now.Add(max(svc, time.Millisecond))
+	g.since, g.from = now, now.Add(max(svc, time.Millisecond))
 	g.area, g.sum, g.n, g.demand = 0, 0, 0, false
+	switch l := g.inForce(); {
+	case g.cur == l:
+		g.from, g.toward = now, 0
+	case g.cur < l:
+		g.toward, g.rising = 1, true
+	default:
+		g.toward, g.rising = -1, false
+	}
 }
 
-// update takes one handler's duration, ending at now, and the handler's mean
-// duration svc; it returns the limit in force.
-func (g *gradient) update(now time.Time, took, svc time.Duration) int {
+// update takes one handler's duration, admitted at began (zero: not known) and
+// ending at now, and the handler's mean duration svc; it returns the limit in
+// force.
+func (g *gradient) update(now, began time.Time, took, svc time.Duration) int {
 	if g.from.IsZero() {
-		g.start(now, svc)
+		// The first window begins when the limit first holds a request back:
+		// before, the load set the concurrency (and, rising, the durations).
+		if g.demand {
+			g.start(now, svc)
+		}
 		return g.inForce()
 	}
-	if now.Before(g.from) {
-		return g.inForce() // started under the previous window's limit
+	if now.Before(g.from) || (!began.IsZero() && began.Before(g.since)) {
+		// Admitted under the previous window's limit: it waited behind the
+		// handlers that limit let in, and measures that one.
+		return g.inForce()
 	}
 	g.sum += took
 	g.n++
@@ -594,12 +633,13 @@ func (g *gradient) update(now time.Time, took, svc time.Duration) int {
 		switch {
 		case g.run > 0:
 			scale = 1 // a grow, probe or not, is judged quickly
-		case g.wide:
+		case g.wide || g.run < 0:
 			// Falling, or starting: a limit above the knee inflates the mean
 			// duration the windows are measured in (20 handlers behind 4
-			// slots take 5 times the work); one of them, and the completions
-			// Samples asks for, is enough to see the throughput stay.
-			scale, spans = 1, 1
+			// slots take 5 times the work); one of them, and as many
+			// completions as the lower window's, is enough to see the
+			// throughput stay.
+			scale, spans, samples = 1, 1, max(g.cfg.Samples/4, 1)
 		}
 		samples, spans = samples*scale, spans*scale
 	}
@@ -759,10 +799,11 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand bool) {
 }
 
 // fall moves the limit down to to (at least Min), from a round whose lower window
-// ran at lower: a fall all the way to it makes the next lower window wide.
+// ran at lower: a fall all the way to it, or within a quarter of the way, makes
+// the next lower window wide (the knee is likely lower still).
 func (g *gradient) fall(to, lower int) {
 	to = max(to, g.cfg.Min)
-	g.calm, g.wide = 0, to == lower && to < g.limit
+	g.calm, g.wide = 0, to < g.limit && 4*(to-lower) <= g.limit-lower
 	g.run, g.streak = to-g.limit, 1
 	g.limit, g.over = to, false
 }

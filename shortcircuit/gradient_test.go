@@ -29,6 +29,10 @@ type sim struct {
 	// the handler (a goroutine waking, the request read), when it holds a slot
 	// of the limit but not of the handler.
 	gap time.Duration
+	// slots, when set, makes the handler a pool of slots (a connection pool, a
+	// dependency's workers): a request waits inside the handler, in order, for
+	// one of them, then works base × slow; knee is not used.
+	slots chan struct{}
 }
 
 func newSim(a AdaptiveLimit, base time.Duration, knee int) *sim {
@@ -56,6 +60,22 @@ func (s *sim) serve(budget time.Duration) {
 		time.Sleep(s.gap)
 	}
 	start := time.Now()
+	if s.slots != nil {
+		s.slots <- struct{}{}
+		s.mu.Lock()
+		d := time.Duration(float64(s.base) * s.slow)
+		s.mu.Unlock()
+		time.Sleep(d)
+		<-s.slots
+		end := time.Now()
+		s.mu.Lock()
+		if !end.After(now.Add(budget)) {
+			s.ok++
+		}
+		s.mu.Unlock()
+		s.l.releaseAt(e.slot, end, end.Sub(start))
+		return
+	}
 	s.mu.Lock()
 	s.running++
 	d := time.Duration(float64(s.base) * s.slow * max(1, float64(s.running)/float64(s.knee)))
@@ -342,4 +362,34 @@ func TestAdaptiveLimitFollowsASmallKnee(t *testing.T) {
 			t.Errorf("once there, the limit ranged over [%d, %d]; want [1, 2]", lo, hi)
 		}
 	})
+}
+
+// A limit far above a pool of slots the handler waits for inside (a dependency's
+// workers) comes down in a few rounds. The requests admitted under the previous
+// window's limit wait behind the queue it let into the handler; a window that
+// measured them read the throughput of a limit it was not running and fell a step
+// at a time: from 20 over 8 slots it took 1.4 s on the loopback bench, and from 20
+// over 4 slots of 30 ms (150 ms windows) 3 to 4 s in a trial.
+func TestAdaptiveLimitComesDownToAPoolOfSlots(t *testing.T) {
+	for _, c := range []struct {
+		slots        int
+		work, within time.Duration
+	}{{8, 10 * time.Millisecond, 500 * time.Millisecond}, {4, 30 * time.Millisecond, 1500 * time.Millisecond}} {
+		synctest.Test(t, func(t *testing.T) {
+			s := newSim(DefaultAdaptiveLimit, c.work, 0)
+			s.slots = make(chan struct{}, c.slots)
+			rate := 2 * float64(c.slots) * float64(time.Second) / float64(c.work)
+			seen := s.drive(rate, 4*time.Second)
+			s.wg.Wait()
+			lo, hi := c.slots, c.slots+2*max(c.slots/8, 1)
+			rest, at := settled(seen, lo, hi)
+			t.Logf("%d slots × %v: from %d, in [%d, %d] after %v", c.slots, c.work, DefaultAdaptiveLimit.Initial, lo, hi, at)
+			if rest == nil || at > c.within {
+				t.Fatalf("%d slots × %v: the limit not in [%d, %d] within %v (after %v); samples %v", c.slots, c.work, lo, hi, c.within, at, seen)
+			}
+			if l, h := bounds(rest); l < lo-1 || h > hi {
+				t.Errorf("%d slots × %v: once there, the limit ranged over [%d, %d]; want [%d, %d]", c.slots, c.work, l, h, lo-1, hi)
+			}
+		})
+	}
 }

@@ -480,9 +480,8 @@ type gradient struct {
 	from  time.Time
 	// toward: the handlers in flight have yet to reach the window's limit,
 	// from below (1) or above (-1); the measure begins when they do, at the
-	// latest one mean duration after since. rising: from below.
+	// latest one mean duration after since.
 	toward int
-	rising bool
 	area   float64
 	last   time.Time // the last change of the handlers in flight, cur
 	cur    int
@@ -559,10 +558,10 @@ func (g *gradient) inFlight(now time.Time, n int) {
 		// The handlers in flight reached the window's limit: its measure
 		// begins; rising, with the requests admitted from now on, which wait
 		// behind as many as it lets into the handler.
-		g.from, g.toward = now, 0
-		if g.rising {
+		if g.toward > 0 {
 			g.since = now
 		}
+		g.from, g.toward = now, 0
 	}
 	if !g.from.IsZero() && now.After(g.from) {
 		from := g.from
@@ -589,9 +588,9 @@ func (g *gradient) start(now time.Time, svc time.Duration) {
 	case g.cur == l:
 		g.from, g.toward = now, 0
 	case g.cur < l:
-		g.toward, g.rising = 1, true
+		g.toward = 1
 	default:
-		g.toward, g.rising = -1, false
+		g.toward = -1
 	}
 }
 

@@ -496,7 +496,7 @@ func TestRefusesOnArrivalWhatTheRunningHandlersLeaveNoTimeFor(t *testing.T) {
 		for i := range 8 {
 			s.send(&wg, i, time.Second)
 		}
-		time.Sleep(ms)
+		<-time.After(ms) // fake time: the 8 handlers started 1 ms ago
 		synctest.Wait()
 		s.send(&wg, 10, 15*ms)
 		synctest.Wait()

@@ -188,7 +188,10 @@ func TestDefaultFloorIsLearnedPerHTTPRoute(t *testing.T) {
 		rec := &recorder{}
 		work := map[string]time.Duration{"/fast": 2 * ms, "/slow": 50 * ms}
 		h := shortcircuit.NewMiddleware(shortcircuit.WithObserver(rec.Observe))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(work[r.URL.Path])
+			select { // the work, or the caller gone
+			case <-time.After(work[r.URL.Path]):
+			case <-r.Context().Done():
+			}
 		}))
 		serve := func(path string, left time.Duration) int {
 			ctx, cancel := context.WithTimeout(context.Background(), left)

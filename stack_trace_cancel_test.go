@@ -232,9 +232,13 @@ func TestTraceCallerCancelIsNotAFailure(t *testing.T) {
 // error on the server's span: the caller cancelled, nothing failed.
 func TestTraceServerSpanOfALeftCallerIsNotAnError(t *testing.T) {
 	tp, rec := traced(t)
-	release := make(chan struct{})
+	release, holding := make(chan struct{}), make(chan struct{}, 1)
 	arrived := make(chan struct{}, 2)
 	h := deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // the first to hold the slot says so
+		case holding <- struct{}{}:
+		default:
+		}
 		<-release
 	}), deadlinekit.WithShortCircuit(shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(4, shortcircuit.FIFO)))
 	// arrived: the request has reached the guard, which queues it (the slot is
@@ -251,7 +255,11 @@ func TestTraceServerSpanOfALeftCallerIsNotAnError(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
+	// The second request is sent once the first holds the slot. (Sent when the
+	// first had only reached otelhttp, it could take the slot itself on a busy
+	// machine, and nothing was refused.)
 	<-arrived
+	<-holding
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-arrived; cancel() }()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)

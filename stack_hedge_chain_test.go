@@ -121,7 +121,10 @@ func stall(ctx context.Context) {
 // for one user request (the primary's, held until the user's hedge wins, and the
 // hedge's, which is fast). Without the rule A hedges B as well.
 func TestChainHedgesOnce(t *testing.T) {
-	delay := hedge.WithDelay(hedge.Delay{Initial: 5 * time.Millisecond, MinSamples: 1 << 30})
+	// Hedges after 50 ms: a fast answer is never that late, even on a loaded
+	// machine. (After 5 ms, a busy machine made the fast answer to the user's
+	// hedge late enough for A to hedge it, as it should a slow last copy.)
+	delay := hedge.WithDelay(hedge.Delay{Initial: 50 * time.Millisecond, MinSamples: 1 << 30})
 	slowB := func(slow int64) [3]func(context.Context, int64) {
 		return [3]func(context.Context, int64){
 			func(context.Context, int64) {},
@@ -139,13 +142,13 @@ func TestChainHedgesOnce(t *testing.T) {
 		rule bool
 	}{{"chain rule", nil, true}, {"without the rule", []hedge.Option{hedge.WithoutChainRule()}, false}} {
 		t.Run(v.name, func(t *testing.T) {
-			// B's first request stalls; A's second (the user's hedge) takes 20 ms
+			// B's first request stalls; A's second (the user's hedge) takes 100 ms
 			// before it calls B, so that A's own hedge of its slow call to B would
-			// be due (after 5 ms) before the user's hedge could win.
+			// be due (after 50 ms) before the user's hedge could win.
 			work := slowB(1)
 			work[0] = func(_ context.Context, n int64) {
 				if n == 2 {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond)
 				}
 			}
 			ch := startHedgeChain(t, work, append([]hedge.Option{delay}, v.opts...)...)
@@ -200,7 +203,7 @@ func TestChainHedgesOnce(t *testing.T) {
 		work := slowB(0)
 		work[1] = func(ctx context.Context, n int64) {
 			if n == 1 {
-				time.Sleep(50 * time.Millisecond) // slow, but it answers
+				time.Sleep(200 * time.Millisecond) // slow (a hedge would be due), but it answers
 			}
 		}
 		ch := startHedgeChain(t, work, delay)

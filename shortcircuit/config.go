@@ -222,8 +222,8 @@ func WithMaxConcurrency(n int) Option {
 // under the previous limit waited inside the handler behind the requests that limit
 // let in, and measures that limit. An upper window lasts at least Samples/2
 // completions and four mean durations, the lower one Samples/4 and two; while the
-// limit falls, each lasts Samples/4 completions and one mean duration.
-// Each measures the time-averaged handlers in flight, n, and their mean duration,
+// limit falls, each lasts Samples/4 completions and one mean duration. Each
+// measures the time-averaged handlers in flight, n, and their mean duration,
 // s; the lower window is compared with the mean of the two upper ones around it, so
 // a handler that turns slower or faster steadily across them cancels out. The
 // elasticity e = ln(s_upper/s_lower) / ln(n_upper/n_lower) is near 0 when the
@@ -234,12 +234,13 @@ func WithMaxConcurrency(n int) Option {
 // (the toolkit's own queue, or its refusals, tell demand beyond the limit), by an
 // eighth (at least one), doubling from the third grow in a row, at most half the
 // limit. From Tolerance on, it falls to where the two windows' throughput places
-// the knee, never past the lower window; after a fall all the way to it (or within
-// a quarter of the way), the next lower window goes twice as far below (at least a
-// quarter, at most half the limit; the first one, below Initial, half), so a limit
-// far off closes in within a few rounds without falling past a limit it has not
-// measured: from 20 over a pool of 8 slots, 0.3 s on BENCHMARKS.md's loopback bench
-// (1.4 s before windows counted only the requests admitted under their limit). When the upper windows'
+// the knee, never past the lower window; after a fall all the way to it (or to
+// within a quarter of the gap above it), the next lower window goes twice as far
+// below (at least a quarter, at most half the limit; the first one, below Initial,
+// half), so a limit far off closes in within a few rounds without falling past a
+// limit it has not measured: from 20 over a pool of 8 slots, 0.3 s on
+// BENCHMARKS.md's loopback bench (1.4 s before windows counted only the requests
+// admitted under their limit). When the upper windows'
 // durations differ by more than 25% (the handler changed speed meanwhile; by more
 // than 10%, for a grow), or the load, not the limit, set the concurrency (n no
 // higher in the upper windows, or the lower window short of its limit), the limit

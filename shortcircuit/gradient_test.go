@@ -10,10 +10,11 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/benchknob"
 )
 
-// sim is a handler behind a limiter with the adaptive limit, in fake time: its
-// service time is base × slow × max(1, n/knee), n the handlers running when it
-// starts, so beyond knee at once every request slows in proportion (throughput
-// stays knee/base) and slow slows every request whatever the concurrency.
+// sim is a handler behind a limiter with the adaptive limit, in fake time (it runs
+// only inside synctest bubbles, whose clock its waits advance): its service time is
+// base × slow × max(1, n/knee), n the handlers running when it starts, so beyond
+// knee at once every request slows in proportion (throughput stays knee/base) and
+// slow slows every request whatever the concurrency.
 type sim struct {
 	l    *limiter
 	base time.Duration
@@ -57,7 +58,7 @@ func (s *sim) serve(budget time.Duration) {
 		return
 	}
 	if s.gap > 0 {
-		time.Sleep(s.gap)
+		<-time.After(s.gap)
 	}
 	start := time.Now()
 	if s.slots != nil {
@@ -65,7 +66,7 @@ func (s *sim) serve(budget time.Duration) {
 		s.mu.Lock()
 		d := time.Duration(float64(s.base) * s.slow)
 		s.mu.Unlock()
-		time.Sleep(d)
+		<-time.After(d)
 		<-s.slots
 		end := time.Now()
 		s.mu.Lock()
@@ -83,7 +84,7 @@ func (s *sim) serve(budget time.Duration) {
 		d = time.Duration(float64(d) * s.jitter())
 	}
 	s.mu.Unlock()
-	time.Sleep(d)
+	<-time.After(d)
 	end := time.Now()
 	s.mu.Lock()
 	s.running--
@@ -118,7 +119,7 @@ func (s *sim) drive(rate float64, d time.Duration) []int {
 			seen = append(seen, s.limit())
 			next = next.Add(10 * time.Millisecond)
 		}
-		time.Sleep(every)
+		<-time.After(every)
 	}
 	return seen
 }

@@ -367,8 +367,8 @@ func (l *limiter) release(slot int, took time.Duration) {
 func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 	l.mu.Lock()
 	l.inflight--
-	var began time.Time
-	if slot >= 0 && slot < len(l.starts) {
+	var began time.Time // when the request was admitted, for the adaptive limit
+	if l.adapt != nil && slot >= 0 && slot < len(l.starts) {
 		began = l.starts[slot]
 	}
 	l.give(slot)

@@ -222,7 +222,8 @@ func WithMaxConcurrency(n int) Option {
 // under the previous limit waited inside the handler behind the requests that limit
 // let in, and measures that limit. An upper window lasts at least Samples/2
 // completions and four mean durations, the lower one Samples/4 and two; while the
-// limit falls, each lasts Samples/4 completions and one mean duration. Each
+// limit falls, an upper window lasts Samples/4 completions and one mean duration,
+// and so does the lower one after a fall (nearly) all the way to it. Each
 // measures the time-averaged handlers in flight, n, and their mean duration,
 // s; the lower window is compared with the mean of the two upper ones around it, so
 // a handler that turns slower or faster steadily across them cancels out. The

@@ -32,7 +32,8 @@ type sim struct {
 	gap time.Duration
 	// slots, when set, makes the handler a pool of slots (a connection pool, a
 	// dependency's workers): a request waits inside the handler, in order, for
-	// one of them, then works base × slow; knee is not used.
+	// one of them, then works base × slow; knee is not used (running counts
+	// the requests holding a slot).
 	slots chan struct{}
 }
 
@@ -63,28 +64,22 @@ func (s *sim) serve(budget time.Duration) {
 	start := time.Now()
 	if s.slots != nil {
 		s.slots <- struct{}{}
-		s.mu.Lock()
-		d := time.Duration(float64(s.base) * s.slow)
-		s.mu.Unlock()
-		<-time.After(d)
-		<-s.slots
-		end := time.Now()
-		s.mu.Lock()
-		if !end.After(now.Add(budget)) {
-			s.ok++
-		}
-		s.mu.Unlock()
-		s.l.releaseAt(e.slot, end, end.Sub(start))
-		return
 	}
 	s.mu.Lock()
 	s.running++
-	d := time.Duration(float64(s.base) * s.slow * max(1, float64(s.running)/float64(s.knee)))
+	x := float64(s.base) * s.slow
+	if s.slots == nil {
+		x *= max(1, float64(s.running)/float64(s.knee))
+	}
+	d := time.Duration(x)
 	if s.jitter != nil {
 		d = time.Duration(float64(d) * s.jitter())
 	}
 	s.mu.Unlock()
 	<-time.After(d)
+	if s.slots != nil {
+		<-s.slots
+	}
 	end := time.Now()
 	s.mu.Lock()
 	s.running--

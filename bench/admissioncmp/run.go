@@ -164,6 +164,9 @@ type record struct {
 	err    error
 	short  bool          // a short budget (Config.ShortShare)
 	at     time.Duration // sent at, from the measured part's start
+	// measured: sent in the measured part. The others (the warm-up's) count
+	// only towards the goodput, answered in time inside the measured part.
+	measured bool
 }
 
 // runOne runs v once in cfg's cell and adds what it measured to r.
@@ -233,8 +236,8 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 		wg.Go(func() {
 			defer inflight.Add(-1)
 			rec := send(client, url, budget, measured)
-			rec.short, rec.at = short, sentAt
-			if measured {
+			rec.short, rec.at, rec.measured = short, sentAt, measured
+			if measured || rec.fate == fateOK && sentAt+rec.took >= 0 {
 				mu.Lock()
 				recs = append(recs, rec)
 				mu.Unlock()
@@ -246,8 +249,11 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 	srv.close()
 
 	r.Measured += cfg.Duration
-	r.Sent += len(recs)
 	for _, rec := range recs {
+		if !rec.measured {
+			continue
+		}
+		r.Sent++
 		switch rec.fate {
 		case fateOK:
 			r.OK++
@@ -265,7 +271,11 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 			}
 		}
 	}
-	r.Rounds = append(r.Rounds, figure(cfg, recs, time.Duration(srv.busy.Load()), time.Duration(srv.wasted.Load()), srv.conc))
+	f := figure(cfg, recs, time.Duration(srv.busy.Load()), time.Duration(srv.wasted.Load()), srv.conc)
+	if srv.ps != nil {
+		f.Late50, f.Late90 = srv.ps.lateness()
+	}
+	r.Rounds = append(r.Rounds, f)
 	r.Busy += time.Duration(srv.busy.Load())
 	r.Wasted += time.Duration(srv.wasted.Load())
 	r.Worked += int(srv.worked.Load())

@@ -51,6 +51,7 @@ type server struct {
 	work  time.Duration
 	shape Shape
 	slots chan struct{} // nil: the saturation backend (Shape.Knee), no slots
+	ps    *sharer       // the saturation backend's shared capacity (Shape.Shared)
 	// stop is closed at the cell's end, after the client has given up on every
 	// request: it releases the handlers still waiting for a slot (in mode
 	// Ignores nothing else would, for seconds), without working.
@@ -99,8 +100,17 @@ func (s *server) sample() {
 
 // duration is the work of a request starting now with n handlers working (itself
 // included): the shape's slowdown, and beyond the knee every request slower in
-// proportion.
+// proportion (the knee's share is the sharer's, with Shape.Shared).
 func (s *server) duration(now time.Time, n int64) time.Duration {
+	d := s.base(now)
+	if k := s.knee(now); k > 0 && s.ps == nil && n > int64(k) {
+		d = time.Duration(float64(d) * float64(n) / float64(k))
+	}
+	return d
+}
+
+// base is the work of a request starting now: the shape's slowdown, no knee.
+func (s *server) base(now time.Time) time.Duration {
 	d := s.work
 	from := s.from.Load()
 	if from == 0 {
@@ -110,15 +120,16 @@ func (s *server) duration(now time.Time, n int64) time.Duration {
 	if sl := s.shape.Slow; sl.Factor > 0 && at >= sl.From && (sl.For == 0 || at < sl.From+sl.For) {
 		d = time.Duration(float64(d) * sl.Factor)
 	}
-	if k := s.shape.Knee; k > 0 {
-		if s.shape.KneeAfter > 0 && at >= s.shape.KneeAt {
-			k = s.shape.KneeAfter
-		}
-		if n > int64(k) {
-			d = time.Duration(float64(d) * float64(n) / float64(k))
-		}
-	}
 	return d
+}
+
+// knee is the saturation backend's knee at now (zero: the slots).
+func (s *server) knee(now time.Time) int {
+	k := s.shape.Knee
+	if from := s.from.Load(); k > 0 && s.shape.KneeAfter > 0 && from != 0 && time.Duration(now.UnixNano()-from) >= s.shape.KneeAt {
+		k = s.shape.KneeAfter
+	}
+	return k
 }
 
 // newServer starts a server on 127.0.0.1 with the toolkit's propagate middleware
@@ -128,8 +139,11 @@ func (s *server) duration(now time.Time, n int64) time.Duration {
 // ports, and the server sees the caller leave at once.
 func newServer(mode Mode, workers int, work time.Duration, shape Shape, guard func(http.Handler) http.Handler) (*server, error) {
 	s := &server{mode: mode, work: work, shape: shape, stop: make(chan struct{})}
-	if shape.Knee == 0 {
+	switch {
+	case shape.Knee == 0:
 		s.slots = make(chan struct{}, workers)
+	case shape.Shared:
+		s.ps = newSharer(s.knee)
 	}
 	var h http.Handler = http.HandlerFunc(s.serve)
 	if guard != nil {
@@ -197,7 +211,15 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	work := s.duration(start, s.working.Add(1))
 	finished := true
-	if s.mode == Stops {
+	if s.ps != nil {
+		j := s.ps.add(work)
+		select {
+		case <-j.done:
+		case <-done: // nil in mode Ignores
+			s.ps.remove(j)
+			finished = false
+		}
+	} else if s.mode == Stops {
 		t := time.NewTimer(work)
 		select {
 		case <-t.C:

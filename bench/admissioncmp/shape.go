@@ -20,6 +20,12 @@ type Shape struct {
 	// on the knee is KneeAfter (zero: unchanged).
 	Knee, KneeAfter int
 	KneeAt          time.Duration
+	// Shared makes the saturation backend share the knee's capacity among the
+	// requests working (processor sharing): with n working beyond the knee,
+	// every one of them advances at knee/n of full speed, from when it starts
+	// to when it ends, so that each slows when another starts and speeds up
+	// when one ends. Without it a request's work is fixed as it starts.
+	Shared bool
 }
 
 // Slowdown is a change of every request's work by a factor for a while.
@@ -32,8 +38,9 @@ type Slowdown struct {
 // Fig is one round's figures for a variant (Result.Rounds), or their medians
 // (Result.Med, each figure the median of the rounds' independently).
 type Fig struct {
-	// Goodput is the 200s in time per measured second; SlowGoodput the same over
-	// the requests sent during the slowdown (zero without one).
+	// Goodput is the 200s in time answered inside the measured part, per
+	// second (whenever they were sent); SlowGoodput the same inside the slowdown
+	// (zero without one).
 	Goodput, SlowGoodput float64
 	// Wasted is wasted work / all work; NoAnswer the share of requests sent that
 	// got no answer in time (admitted, or queued by a guard, and timed out);
@@ -53,6 +60,11 @@ type Fig struct {
 	// cell's rest when they never did).
 	Conc   float64
 	Settle time.Duration
+	// Late50 and Late90 are, for the shared saturation backend (Shape.Shared),
+	// how late its timer noticed a job's end, p50 and p90: the job ends on
+	// time, but its handler returns, and a request can take its place, only
+	// then. (Go's timers on a loaded machine; the slots' sleeps have the same.)
+	Late50, Late90 time.Duration
 }
 
 // median is the median of each figure of fs.
@@ -89,6 +101,8 @@ func median(fs []Fig) Fig {
 		ShortSlowRefusals: f(func(x Fig) float64 { return x.ShortSlowRefusals }),
 		Conc:              f(func(x Fig) float64 { return x.Conc }),
 		Settle:            d(func(x Fig) time.Duration { return x.Settle }),
+		Late50:            d(func(x Fig) time.Duration { return x.Late50 }),
+		Late90:            d(func(x Fig) time.Duration { return x.Late90 }),
 	}
 }
 
@@ -102,17 +116,32 @@ func figure(cfg Config, recs []record, busy, wasted time.Duration, conc []int64)
 	if sl.For == 0 {
 		slowEnd = cfg.Duration
 	}
+	sent := 0
 	for _, r := range recs {
+		if r.fate == fateOK {
+			// The goodput is the answers in time inside the measured part
+			// (or its slow phase), whenever they were sent: counting instead
+			// the answers to the requests sent in it would credit a guard
+			// that ends the part with a deeper backlog with the work done
+			// after the part's end, and charge one that begins it with a
+			// deeper one for the warm-up's.
+			if end := r.at + r.took; end >= 0 && end < cfg.Duration {
+				ok++
+				if sl.Factor > 0 && end >= sl.From && end < slowEnd {
+					slowOK++
+				}
+			}
+		}
+		if !r.measured {
+			continue
+		}
+		sent++
 		if r.short {
 			short++
 		}
 		switch r.fate {
 		case fateOK:
-			ok++
 			answers = append(answers, r.took)
-			if sl.Factor > 0 && r.at >= sl.From && r.at < slowEnd {
-				slowOK++
-			}
 			if r.short {
 				shortOK++
 			}
@@ -129,7 +158,7 @@ func figure(cfg Config, recs []record, busy, wasted time.Duration, conc []int64)
 			f.NoAnswer++
 		}
 	}
-	if n := float64(len(recs)); n > 0 {
+	if n := float64(sent); n > 0 {
 		f.Refused /= n
 		f.NoAnswer /= n
 	}

@@ -21,13 +21,15 @@
 // 10× capacity), in time (-warmup and -duration per cell, -rounds), in requests in
 // flight (-max-inflight). With the defaults the run takes about 7 minutes.
 //
-// With -cells slowdown it runs instead the cells of issue 25 (about 10 minutes):
+// With -cells slowdown it runs instead the cells of issue 25 (about 25 minutes):
 //
 //	cd bench && go run ./cmd/admissionbench -cells slowdown
 //
 // a 3× step slowdown from 30% of the measured time (2× and 4× load, both handler
 // modes), a 1 s 2× transient, the saturation backend whose knee falls from 8 to 4
-// (with static limits 4, 8 and 16 beside the adaptive ones), and the mixed-budget
+// (its capacity shared among the requests working, or each request's work fixed
+// as it starts; static limits 4, 8 and 16 beside the adaptive ones), the shared
+// one at a knee of 8 and of 4 throughout (static limits around each), and the mixed-budget
 // workload (30% of the budgets in [12 ms, 25 ms]); arrivals at a fixed rate; three
 // rounds, every variant once per round, the medians printed. -cell picks cells by
 // name.

@@ -24,7 +24,8 @@ type cell struct {
 
 // slowdown runs the issue-25 cells: a controlled slowdown (a 3× step from 30% of the
 // measured time, and a 1 s 2× transient from there), the saturation backend (knee 8,
-// then 4 from 20% of the measured time), and the mixed-budget workload; arrivals
+// then 4 two seconds before the end; shared and fixed at start; and shared at 8 and
+// at 4 throughout), and the mixed-budget workload; arrivals
 // open-loop at a fixed rate; every variant of a cell once per round, the rounds
 // alternating the order; the figures are the medians of the rounds.
 func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlight int, only, cellFilter string, queues bool) {
@@ -36,13 +37,18 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 		kneeAt = duration / 5
 	}
 	saturation := admissioncmp.Shape{Knee: admissioncmp.Workers, KneeAfter: admissioncmp.Workers / 2, KneeAt: kneeAt}
+	shared := saturation
+	shared.Shared = true
 	cells := []cell{
 		{name: "3× step", mode: admissioncmp.Stops, load: 2, shape: step},
 		{name: "3× step", mode: admissioncmp.Ignores, load: 2, shape: step},
 		{name: "3× step", mode: admissioncmp.Stops, load: 4, shape: step},
 		{name: "1 s 2× transient", mode: admissioncmp.Stops, load: 2, shape: transient},
 		{name: "1 s 2× transient", mode: admissioncmp.Ignores, load: 2, shape: transient},
-		{name: "saturation, knee 8 → 4", mode: admissioncmp.Stops, load: 2, shape: saturation, knee: admissioncmp.Workers / 2, extra: []int{4, 16}},
+		{name: "shared saturation, knee 8 → 4", mode: admissioncmp.Stops, load: 2, shape: shared, knee: admissioncmp.Workers / 2, extra: []int{4, 16}},
+		{name: "shared saturation, knee 8 throughout", mode: admissioncmp.Stops, load: 2, shape: admissioncmp.Shape{Knee: admissioncmp.Workers, Shared: true}, extra: []int{9, 10, 12, 16}},
+		{name: "shared saturation, knee 4 throughout", mode: admissioncmp.Stops, load: 2, shape: admissioncmp.Shape{Knee: admissioncmp.Workers / 2, Shared: true}, extra: []int{4, 5, 6, 16}},
+		{name: "saturation fixed at start, knee 8 → 4", mode: admissioncmp.Stops, load: 2, shape: saturation, knee: admissioncmp.Workers / 2, extra: []int{4, 16}},
 		{name: "mixed budgets", mode: admissioncmp.Stops, load: 2, short: true},
 		{name: "mixed budgets", mode: admissioncmp.Ignores, load: 4, short: true},
 	}
@@ -131,7 +137,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 				if r.Variant != n {
 					continue
 				}
-				cellText = fmt.Sprintf(" **%.0f%%**", 100*r.Med.Goodput/admissioncmp.Capacity())
+				cellText = fmt.Sprintf(" **%.1f%%**", 100*r.Med.Goodput/admissioncmp.Capacity())
 				if f := d.c.shape.Slow.Factor; f > 0 {
 					cellText += fmt.Sprintf(" / %.0f%%", 100*r.Med.SlowGoodput/(admissioncmp.Capacity()/f))
 				}
@@ -156,9 +162,17 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 			h += " short budgets: answered / refusals p50 / p99 / refused after 1 ms |"
 			r += " ---: |"
 		}
+		if c.shape.Knee > 0 {
+			h += " in the handler, last second |"
+			r += " ---: |"
+		}
 		if c.knee > 0 {
-			h += " in the handler, last second | settled near the new knee after |"
-			r += " ---: | ---: |"
+			h += " settled near the new knee after |"
+			r += " ---: |"
+		}
+		if c.shape.Shared {
+			h += " work's end noticed late, p50 / p90 |"
+			r += " ---: |"
 		}
 		fmt.Println(h)
 		fmt.Println(r)
@@ -176,8 +190,14 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 			if c.short {
 				line += fmt.Sprintf(" %s / %s / %s / %s |", pct1(m.ShortOK), ms(m.ShortRefusalP50), ms(m.ShortRefusalP99), pct1(m.ShortSlowRefusals))
 			}
+			if c.shape.Knee > 0 {
+				line += fmt.Sprintf(" %.1f |", m.Conc)
+			}
 			if c.knee > 0 {
-				line += fmt.Sprintf(" %.1f | %s |", m.Conc, m.Settle.Round(10*time.Millisecond))
+				line += fmt.Sprintf(" %s |", m.Settle.Round(10*time.Millisecond))
+			}
+			if c.shape.Shared {
+				line += fmt.Sprintf(" %s / %s |", ms(m.Late50), ms(m.Late90))
 			}
 			fmt.Println(line)
 			if res.Errors > 0 {
@@ -187,7 +207,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 		fmt.Println()
 	}
 	fmt.Printf("Load average at the end: %s.\n\n", loadavg())
-	fmt.Println("Goodput: 200 answers received before their deadline per measured second, as a share of the unslowed capacity (800/s); the slow phase's counts the requests sent during the slowdown, as a share of the slowed capacity (800/s ÷ the factor). Wasted work: slot time spent on requests whose context had ended when their work ended. No answer in time: the client's deadline passed first (a request admitted or queued by the guard that timed out), or the handler's own 504 when its context ended. Refused: an answer other than 200 before the deadline. Latencies are the client's. Short budgets (mixed cells): the requests with 12–25 ms, answered in time; their refusals' latency; the share of their refusals that took over 1 ms. Saturation: the mean of the requests in the handler over the last second, and when, after the knee fell to 4, the 100 ms means of the requests in the handler came within [3, 6] and stayed (the cell's rest when never).")
+	fmt.Println("Goodput: 200 answers received before their deadline inside the measured time, per second, as a share of the unslowed capacity (800/s), whenever their requests were sent (counting the answers to the requests sent in it instead would credit a variant that ends it with a deeper backlog with the work done after its end); the slow phase's counts the answers inside the slowdown, as a share of the slowed capacity (800/s ÷ the factor). Wasted work: slot time spent on requests whose context had ended when their work ended. No answer in time: the client's deadline passed first (a request admitted or queued by the guard that timed out), or the handler's own 504 when its context ended. Refused: an answer other than 200 before the deadline. Latencies are the client's. Short budgets (mixed cells): the requests with 12–25 ms, answered in time; their refusals' latency; the share of their refusals that took over 1 ms. Saturation: the mean of the requests in the handler over the last second, and when, after the knee fell to 4, the 100 ms means of the requests in the handler came within [3, 6] and stayed (the cell's rest when never). Shared saturation: the knee's capacity is shared among the requests working (each at knee/n of full speed beyond the knee, from start to end); fixed at start: a request's work is fixed when it starts (n/knee × 10 ms). Work's end noticed late: how late the shared backend's timer fired after a job's end; until then its handler cannot return and no request can take its place.")
 	fmt.Println()
 }
 

@@ -500,6 +500,9 @@ type gradient struct {
 	over, recheck                   bool
 	overLimit, overLeft, overRounds int
 	grewOn                          float64 // the elasticity of the last grow
+	// base: the handler's unloaded mean duration, from the last lower window
+	// found below the knee (zero: none since the handler last turned faster).
+	base float64
 
 	w [3]struct { // the figures of the windows so far
 		n, s   float64
@@ -627,6 +630,9 @@ func (g *gradient) update(now, began time.Time, took, svc time.Duration) int {
 			// a knee that rose shows in the next round as a gain.)
 			g.calm = 0
 			g.recheck = g.recheck || (g.over && m > g.ref)
+			if m < g.ref {
+				g.base = 0 // faster: the unloaded duration is not known
+			}
 		}
 		scale := 1 << min(g.calm, g.calmMax)
 		switch {
@@ -694,9 +700,21 @@ func (g *gradient) decide() {
 		return
 	}
 	trend := max(a.s, b.s) > 1.1*min(a.s, b.s)
+	// fast: the lower window ran at the handler's unloaded speed (within a tenth
+	// of the last lower window found below the knee), so it was not above the
+	// knee; the knee is then where Little's law places the upper windows'
+	// throughput at that speed.
+	fast := g.base > 0 && lo.s <= 1.1*g.base && !trend
+	little := upN / upS * g.base
+	switch {
+	case e < g.cfg.Tolerance && !trend:
+		g.base = lo.s // the extra concurrency bought throughput: below the knee
+	case fast:
+		g.base = min(g.base, lo.s)
+	}
 	if g.over && g.recheck && g.limit-lower > max(g.limit/8, 1) {
 		if !trend { // else check again in the next round
-			g.decideRecheck(e, r, lo.n, lower, a.demand || b.demand)
+			g.decideRecheck(e, r, lo.n, lower, a.demand || b.demand, fast, little)
 		}
 		return
 	}
@@ -728,6 +746,14 @@ func (g *gradient) decide() {
 		// the hold.) When the hold is up, the next round rechecks the knee.
 		g.overLeft--
 		g.recheck = g.overLeft <= 0
+		if g.recheck && fast {
+			// The lower window, at the knee, ran at the unloaded speed: the
+			// knee is no lower, and a recheck below it would cost a window of
+			// throughput to learn that. Hold twice as long.
+			g.recheck = false
+			g.overRounds = min(2*g.overRounds, overMax)
+			g.overLeft = g.overRounds
+		}
 		g.run, g.streak = 0, 0
 		g.calm++
 	case e >= g.cfg.Tolerance || (e >= g.cfg.Tolerance/2 && g.limit-lower > max(g.limit/8, 1)):
@@ -736,6 +762,12 @@ func (g *gradient) decide() {
 		// measured (n^(1-e) grows as the throughput does; below the knee it
 		// grows as n), at least a step and at most to the lower window. After a
 		// fall all the way, the next lower window goes twice as far.
+		if fast {
+			// The lower window was at the knee, not above it: settle a step
+			// above the knee, without a wider window below it.
+			g.settle(little)
+			return
+		}
 		knee := lo.n * math.Pow(r, 1-e)
 		g.fall(min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1)), lower)
 	case trend:
@@ -772,8 +804,9 @@ func (g *gradient) keep(wide bool) {
 // two steps below the limit, a step below the knee, so the throughput the two
 // windows measured places the knee (e, r: the elasticity and the ratio of the
 // handlers in flight; n the lower window's, at its limit lower) without leaving
-// the headroom. demand: the limit held requests back.
-func (g *gradient) decideRecheck(e, r, n float64, lower int, demand bool) {
+// the headroom. demand: the limit held requests back; fast: the lower window ran
+// at the unloaded speed, little the knee Little's law places at it.
+func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, little float64) {
 	g.recheck = false
 	step := max(g.limit/8, 1)
 	knee := int(math.Round(n * math.Pow(r, 1-e)))
@@ -790,11 +823,26 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand bool) {
 		g.overLeft = g.overRounds
 		g.run, g.streak = 0, 0
 		g.calm++
+	case fast:
+		// The knee fell, and the lower window was not above it: settle a step
+		// above it.
+		g.settle(little)
 	default:
 		// The knee fell: fall to it; all the way down, the next lower window
 		// goes twice as far.
 		g.fall(max(knee, lower), lower)
 	}
+}
+
+// settle moves the limit, down, to a step above knee (at least Min) and holds it
+// there as a headroom, rechecked after a round.
+func (g *gradient) settle(knee float64) {
+	k := max(int(math.Round(knee)), 1)
+	to := min(max(k+max(k/8, 1), g.cfg.Min), g.limit)
+	g.calm, g.wide, g.streak = 0, false, 0
+	g.run, g.limit = to-g.limit, to
+	g.over, g.recheck, g.overLimit, g.overRounds, g.overLeft = true, false, to, 1, 1
+	g.ref = 0
 }
 
 // fall moves the limit down to to (at least Min), from a round whose lower window

@@ -268,7 +268,20 @@ func WithMaxConcurrency(n int) Option {
 // with its lower window two steps below the limit, a step below the knee: if the
 // throughput the two windows measured still places the knee where it was, the
 // headroom holds twice as long (up to eight rounds); if lower, the limit falls to
-// it. A knee that rose shows as a gain in any round, and the limit grows. Each round
+// it. A knee that rose shows as a gain in any round, and the limit grows.
+//
+// A lower window that bought throughput (elasticity under Tolerance) ran below the
+// knee, so its mean duration is the handler's unloaded one. A later lower window
+// that runs within a tenth of it was not above the knee, whatever the round's
+// elasticity: the knee is then where Little's law puts the upper windows'
+// throughput at that speed (throughput × unloaded duration), and a fall settles a
+// step above it at once, a recheck it would make is skipped (the knee is no
+// lower), instead of sending a window twice as far below to find out. The
+// remembered duration only ever confirms a window that ran at it: a handler that
+// turns slower runs every window slower, none is confirmed, and the rule measures
+// as above; one that turns 20% faster forgets it. Over a knee that falls from 8 to
+// 4 the limit in force then goes no lower than the knee (to half of it before).
+// Each round
 // in a row that keeps the limit also doubles the upper windows, up to eight times,
 // while the handler's mean duration stays within 20% of the last upper window's. In
 // the fake-time model of the tests the limit runs below the knee for under 1% of the

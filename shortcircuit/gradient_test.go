@@ -390,3 +390,53 @@ func TestAdaptiveLimitComesDownToAPoolOfSlots(t *testing.T) {
 		})
 	}
 }
+
+// inForce samples the limit in force (a lower window's included) every 5 ms until
+// stop is closed, and returns the samples once done is.
+func (s *sim) inForce(stop <-chan struct{}) <-chan []int {
+	out := make(chan []int, 1)
+	go func() {
+		var seen []int
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				out <- seen
+				return
+			case <-t.C:
+				s.l.mu.Lock()
+				seen = append(seen, s.l.adapt.inForce())
+				s.l.mu.Unlock()
+			}
+		}
+	}()
+	return out
+}
+
+// Once the limit has measured the handler's unloaded speed, a lower window that
+// runs at it was at the knee, not above it: the limit settles a step above
+// without sending a wider window below the knee to find out. Settled at a knee
+// of 8, and following it to 4, the limit in force goes at most a step below the
+// knee (the rule before went to half the limit: a wide window after every fall
+// that reached its lower window).
+func TestAdaptiveLimitProbesNoFurtherThanAStepBelowTheKnee(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8)
+		s.drive(1600, 2*time.Second) // from 20 to the knee: the first windows go wide
+		for _, knee := range []int{8, 4} {
+			s.set(knee, 1)
+			stop := make(chan struct{})
+			got := s.inForce(stop)
+			s.drive(2*float64(knee)*100, 3*time.Second)
+			close(stop)
+			seen := <-got
+			lo, hi := bounds(seen)
+			t.Logf("knee %d: the limit in force in [%d, %d]", knee, lo, hi)
+			if lo < knee-max(knee/8, 1) {
+				t.Errorf("knee %d: the limit in force went down to %d; want at least %d", knee, lo, knee-max(knee/8, 1))
+			}
+		}
+		s.wg.Wait()
+	})
+}

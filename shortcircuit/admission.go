@@ -734,12 +734,12 @@ func (g *gradient) decide() {
 			return
 		}
 		g.limit = min(was+max(was/8, 1), g.limit)
-		if g.over || g.limit != g.overLimit {
-			g.overRounds = 1
+		if !g.over && g.limit == g.overLimit {
+			g.holdLonger() // found again where it was
 		} else {
-			g.overRounds = min(2*g.overRounds, overMax) // found again where it was
+			g.overRounds, g.overLeft = 1, 1
 		}
-		g.over, g.overLimit, g.overLeft = true, g.limit, g.overRounds
+		g.over, g.overLimit = true, g.limit
 	case e >= g.cfg.Tolerance/2 && g.over:
 		// A step above the knee, as intended: hold. (Only a clear gain, under
 		// half the tolerance, says the knee rose: one noisy round does not end
@@ -751,8 +751,7 @@ func (g *gradient) decide() {
 			// knee is no lower, and a recheck below it would cost a window of
 			// throughput to learn that. Hold twice as long.
 			g.recheck = false
-			g.overRounds = min(2*g.overRounds, overMax)
-			g.overLeft = g.overRounds
+			g.holdLonger()
 		}
 		g.run, g.streak = 0, 0
 		g.calm++
@@ -819,8 +818,7 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, 
 		g.calm = 0
 	case knee >= g.limit-step:
 		// The knee is where it was: hold the headroom, twice as long.
-		g.overRounds = min(2*g.overRounds, overMax)
-		g.overLeft = g.overRounds
+		g.holdLonger()
 		g.run, g.streak = 0, 0
 		g.calm++
 	case fast:
@@ -832,6 +830,13 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, 
 		// goes twice as far.
 		g.fall(max(knee, lower), lower)
 	}
+}
+
+// holdLonger holds the headroom again, for twice as many rounds as the last hold
+// (at most overMax): the knee was found where it was.
+func (g *gradient) holdLonger() {
+	g.overRounds = min(2*g.overRounds, overMax)
+	g.overLeft = g.overRounds
 }
 
 // settle moves the limit, down, to a step above knee (at least Min) and holds it

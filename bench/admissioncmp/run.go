@@ -199,8 +199,12 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 		inflight atomic.Int64
 	)
 	end := cfg.Warmup + cfg.Duration
+	sched := schedSnapshot()
 	start := time.Now()
 	srv.from.Store(start.Add(cfg.Warmup).UnixNano())
+	if srv.ps != nil {
+		srv.ps.until.Store(start.Add(end).UnixNano())
+	}
 	at := time.Duration(0)
 	for {
 		if cfg.Fixed {
@@ -272,8 +276,11 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 		}
 	}
 	f := figure(cfg, recs, time.Duration(srv.busy.Load()), time.Duration(srv.wasted.Load()), srv.conc)
+	after := schedSnapshot()
+	f.Sched99, f.Sched999 = schedQuantile(sched, after, 0.99), schedQuantile(sched, after, 0.999)
 	if srv.ps != nil {
 		f.Late50, f.Late90 = srv.ps.lateness()
+		f.Idle = srv.ps.idle()
 	}
 	r.Rounds = append(r.Rounds, f)
 	r.Busy += time.Duration(srv.busy.Load())

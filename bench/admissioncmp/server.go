@@ -143,7 +143,7 @@ func newServer(mode Mode, workers int, work time.Duration, shape Shape, guard fu
 	case shape.Knee == 0:
 		s.slots = make(chan struct{}, workers)
 	case shape.Shared:
-		s.ps = newSharer(s.knee)
+		s.ps = newSharer(s.knee, &s.from)
 	}
 	var h http.Handler = http.HandlerFunc(s.serve)
 	if guard != nil {

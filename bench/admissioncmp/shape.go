@@ -65,6 +65,15 @@ type Fig struct {
 	// time, but its handler returns, and a request can take its place, only
 	// then. (Go's timers on a loaded machine; the slots' sleeps have the same.)
 	Late50, Late90 time.Duration
+	// Idle is, for the shared saturation backend, the share of its knee's
+	// capacity left unused over the measured part: moments with fewer than
+	// knee requests working, however many were in the handler.
+	Idle float64
+	// Sched99 and Sched999 are the p99 and p99.9 of the process's scheduling
+	// latency over the round (runtime/metrics /sched/latencies:seconds): how
+	// long a goroutine ready to run waited to, a freed slot's next request
+	// among them.
+	Sched99, Sched999 time.Duration
 }
 
 // median is the median of each figure of fs.
@@ -103,6 +112,9 @@ func median(fs []Fig) Fig {
 		Settle:            d(func(x Fig) time.Duration { return x.Settle }),
 		Late50:            d(func(x Fig) time.Duration { return x.Late50 }),
 		Late90:            d(func(x Fig) time.Duration { return x.Late90 }),
+		Idle:              f(func(x Fig) float64 { return x.Idle }),
+		Sched99:           d(func(x Fig) time.Duration { return x.Sched99 }),
+		Sched999:          d(func(x Fig) time.Duration { return x.Sched999 }),
 	}
 }
 

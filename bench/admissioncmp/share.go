@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,7 +20,9 @@ import (
 // share to the others, but its handler returns, and a request can take its
 // place, only then.
 type sharer struct {
-	knee func(now time.Time) int
+	knee  func(now time.Time) int
+	from  *atomic.Int64 // when the measured part begins (Unix ns; 0: not yet)
+	until atomic.Int64  // when it ends (Unix ns; 0: not known)
 
 	mu    sync.Mutex
 	v     float64   // virtual time: the work done by a job present throughout (ns)
@@ -31,6 +34,9 @@ type sharer struct {
 	// can a request take its place. want is when the timer is due.
 	late []time.Duration
 	want time.Time
+	// unused and capacity are, over the measured part, the knee's capacity
+	// left unused (fewer than knee jobs working) and all of it, in job-ns.
+	unused, capacity float64
 }
 
 const maxLate = 1 << 16
@@ -41,8 +47,8 @@ type job struct {
 	index  int // in jobs; -1: done or removed
 }
 
-func newSharer(knee func(time.Time) int) *sharer {
-	p := &sharer{knee: knee}
+func newSharer(knee func(time.Time) int, from *atomic.Int64) *sharer {
+	p := &sharer{knee: knee, from: from}
 	p.timer = time.AfterFunc(time.Hour, p.fire)
 	p.timer.Stop()
 	return p
@@ -105,6 +111,7 @@ func (p *sharer) advance(now time.Time) {
 		}
 		r := p.rate(now, len(p.jobs))
 		if end := p.at.Add(time.Duration(next / r)); !end.After(now) {
+			p.account(now, p.at, end, len(p.jobs))
 			p.v, p.at = p.jobs[0].finish, end
 			close(heap.Pop(&p.jobs).(*job).done)
 			continue
@@ -112,7 +119,42 @@ func (p *sharer) advance(now time.Time) {
 		p.v += r * float64(now.Sub(p.at))
 		break
 	}
+	p.account(now, p.at, now, len(p.jobs))
 	p.at = now
+}
+
+// account adds the capacity used and unused from a to b, with n jobs working, to
+// the measured part's. p.mu is held.
+func (p *sharer) account(now, a, b time.Time, n int) {
+	from := p.from.Load()
+	if from == 0 {
+		return
+	}
+	if f := time.Unix(0, from); a.Before(f) {
+		a = f
+	}
+	if u := p.until.Load(); u != 0 && b.After(time.Unix(0, u)) {
+		b = time.Unix(0, u)
+	}
+	if !b.After(a) {
+		return
+	}
+	k := p.knee(now)
+	dt := float64(b.Sub(a))
+	p.capacity += float64(k) * dt
+	p.unused += float64(max(k-n, 0)) * dt
+}
+
+// idle is the share of the knee's capacity left unused over the measured part
+// so far: time the backend could have worked and no request was there to.
+func (p *sharer) idle() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.advance(time.Now())
+	if p.capacity == 0 {
+		return 0
+	}
+	return p.unused / p.capacity
 }
 
 // arm sets the timer for the next job to be done. p.mu is held.

@@ -1,6 +1,7 @@
 package admissioncmp
 
 import (
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,7 +14,7 @@ func ends(t *testing.T, knee int, start, work, cancel []int) []time.Duration {
 	t.Helper()
 	out := make([]time.Duration, len(start))
 	synctest.Test(t, func(t *testing.T) {
-		p := newSharer(func(time.Time) int { return knee })
+		p := newSharer(func(time.Time) int { return knee }, new(atomic.Int64))
 		t0 := time.Now()
 		done := make(chan struct{}, len(start))
 		for i := range start {
@@ -72,7 +73,7 @@ func TestSharerSharesTheKnee(t *testing.T) {
 // way are ended where they were, and the rest had the capacity they left.
 func TestSharerLateTimerLosesNoWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newSharer(func(time.Time) int { return 1 })
+		p := newSharer(func(time.Time) int { return 1 }, new(atomic.Int64))
 		t0 := time.Now()
 		a, b := p.add(5*time.Millisecond), p.add(10*time.Millisecond)
 		p.mu.Lock()
@@ -87,6 +88,29 @@ func TestSharerLateTimerLosesNoWork(t *testing.T) {
 			default:
 				t.Errorf("job %d not done at 15 ms (%d left)", i, left)
 			}
+		}
+	})
+}
+
+// The idle share counts the knee's capacity no job used, inside the measured
+// part only: knee 2, from 10 ms to 40 ms, one job working 10–30 ms and a second
+// 20–30 ms leaves 1 of 2 unused for 10 ms, 0 for 10 ms and 2 for 10 ms: half.
+func TestSharerIdleCountsUnusedCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var from atomic.Int64
+		p := newSharer(func(time.Time) int { return 2 }, &from)
+		t0 := time.Now()
+		from.Store(t0.Add(10 * time.Millisecond).UnixNano())
+		p.until.Store(t0.Add(40 * time.Millisecond).UnixNano())
+		time.Sleep(10 * time.Millisecond)
+		a := p.add(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+		b := p.add(10 * time.Millisecond)
+		<-a.done
+		<-b.done
+		time.Sleep(30 * time.Millisecond)
+		if got := p.idle(); got < 0.499 || got > 0.501 {
+			t.Fatalf("idle = %.3f, want 0.5", got)
 		}
 	})
 }

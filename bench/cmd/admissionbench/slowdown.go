@@ -171,8 +171,8 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 			r += " ---: |"
 		}
 		if c.shape.Shared {
-			h += " work's end noticed late, p50 / p90 |"
-			r += " ---: |"
+			h += " work's end noticed late, p50 / p90 | backend's capacity unused | scheduling latency p99 / p99.9 |"
+			r += " ---: | ---: | ---: |"
 		}
 		fmt.Println(h)
 		fmt.Println(r)
@@ -197,7 +197,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 				line += fmt.Sprintf(" %s |", m.Settle.Round(10*time.Millisecond))
 			}
 			if c.shape.Shared {
-				line += fmt.Sprintf(" %s / %s |", ms(m.Late50), ms(m.Late90))
+				line += fmt.Sprintf(" %s / %s | %.1f%% | %s / %s |", ms(m.Late50), ms(m.Late90), 100*m.Idle, ms(m.Sched99), ms(m.Sched999))
 			}
 			fmt.Println(line)
 			if res.Errors > 0 {
@@ -207,7 +207,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 		fmt.Println()
 	}
 	fmt.Printf("Load average at the end: %s.\n\n", loadavg())
-	fmt.Println("Goodput: 200 answers received before their deadline inside the measured time, per second, as a share of the unslowed capacity (800/s), whenever their requests were sent (counting the answers to the requests sent in it instead would credit a variant that ends it with a deeper backlog with the work done after its end); the slow phase's counts the answers inside the slowdown, as a share of the slowed capacity (800/s ÷ the factor). Wasted work: slot time spent on requests whose context had ended when their work ended. No answer in time: the client's deadline passed first (a request admitted or queued by the guard that timed out), or the handler's own 504 when its context ended. Refused: an answer other than 200 before the deadline. Latencies are the client's. Short budgets (mixed cells): the requests with 12–25 ms, answered in time; their refusals' latency; the share of their refusals that took over 1 ms. Saturation: the mean of the requests in the handler over the last second, and when, after the knee fell to 4, the 100 ms means of the requests in the handler came within [3, 6] and stayed (the cell's rest when never). Shared saturation: the knee's capacity is shared among the requests working (each at knee/n of full speed beyond the knee, from start to end); fixed at start: a request's work is fixed when it starts (n/knee × 10 ms). Work's end noticed late: how late the shared backend's timer fired after a job's end; until then its handler cannot return and no request can take its place.")
+	fmt.Println("Goodput: 200 answers received before their deadline inside the measured time, per second, as a share of the unslowed capacity (800/s), whenever their requests were sent (counting the answers to the requests sent in it instead would credit a variant that ends it with a deeper backlog with the work done after its end); the slow phase's counts the answers inside the slowdown, as a share of the slowed capacity (800/s ÷ the factor). Wasted work: slot time spent on requests whose context had ended when their work ended. No answer in time: the client's deadline passed first (a request admitted or queued by the guard that timed out), or the handler's own 504 when its context ended. Refused: an answer other than 200 before the deadline. Latencies are the client's. Short budgets (mixed cells): the requests with 12–25 ms, answered in time; their refusals' latency; the share of their refusals that took over 1 ms. Saturation: the mean of the requests in the handler over the last second, and when, after the knee fell to 4, the 100 ms means of the requests in the handler came within [3, 6] and stayed (the cell's rest when never). Shared saturation: the knee's capacity is shared among the requests working (each at knee/n of full speed beyond the knee, from start to end); fixed at start: a request's work is fixed when it starts (n/knee × 10 ms). Work's end noticed late: how late the shared backend's timer fired after a job's end; until then its handler cannot return and no request can take its place. Backend's capacity unused: the share of the knee's capacity no request used over the measured time (fewer than knee working), however many were in the handler. Scheduling latency: the process's, over the round (runtime/metrics /sched/latencies: how long a goroutine ready to run waited to), bucket upper bounds.")
 	fmt.Println()
 }
 

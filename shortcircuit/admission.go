@@ -463,7 +463,7 @@ func (q *waitQueue) Pop() any {
 // the two windows' throughput places, never past the lower window. A slowdown that
 // concurrency does not cause scales all windows alike and leaves e, and the limit,
 // where they were. Settled (see [AdaptiveLimit]), it keeps a step of headroom above
-// the knee, rechecked after a hold that doubles while the knee stays put, and the
+// the knee (Headroom: a share of the knee), rechecked after a hold that doubles while the knee stays put, and the
 // upper windows of rounds that keep the limit grow longer.
 type gradient struct {
 	cfg    AdaptiveLimit
@@ -499,6 +499,8 @@ type gradient struct {
 	// Found where it was, the hold doubles (overRounds, up to overMax).
 	over, recheck                   bool
 	overLimit, overLeft, overRounds int
+	head                            int     // the headroom: the limit's distance above the knee, over
+	grewOver                        bool    // the last grow began over the knee (a probe of the headroom)
 	grewOn                          float64 // the elasticity of the last grow
 	// base: the handler's unloaded mean duration, from the last lower window
 	// found below the knee (zero: none since the handler last turned faster).
@@ -549,6 +551,8 @@ func (g *gradient) below() int {
 	switch {
 	case g.wide:
 		gap = max(gap, g.limit/4, min(-2*g.run, max(g.limit/2, 1)))
+	case g.over && g.recheck && g.cfg.Headroom > 0:
+		gap = min(g.head+max((g.limit-g.head)/8, 1), g.limit-1)
 	case g.over && g.recheck:
 		gap = min(2*gap, g.limit-1)
 	}
@@ -733,7 +737,23 @@ func (g *gradient) decide() {
 			g.limit = was
 			return
 		}
-		g.limit = min(was+max(was/8, 1), g.limit)
+		if g.cfg.Headroom > 0 {
+			// The knee is below was by the headroom if the grow probed a
+			// headroom, and where Little's law puts it if the lower window
+			// ran at the unloaded speed.
+			k := was
+			if g.grewOver {
+				k = max(was-g.head, 1)
+			}
+			if fast {
+				k = min(k, max(int(math.Round(little)), 1))
+			}
+			g.limit = min(k+g.headroom(k), g.cfg.Max)
+			g.head = g.limit - k
+		} else {
+			g.limit = min(was+max(was/8, 1), g.limit)
+			g.head = g.limit - was
+		}
 		if !g.over && g.limit == g.overLimit {
 			g.holdLonger() // found again where it was
 		} else {
@@ -779,6 +799,7 @@ func (g *gradient) decide() {
 		// One up from the steady state is a probe, which stays calm until a
 		// second grow confirms it.
 		probe := g.run <= 0 && g.calm > 0
+		g.grewOver = g.over
 		g.move(1)
 		g.over, g.grewOn = false, e
 		if !probe {
@@ -809,14 +830,36 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, 
 	g.recheck = false
 	step := max(g.limit/8, 1)
 	knee := int(math.Round(n * math.Pow(r, 1-e)))
+	if g.cfg.Headroom > 0 {
+		// The knee the headroom sat on, and a step either side of it.
+		was := g.limit - g.head
+		step = max(was/8, 1)
+		switch {
+		case knee >= was+step:
+			// The knee rose (as far as the upper windows could show, up to
+			// the limit): the headroom goes above it at once.
+			k := min(knee, g.limit)
+			g.limit = min(k+g.headroom(k), g.cfg.Max)
+			g.head, g.overLimit = g.limit-k, g.limit
+			g.overRounds, g.overLeft = 1, 1
+			g.run, g.streak, g.calm = 0, 0, 0
+			return
+		case knee > was-step:
+			g.holdLonger()
+			g.run, g.streak = 0, 0
+			g.calm++
+			return
+		}
+		// Lower: as below.
+	}
 	switch {
 	case e < g.cfg.Tolerance/2 && demand:
 		// The knee rose above the limit: learn again from here.
-		g.over = false
+		g.grewOver, g.over = true, false
 		g.move(1)
 		g.grewOn = e
 		g.calm = 0
-	case knee >= g.limit-step:
+	case knee >= g.limit-step && g.cfg.Headroom == 0, g.cfg.Headroom > 0 && knee >= g.limit-g.head:
 		// The knee is where it was: hold the headroom, twice as long.
 		g.holdLonger()
 		g.run, g.streak = 0, 0
@@ -844,10 +887,20 @@ func (g *gradient) holdLonger() {
 func (g *gradient) settle(knee float64) {
 	k := max(int(math.Round(knee)), 1)
 	to := min(max(k+max(k/8, 1), g.cfg.Min), g.limit)
+	if g.cfg.Headroom > 0 {
+		k = min(k, g.limit)
+		to = min(max(k+g.headroom(k), g.cfg.Min), g.cfg.Max)
+	}
+	g.head = max(to-k, 0)
 	g.calm, g.wide, g.streak = 0, false, 0
-	g.run, g.limit = to-g.limit, to
+	g.run, g.limit = min(to-g.limit, 0), to // up (a headroom wider than the fall) is no grow
 	g.over, g.recheck, g.overLimit, g.overRounds, g.overLeft = true, false, to, 1, 1
 	g.ref = 0
+}
+
+// headroom is the headroom asked for above a knee k (Headroom > 0).
+func (g *gradient) headroom(k int) int {
+	return max(int(math.Ceil(float64(k)*g.cfg.Headroom)), 1)
 }
 
 // fall moves the limit down to to (at least Min), from a round whose lower window

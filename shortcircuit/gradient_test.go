@@ -2,6 +2,7 @@ package shortcircuit
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -439,4 +440,48 @@ func TestAdaptiveLimitProbesNoFurtherThanAStepBelowTheKnee(t *testing.T) {
 		}
 		s.wg.Wait()
 	})
+}
+
+// Headroom 1 asks for a limit twice the knee (a backend that keeps working while the
+// process that feeds it stalls): the limit settles near 16 over a knee of 8, follows
+// the knee down to 4 and back within 2 s, and its rechecks go no lower than a step
+// below the knee.
+func TestAdaptiveLimitHeadroom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSim(AdaptiveLimit{Headroom: 1}, 10*time.Millisecond, 8)
+		stop := make(chan struct{})
+		forces := s.inForce(stop)
+		s.drive(1600, 2*time.Second)
+		for _, c := range []struct{ knee, lo, hi int }{{8, 14, 18}, {4, 7, 10}, {8, 14, 18}} {
+			s.set(c.knee, 1)
+			seen := s.drive(1600, 4*time.Second)
+			rest, at := settled(seen, c.lo, c.hi)
+			t.Logf("knee %d: limit in [%d, %d] after %v", c.knee, c.lo, c.hi, at)
+			if rest == nil || at > 2*time.Second {
+				t.Fatalf("knee %d: limit not in [%d, %d] within 2 s (after %v); samples %v", c.knee, c.lo, c.hi, at, seen)
+			}
+			if lo, hi := bounds(rest); lo < c.lo || hi > c.hi {
+				t.Errorf("knee %d: once there, the limit ranged over [%d, %d]; want [%d, %d]; samples %v", c.knee, lo, hi, c.lo, c.hi, seen)
+			}
+		}
+		close(stop)
+		f := <-forces
+		s.wg.Wait()
+		// The last 3 s at the knee of 8: the limit in force (a lower window's
+		// included) stays above a step below the knee.
+		if lo, _ := bounds(f[len(f)-600:]); lo < 7 { // a sample every 5 ms
+			t.Errorf("the limit in force fell to %d at a knee of 8; want no lower than 7", lo)
+		}
+	})
+}
+
+func TestAdaptiveLimitHeadroomDefaults(t *testing.T) {
+	for _, h := range []float64{-1, math.NaN(), math.Inf(1), 11} {
+		if a := (AdaptiveLimit{Headroom: h}).withDefaults(); a.Headroom != 0 {
+			t.Errorf("Headroom %v: withDefaults made it %v; want 0 (a step)", h, a.Headroom)
+		}
+	}
+	if a := (AdaptiveLimit{Headroom: 0.5}).withDefaults(); a.Headroom != 0.5 {
+		t.Errorf("Headroom 0.5: withDefaults made it %v", a.Headroom)
+	}
 }

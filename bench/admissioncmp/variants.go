@@ -116,6 +116,13 @@ func Variants() []Variant {
 			},
 		},
 		{
+			Name: "deadlinekit shortcircuit, adaptive limit, headroom 1",
+			Note: "WithAdaptiveConcurrency(AdaptiveLimit{Headroom: 1}): the limit settles at twice the knee instead of a step above it, so the backend still has work queued when the process that feeds it stalls (more goodput where it keeps working meanwhile, more latency inside the handler)",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.AdaptiveLimit{Headroom: 1}))
+			},
+		},
+		{
 			Name: "deadlinekit shortcircuit, adaptive limit, first rule",
 			Note: "the adaptive limit as it was before issue 25's second step, beside the current one: a lower window every cycle, a grow straight back into a limit just found too high, the queue's wait predicted from the mean service time alone",
 			Guard: func() func(http.Handler) http.Handler {

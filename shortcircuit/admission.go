@@ -463,8 +463,9 @@ func (q *waitQueue) Pop() any {
 // the two windows' throughput places, never past the lower window. A slowdown that
 // concurrency does not cause scales all windows alike and leaves e, and the limit,
 // where they were. Settled (see [AdaptiveLimit]), it keeps a step of headroom above
-// the knee (Headroom: a share of the knee), rechecked after a hold that doubles while the knee stays put, and the
-// upper windows of rounds that keep the limit grow longer.
+// the knee (or Headroom's share of it), rechecked after a hold that doubles while
+// the knee stays put, and the upper windows of rounds that keep the limit grow
+// longer.
 type gradient struct {
 	cfg    AdaptiveLimit
 	limit  int  // the operating limit: the upper windows'
@@ -708,7 +709,8 @@ func (g *gradient) decide() {
 	// of the last lower window found below the knee), so it was not above the
 	// knee; the knee is then where Little's law places the upper windows'
 	// throughput at that speed.
-	fast := g.base > 0 && lo.s <= 1.1*g.base && !trend
+	atBase := g.base > 0 && lo.s <= 1.1*g.base
+	fast := atBase && !trend
 	little := upN / upS * g.base
 	switch {
 	case e < g.cfg.Tolerance && !trend:
@@ -789,6 +791,12 @@ func (g *gradient) decide() {
 		}
 		knee := lo.n * math.Pow(r, 1-e)
 		g.fall(min(max(int(math.Round(knee)), lower), g.limit-max(g.limit/8, 1)), lower)
+		if atBase {
+			// The upper windows changed speed, so Little's law cannot place
+			// the knee, but the lower one ran at the unloaded speed: the
+			// knee is not below it, and the next lower window goes no wider.
+			g.wide = false
+		}
 	case trend:
 		// Below the tolerance, but the handler changed speed across the round
 		// (by less than the 25% that voids it): a trend the mean of the upper
@@ -833,9 +841,9 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, 
 	if g.cfg.Headroom > 0 {
 		// The knee the headroom sat on, and a step either side of it.
 		was := g.limit - g.head
-		step = max(was/8, 1)
+		kstep := max(was/8, 1)
 		switch {
-		case knee >= was+step:
+		case knee >= was+kstep:
 			// The knee rose (as far as the upper windows could show, up to
 			// the limit): the headroom goes above it at once.
 			k := min(knee, g.limit)
@@ -844,7 +852,7 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, 
 			g.overRounds, g.overLeft = 1, 1
 			g.run, g.streak, g.calm = 0, 0, 0
 			return
-		case knee > was-step:
+		case knee > was-kstep:
 			g.holdLonger()
 			g.run, g.streak = 0, 0
 			g.calm++
@@ -859,7 +867,7 @@ func (g *gradient) decideRecheck(e, r, n float64, lower int, demand, fast bool, 
 		g.move(1)
 		g.grewOn = e
 		g.calm = 0
-	case knee >= g.limit-step && g.cfg.Headroom == 0, g.cfg.Headroom > 0 && knee >= g.limit-g.head:
+	case knee >= g.limit-step:
 		// The knee is where it was: hold the headroom, twice as long.
 		g.holdLonger()
 		g.run, g.streak = 0, 0

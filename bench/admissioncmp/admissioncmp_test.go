@@ -86,9 +86,42 @@ func TestLightLoad(t *testing.T) {
 	}
 	checkCounts(t, c, rs)
 	for _, r := range rs {
-		// failsafe-go's bulkhead queues nothing: Poisson bursts over 8 are refused.
-		if r.OK < r.Sent*9/10 || r.NoAnswer > r.Sent/100 || r.WastedShare() > 0.01 {
-			t.Errorf("%s at 0.5×: %d of %d answered, %d not in time, wasted %.1f%%", r.Variant, r.OK, r.Sent, r.NoAnswer, 100*r.WastedShare())
+		// failsafe-go's bulkhead queues nothing: Poisson bursts over 8 are refused,
+		// and more of them the longer each request holds its slot. On a loaded
+		// machine the 10 ms of work take longer (CI once saw 23 of 199 refused), so
+		// the bound is what 8 slots with no queue would refuse (Erlang B) at the
+		// hold time this run measured, with room for the generator's bursts.
+		hold := time.Duration(0)
+		if r.Worked > 0 {
+			hold = r.Busy / time.Duration(r.Worked)
+		}
+		offered := float64(r.Sent) / r.Measured.Seconds() * hold.Seconds()
+		refusable := max(0.1, 2*erlangB(admissioncmp.Workers, offered))
+		if float64(r.OK) < (1-refusable)*float64(r.Sent) || r.NoAnswer > r.Sent/100 || r.WastedShare() > 0.01 {
+			t.Errorf("%s at 0.5×: %d of %d answered (%.0f%% may be refused: %.1f requests' worth offered, %v held each), %d not in time, wasted %.1f%%",
+				r.Variant, r.OK, r.Sent, 100*refusable, offered, hold, r.NoAnswer, 100*r.WastedShare())
+		}
+	}
+}
+
+// erlangB is the share of arrivals that n slots with no queue refuse when a
+// requests' worth of work is offered on average (Poisson arrivals).
+func erlangB(n int, a float64) float64 {
+	b := 1.0
+	for k := 1; k <= n; k++ {
+		b = a * b / (float64(k) + a*b)
+	}
+	return b
+}
+
+func TestErlangB(t *testing.T) {
+	// Textbook values: B(1, 1) = 1/2, B(8, 4) ≈ 0.0304, B(8, 8) ≈ 0.2356.
+	for _, c := range []struct {
+		n    int
+		a, b float64
+	}{{1, 1, 0.5}, {8, 4, 0.0304}, {8, 8, 0.2356}, {8, 0, 0}} {
+		if got := erlangB(c.n, c.a); got < c.b-0.0005 || got > c.b+0.0005 {
+			t.Errorf("erlangB(%d, %g) = %.4f, want %.4f", c.n, c.a, got, c.b)
 		}
 	}
 }

@@ -123,6 +123,13 @@ func Variants() []Variant {
 			},
 		},
 		{
+			Name: "deadlinekit shortcircuit, adaptive limit, headroom 1.5",
+			Note: "WithAdaptiveConcurrency(AdaptiveLimit{Headroom: 1.5}): the limit settles at two and a half times the knee, where failsafe-go's adaptive limiter runs in the saturation cells (what matching its goodput there costs in latency)",
+			Guard: func() func(http.Handler) http.Handler {
+				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.AdaptiveLimit{Headroom: 1.5}))
+			},
+		},
+		{
 			Name: "deadlinekit shortcircuit, adaptive limit, first rule",
 			Note: "the adaptive limit as it was before issue 25's second step, beside the current one: a lower window every cycle, a grow straight back into a limit just found too high, the queue's wait predicted from the mean service time alone",
 			Guard: func() func(http.Handler) http.Handler {

@@ -55,8 +55,8 @@ var (
 // code for one condition, the message, and the pushback. [FromHTTP] and [FromGRPC]
 // return it, with both HTTPStatus and Code set. A handler may return one of its own
 // (say, Code ResourceExhausted with a Pushback) to answer with a condition that has
-// no error of its own; a zero HTTPStatus is then derived from Code, a zero Code (OK)
-// from HTTPStatus.
+// no error of its own; a zero HTTPStatus is then derived from Code (ResourceExhausted
+// with a Pushback or a RetryAfter: 503), a zero Code (OK) from HTTPStatus.
 //
 // Under [errors.Is] it matches [context.DeadlineExceeded] (DeadlineExceeded, 504),
 // [deadline.ErrInsufficientBudget] (the same with a negative Pushback: a refusal for
@@ -147,7 +147,7 @@ func (e *WireError) derive() (int, codes.Code) {
 	case s == 0 && c == codes.OK:
 		return http.StatusInternalServerError, codes.Unknown
 	case s == 0:
-		s = httpFromCode(c, e.Pushback)
+		s = httpFromCode(c, comeBack(e.Pushback, e.RetryAfter))
 	case c == codes.OK:
 		c = codeFromHTTP(s, e.Pushback)
 	}
@@ -166,9 +166,11 @@ func (e *WireError) derive() (int, codes.Code) {
 //     retry's deadline-rule StopError), or [context.DeadlineExceeded]: 504;
 //   - a [*WireError]: its status;
 //   - a malformed inbound deadline header ([propagate.ErrMalformedTimeout]): 400;
-//   - a gRPC status: the status of its code (ResourceExhausted with a pushback: 503,
-//     without: 429; see [GRPCError] for the rest);
-//   - a [*retry.StatusError] (retries exhausted on an HTTP failure): its status;
+//   - a gRPC status: the status of its code (ResourceExhausted with a wait, also one
+//     beside a "do not retry": 503, without: 429; see [GRPCError] for the rest);
+//   - a [*retry.StatusError] (the answer a retry layer stopped on, its budget spent
+//     say): its status, with its header's pushback and Retry-After, as [FromHTTP]
+//     reads them;
 //   - a transport error reaching the downstream ([net.Error], [*url.Error]): 502;
 //   - anything else: 500.
 //
@@ -375,7 +377,9 @@ func FromGRPC(err error, trailer *metadata.MD) error {
 	if e.Pushback < 0 {
 		e.RetryAfter = pushback.ComeBackGRPC(st, md)
 	}
-	e.HTTPStatus = httpFromCode(e.Code, e.Pushback)
+	// ResourceExhausted with a wait is an overload (503), also when a hop below
+	// gave up retrying it and said "do not retry" beside the wait.
+	e.HTTPStatus = httpFromCode(e.Code, comeBack(e.Pushback, e.RetryAfter))
 	return e
 }
 
@@ -432,7 +436,15 @@ func toWire(err error) wire {
 	}
 	switch {
 	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode <= 599:
-		return wire{status: se.StatusCode, code: codeFromHTTP(se.StatusCode, 0), msg: message(err), relayed: true}
+		// The answer a retry layer stopped on (its budget spent, say): its signals
+		// as FromHTTP reads them, so that an overload's "come back in" goes on up.
+		now := time.Now()
+		x := wire{status: se.StatusCode, pushback: httpPushback(se.Header, now), msg: message(err), relayed: true}
+		x.code = codeFromHTTP(se.StatusCode, x.pushback)
+		if x.pushback < 0 {
+			x.comeBack = pushback.ComeBackHTTP(se.Header, now)
+		}
+		return x
 	case errors.As(err, &ue), errors.As(err, &ne):
 		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err), relayed: true}
 	}

@@ -59,6 +59,12 @@ func (o *orders) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*tes
 // newShop starts the chain; inventory is h, or a closed port when h is nil.
 func newShop(t *testing.T, h http.HandlerFunc, serverOpts ...deadlinekit.Option) *shop {
 	t.Helper()
+	return newShopClient(t, h, nil, serverOpts...)
+}
+
+// newShopClient is newShop with orders' client to inventory built with clientOpts.
+func newShopClient(t *testing.T, h http.HandlerFunc, clientOpts []deadlinekit.Option, serverOpts ...deadlinekit.Option) *shop {
+	t.Helper()
 	s := &shop{ordersTr: make(chan metadata.MD, 100)}
 	inv := "http://" + testkit.ClosedAddr(t)
 	if h != nil {
@@ -69,7 +75,7 @@ func newShop(t *testing.T, h http.HandlerFunc, serverOpts ...deadlinekit.Option)
 		t.Cleanup(srv.Close)
 		inv = srv.URL
 	}
-	toInv := &http.Client{Transport: deadlinekit.NewTransport(nil)}
+	toInv := &http.Client{Transport: deadlinekit.NewTransport(nil, clientOpts...)}
 	t.Cleanup(toInv.CloseIdleConnections)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

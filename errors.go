@@ -147,6 +147,8 @@ func (e *WireError) derive() (int, codes.Code) {
 	case s == 0 && c == codes.OK:
 		return http.StatusInternalServerError, codes.Unknown
 	case s == 0:
+		// ResourceExhausted with a wait is an overload (503), also when a hop
+		// below gave up retrying it and said "do not retry" beside the wait.
 		s = httpFromCode(c, comeBack(e.Pushback, e.RetryAfter))
 	case c == codes.OK:
 		c = codeFromHTTP(s, e.Pushback)
@@ -313,17 +315,20 @@ func FromHTTP(resp *http.Response, err error) error {
 	if resp.StatusCode >= 100 && resp.StatusCode < 400 {
 		return nil
 	}
+	e := httpFailure(resp.StatusCode, resp.Header)
+	e.Message = readMessage(resp)
+	return e
+}
+
+// httpFailure is the relayed failure an HTTP answer with status s and header h
+// stands for: the code and the signals FromHTTP reads, without the message.
+func httpFailure(s int, h http.Header) *WireError {
 	now := time.Now()
-	e := &WireError{
-		HTTPStatus: resp.StatusCode,
-		Pushback:   httpPushback(resp.Header, now),
-		Message:    readMessage(resp),
-		relayed:    true,
-	}
+	e := &WireError{HTTPStatus: s, Pushback: httpPushback(h, now), relayed: true}
 	if e.Pushback < 0 {
-		e.RetryAfter = pushback.ComeBackHTTP(resp.Header, now)
+		e.RetryAfter = pushback.ComeBackHTTP(h, now)
 	}
-	e.Code = codeFromHTTP(resp.StatusCode, e.Pushback)
+	e.Code = codeFromHTTP(s, e.Pushback)
 	return e
 }
 
@@ -377,9 +382,7 @@ func FromGRPC(err error, trailer *metadata.MD) error {
 	if e.Pushback < 0 {
 		e.RetryAfter = pushback.ComeBackGRPC(st, md)
 	}
-	// ResourceExhausted with a wait is an overload (503), also when a hop below
-	// gave up retrying it and said "do not retry" beside the wait.
-	e.HTTPStatus = httpFromCode(e.Code, comeBack(e.Pushback, e.RetryAfter))
+	e.HTTPStatus, _ = e.derive()
 	return e
 }
 
@@ -438,13 +441,8 @@ func toWire(err error) wire {
 	case errors.As(err, &se) && se.StatusCode >= 400 && se.StatusCode <= 599:
 		// The answer a retry layer stopped on (its budget spent, say): its signals
 		// as FromHTTP reads them, so that an overload's "come back in" goes on up.
-		now := time.Now()
-		x := wire{status: se.StatusCode, pushback: httpPushback(se.Header, now), msg: message(err), relayed: true}
-		x.code = codeFromHTTP(se.StatusCode, x.pushback)
-		if x.pushback < 0 {
-			x.comeBack = pushback.ComeBackHTTP(se.Header, now)
-		}
-		return x
+		e := httpFailure(se.StatusCode, se.Header)
+		return wire{status: e.HTTPStatus, code: e.Code, msg: message(err), pushback: e.Pushback, comeBack: e.RetryAfter, relayed: true}
 	case errors.As(err, &ue), errors.As(err, &ne):
 		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err), relayed: true}
 	}

@@ -151,6 +151,41 @@ func WithStreamingHTTP(f func(r *http.Request) bool) Option {
 	return optionFunc(func(c *config) { c.streamHTTP = f })
 }
 
+// StreamingRoutes returns a predicate for [WithStreamingHTTP] that calls streaming
+// the requests an [http.ServeMux] holding exactly the given patterns would route to
+// one of them: the same syntax and the same matching (method, host, wildcards, path
+// cleaning) as the mux that serves them, so that a route is declared streaming with
+// the pattern it was registered under:
+//
+//	mux.HandleFunc("GET /events", sse)
+//	mux.HandleFunc("GET /ws", websocket)
+//	h := deadlinekit.NewHandler(mux, deadlinekit.WithPropagate(
+//		propagate.WithStreamingHTTP(propagate.StreamingRoutes("GET /events", "GET /ws"))))
+//
+// A request the mux would answer with a redirect (an unclean path, a missing
+// trailing slash) or a 405 is not a stream. It panics, as [http.ServeMux.Handle]
+// does, on a pattern that is invalid or conflicts with another of the list.
+func StreamingRoutes(patterns ...string) func(r *http.Request) bool {
+	mux := http.NewServeMux()
+	seen := make(map[string]bool, len(patterns))
+	for _, p := range patterns {
+		if !seen[p] {
+			seen[p] = true
+			mux.Handle(p, streamRoute{})
+		}
+	}
+	return func(r *http.Request) bool {
+		h, _ := mux.Handler(r)
+		_, ok := h.(streamRoute)
+		return ok
+	}
+}
+
+// streamRoute marks a pattern of [StreamingRoutes]; it never serves.
+type streamRoute struct{}
+
+func (streamRoute) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
 // StreamingRequest reports whether r asks for an answer that streams: it accepts
 // text/event-stream (server-sent events), or asks to switch protocols (an Upgrade
 // header other than h2c: WebSocket), or is a Connect streaming call (content type

@@ -2,14 +2,20 @@ package propagate_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/connectkit"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
@@ -76,6 +82,56 @@ func send(t *testing.T, method, url string, hdr []string, seen <-chan sawDeadlin
 	}
 	got.status = resp.StatusCode
 	return got
+}
+
+// A caller cannot lift a unary handler's default budget or clamp by claiming that it
+// wants a stream: Accept: text/event-stream, an Upgrade: websocket, or a Connect
+// streaming content type, sent on an ordinary POST to a route the server did not
+// declare streaming, leave the handler its 30 s default and its 5 minute clamp,
+// behind the middleware and behind the whole stack alike, over loopback.
+func TestStreamClaimsDoNotLiftUnaryRules(t *testing.T) {
+	const years = "99999999H"
+	sse := []string{"Accept", "text/event-stream"}
+	ws := []string{"Upgrade", "websocket", "Connection", "Upgrade", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}
+	connectStream := []string{"Content-Type", "application/connect+json"}
+	timeout := []string{"Grpc-Timeout", years}
+	cases := []struct {
+		name    string
+		hdr     []string
+		budget  time.Duration
+		source  string
+		clamped bool
+	}{
+		{"no claim, no deadline (baseline)", nil, deadline.DefaultBudget, propagate.SourceDefault, false},
+		{"Accept: text/event-stream", sse, deadline.DefaultBudget, propagate.SourceDefault, false},
+		{"Upgrade: websocket", ws, deadline.DefaultBudget, propagate.SourceDefault, false},
+		{"Accept and Upgrade", pairs(sse, ws), deadline.DefaultBudget, propagate.SourceDefault, false},
+		{"Connect streaming content type", connectStream, deadline.DefaultBudget, propagate.SourceDefault, false},
+		{"Accept, years", pairs(sse, timeout), propagate.DefaultMaxTimeout, propagate.SourceGRPCTimeout, true},
+		{"Upgrade, years", pairs(ws, timeout), propagate.DefaultMaxTimeout, propagate.SourceGRPCTimeout, true},
+		{"Accept and Upgrade, years", pairs(sse, ws, timeout), propagate.DefaultMaxTimeout, propagate.SourceGRPCTimeout, true},
+		{"every claim at once, years", pairs(sse, ws, connectStream, timeout), propagate.DefaultMaxTimeout, propagate.SourceGRPCTimeout, true},
+	}
+	for _, stack := range serverStacks {
+		t.Run(stack.name, func(t *testing.T) {
+			seen := make(chan sawDeadline, 1)
+			srv := httptest.NewServer(stack.wrap(noteDeadline(seen)))
+			defer srv.Close()
+			for _, c := range cases {
+				got := send(t, http.MethodPost, srv.URL+"/charge", c.hdr, seen)
+				if got.status != http.StatusOK || !got.found {
+					t.Errorf("%s: status %d, handler found an Inbound: %v; want 200 and one", c.name, got.status, got.found)
+					continue
+				}
+				if want := (propagate.Inbound{Budget: c.budget, Source: c.source, Clamped: c.clamped}); got.in != want {
+					t.Errorf("%s: Inbound %+v; want %+v", c.name, got.in, want)
+				}
+				if !got.has || got.ahead > c.budget {
+					t.Errorf("%s: handler's deadline: %v, %v ahead; want one at most %v ahead", c.name, got.has, got.ahead, c.budget)
+				}
+			}
+		})
+	}
 }
 
 // pairs joins lists of header pairs into one.
@@ -195,5 +251,76 @@ func TestDeclaredUpgradeRoute(t *testing.T) {
 				t.Errorf("an Upgrade to an undeclared route: status %d, Inbound %+v; want 200 and %+v", got.status, got.in, want)
 			}
 		})
+	}
+}
+
+// A connect service behind the whole stack: its route declared streaming at the HTTP
+// layer, connectkit.HandlerOption on its handlers. The HTTP layer leaves the
+// route's deadlines alone, and the interceptor, which knows each procedure's stream
+// type, gives a server stream its caller's deadline or none and a unary procedure
+// the default budget and the clamp, whatever the caller claims and asks for.
+func TestDeclaredConnectRoute(t *testing.T) {
+	type msg = wrapperspb.StringValue
+	var streamSaw, unarySaw atomic.Pointer[sawDeadline]
+	note := func(p *atomic.Pointer[sawDeadline], ctx context.Context) {
+		in, found := propagate.InboundFromContext(ctx)
+		dl, has := ctx.Deadline()
+		p.Store(&sawDeadline{in: in, found: found, has: has, ahead: time.Until(dl)})
+	}
+	opt := connectkit.HandlerOption()
+	mux := http.NewServeMux()
+	mux.Handle("/pkg.Store/Watch", connect.NewServerStreamHandler("/pkg.Store/Watch",
+		func(ctx context.Context, _ *connect.Request[msg], s *connect.ServerStream[msg]) error {
+			note(&streamSaw, ctx)
+			return s.Send(wrapperspb.String("tick"))
+		}, opt))
+	mux.Handle("/pkg.Store/Get", connect.NewUnaryHandler("/pkg.Store/Get",
+		func(ctx context.Context, _ *connect.Request[msg]) (*connect.Response[msg], error) {
+			note(&unarySaw, ctx)
+			return connect.NewResponse(wrapperspb.String("ok")), nil
+		}, opt))
+	srv := httptest.NewServer(deadlinekit.NewHandler(mux, deadlinekit.WithPropagate(
+		propagate.WithStreamingHTTP(propagate.StreamingRoutes("/pkg.Store/")))))
+	defer srv.Close()
+
+	st, err := connect.NewClient[msg, msg](srv.Client(), srv.URL+"/pkg.Store/Watch").
+		CallServerStream(context.Background(), connect.NewRequest(wrapperspb.String("a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st.Receive() {
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if got := streamSaw.Load(); got == nil || got.has {
+		t.Errorf("a connect stream without a deadline: %+v; want no deadline", got)
+	}
+
+	// A unary call with every claim of a stream and years of budget, written by hand.
+	req, _ := http.NewRequest("POST", srv.URL+"/pkg.Store/Get", strings.NewReader(`"a"`))
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "text/event-stream",
+		"Upgrade": "websocket", "Connection": "Upgrade", "Grpc-Timeout": "99999999H"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("unary call: status %d; want 200", resp.StatusCode)
+	}
+	got := unarySaw.Load()
+	if want := (propagate.Inbound{Budget: propagate.DefaultMaxTimeout, Source: propagate.SourceGRPCTimeout, Clamped: true}); got == nil || got.in != want || !got.has || got.ahead > want.Budget {
+		t.Errorf("a unary connect call asking for years: %+v; want %+v and a deadline no later", got, want)
+	}
+	if _, err := connect.NewClient[msg, msg](srv.Client(), srv.URL+"/pkg.Store/Get").
+		CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("a"))); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := unarySaw.Load(), (propagate.Inbound{Budget: deadline.DefaultBudget, Source: propagate.SourceDefault}); got.in != want || !got.has {
+		t.Errorf("a unary connect call without a deadline: %+v; want %+v", got, want)
 	}
 }

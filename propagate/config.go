@@ -31,8 +31,8 @@ type config struct {
 	// server side
 	maxTimeout      time.Duration
 	serverDefault   time.Duration
-	maxStream       time.Duration // zero: a stream's budget is the caller's, unclamped
-	streamHTTP      func(*http.Request) bool
+	maxStream       time.Duration            // zero: a stream's budget is the caller's, unclamped
+	streamHTTP      func(*http.Request) bool // nil: no HTTP request is a stream
 	ignoreMalformed bool
 	trustEnvoy      bool
 	trustHTTP       func(*http.Request) bool
@@ -44,7 +44,6 @@ func newConfig(opts []Option) *config {
 		policy:        deadline.Policy{Floor: deadline.MinFloor},
 		maxTimeout:    DefaultMaxTimeout,
 		serverDefault: deadline.DefaultBudget,
-		streamHTTP:    StreamingRequest,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -99,10 +98,10 @@ func WithFloor(d time.Duration) Option {
 // [deadline.DefaultBudget], 30 s). Zero or less means no default on either side.
 //
 // A stream never gets the default: a gRPC or connect streaming call, and an HTTP
-// request [WithStreamingHTTP] calls streaming, keep the deadline their caller sent,
-// or none. A watch or a long download whose handler watches its context would
-// otherwise die at 30 s, a timeout used as the whole budget of something that has
-// none. [WithMaxStreamTimeout] bounds a stream's life when the server wants one.
+// request to a route the server declared streaming ([WithStreamingHTTP]), keep the
+// deadline their caller sent, or none. A watch or a long download whose handler
+// watches its context would otherwise die at 30 s, a timeout used as the whole
+// budget of something that has none. [WithMaxStreamTimeout] bounds a stream's life when the server wants one.
 func WithDefaultTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.policy.Default = max(d, 0)
@@ -125,10 +124,10 @@ func WithMaxTimeout(d time.Duration) Option {
 }
 
 // WithMaxStreamTimeout bounds the life of every stream (gRPC and connect streaming
-// calls, HTTP requests [WithStreamingHTTP] calls streaming) at d: a stream whose
-// caller sent a longer budget, or none, gets d. Server side. Default: none, a stream
-// keeps its caller's deadline, however long, and one that came without a deadline
-// has none.
+// calls, HTTP requests to the routes [WithStreamingHTTP] declares streaming) at d: a
+// stream whose caller sent a longer budget, or none, gets d. Server side. Default:
+// none, a stream keeps its caller's deadline, however long, and one that came
+// without a deadline has none.
 //
 // Why streams are not clamped by [WithMaxTimeout]: the clamp keeps a caller from
 // holding a unary handler for years by asking for it, but a stream's caller holds it
@@ -139,14 +138,30 @@ func WithMaxStreamTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxStream = max(d, 0) })
 }
 
-// WithStreamingHTTP decides which HTTP requests the middleware treats as streams
-// (no default budget, [WithMaxStreamTimeout] instead of the clamp), e.g. by route:
+// WithStreamingHTTP declares which HTTP requests the middleware treats as streams:
+// those for which f, the server's own account of what its routes serve, reports
+// true. A stream gets no default budget, and [WithMaxStreamTimeout] instead of the
+// unary clamp. Declare by route, most simply with [StreamingRoutes]:
 //
-//	propagate.WithStreamingHTTP(func(r *http.Request) bool {
-//		return propagate.StreamingRequest(r) || strings.HasPrefix(r.URL.Path, "/download/")
-//	})
+//	propagate.WithStreamingHTTP(propagate.StreamingRoutes("GET /events", "GET /ws"))
 //
-// Server side. Default [StreamingRequest]; nil: no HTTP request is a stream.
+// Server side. Default (and nil): no HTTP request is a stream; every one gets the
+// default budget and the clamp, whatever it asks for.
+//
+// What the route serves decides, never what the request claims. Accept:
+// text/event-stream, an Upgrade header, a Connect streaming content type are
+// headers any caller can put on an ordinary POST; a server that believed them
+// would run that POST's handler, and every call it makes, with no deadline or with
+// the years its caller asked for. Only on a route that does stream is a caller's
+// claim harmless: it can hold that route open anyway, by sending no deadline.
+//
+// A connect-go handler needs no declaration of its own when it has
+// connectkit.HandlerOption (or connectkit.Propagate): that interceptor knows each
+// procedure's stream type and applies the stream rules to streaming procedures. When
+// this middleware is also in front of it (deadlinekit.NewHandler over the mux),
+// declare the service's route streaming here, e.g. StreamingRoutes("/pkg.Store/"),
+// so that the middleware does not cut its streams at the unary default: the
+// interceptor then gives its unary procedures the default budget and the clamp.
 func WithStreamingHTTP(f func(r *http.Request) bool) Option {
 	return optionFunc(func(c *config) { c.streamHTTP = f })
 }
@@ -190,8 +205,17 @@ func (streamRoute) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // text/event-stream (server-sent events), or asks to switch protocols (an Upgrade
 // header other than h2c: WebSocket), or is a Connect streaming call (content type
 // application/connect+…). (A gRPC request's content type is the same for unary calls
-// and streams: the gRPC server interceptors and connectkit tell them apart.) It is the
-// default of [WithStreamingHTTP].
+// and streams: the gRPC server interceptors and connectkit tell them apart.)
+//
+// It reads only what the caller claims, so it never declares a stream alone: given
+// to [WithStreamingHTTP] by itself, it would let any caller lift the default budget
+// and the clamp off any route by adding a header. Use it within routes that do
+// stream, for a route that answers either way by what the caller accepts:
+//
+//	feed := propagate.StreamingRoutes("GET /feed")
+//	propagate.WithStreamingHTTP(func(r *http.Request) bool {
+//		return feed(r) && propagate.StreamingRequest(r)
+//	})
 func StreamingRequest(r *http.Request) bool {
 	if u := r.Header.Get("Upgrade"); u != "" && !strings.EqualFold(strings.TrimSpace(u), "h2c") {
 		return true // (an h2c upgrade is a plain request over HTTP/2)

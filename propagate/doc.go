@@ -13,11 +13,19 @@
 //
 // A unary request that came without a deadline gets a default budget (30 s), and an
 // inbound budget is clamped to a maximum (5 minutes). A stream gets neither: gRPC and
-// connect streaming calls, and HTTP requests whose answer streams (text/event-stream,
-// an Upgrade; [WithStreamingHTTP] names others), keep their caller's deadline or none,
-// since a caller can hold a stream open without any deadline, and a stream cut at a
-// timeout it never asked for is the bug, not the guard; [WithMaxStreamTimeout]
-// bounds every stream's life when the server wants a bound.
+// connect streaming calls, and HTTP requests to the routes the server declared
+// streaming ([WithStreamingHTTP], [StreamingRoutes]: server-sent events, WebSocket,
+// long downloads), keep their caller's deadline or none, since a caller can hold a
+// stream open without any deadline, and a stream cut at a timeout it never asked for
+// is the bug, not the guard; [WithMaxStreamTimeout] bounds every stream's life when
+// the server wants a bound.
+//
+// What the server serves decides what is a stream, never what a request claims: by
+// default no HTTP request is one, and Accept: text/event-stream, an Upgrade header
+// or a Connect streaming content type on a route the server did not declare leave
+// the request its default budget and its clamp. A gRPC or connect call is a stream
+// when the procedure it reaches is one, which only the handler's framework knows:
+// the gRPC interceptors and connectkit's decide there.
 //
 // Inbound deadline headers are untrusted input: malformed ones are refused with a
 // clear error, and a request that arrives with no time left is answered at once with

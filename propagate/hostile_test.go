@@ -156,6 +156,23 @@ var hostileHTTPCases = []hostileHTTPCase{
 	{name: "untrusted caller sends malformed header: not refused", hdr: []string{gt, "-1S"}, opts: []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
 	{name: "untrusted caller sends zero: not refused", hdr: []string{gt, "0n"}, opts: []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}, status: 200, budget: hostileDefault, source: "default"},
 
+	// Claims of a stream on a route the server did not declare streaming: what the
+	// caller asks for is not what the route serves, so the unary rules hold.
+	{name: "Accept text/event-stream: default", hdr: []string{"Accept", "text/event-stream"}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "Upgrade websocket: default", hdr: []string{"Upgrade", "websocket", "Connection", "Upgrade"}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "Upgrade of any other name: default", hdr: []string{"Upgrade", "TLS/1.2, IRC/6.9", "Connection", "Upgrade"}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "Connect streaming content type: default", hdr: []string{"Content-Type", "application/connect+proto"}, status: 200, budget: hostileDefault, source: "default"},
+	{name: "Accept text/event-stream, years: clamped", hdr: []string{"Accept", "text/event-stream", gt, "99999999H"}, status: 200, budget: hostileMax, source: "grpc-timeout", clamped: true},
+	{name: "Upgrade websocket, years: clamped", hdr: []string{"Upgrade", "websocket", gt, "99999999H"}, status: 200, budget: hostileMax, source: "grpc-timeout", clamped: true},
+	{name: "Accept and Upgrade, years: clamped", hdr: []string{"Accept", "text/event-stream", "Upgrade", "websocket", "Connection", "Upgrade", gt, "99999999H"}, status: 200, budget: hostileMax, source: "grpc-timeout", clamped: true},
+	{name: "Accept and Upgrade, Connect 115 days: clamped", hdr: []string{"Accept", "text/event-stream", "Upgrade", "websocket", ct, "9999999999"}, status: 200, budget: hostileMax, source: "connect-timeout-ms", clamped: true},
+	{name: "Connect streaming content type, years: clamped", hdr: []string{"Content-Type", "application/connect+json", gt, "99999999H"}, status: 200, budget: hostileMax, source: "grpc-timeout", clamped: true},
+	{name: "every claim, on a server with another route declared: clamped", hdr: []string{"Accept", "text/event-stream", "Upgrade", "websocket", "Content-Type", "application/connect+proto", gt, "99999999H"}, opts: []propagate.Option{propagate.WithStreamingHTTP(propagate.StreamingRoutes("/events"))}, status: 200, budget: hostileMax, source: "grpc-timeout", clamped: true},
+	// The route declared streaming: the caller's deadline or none, bounded by the
+	// stream maximum.
+	{name: "declared stream route, no header: no deadline", opts: []propagate.Option{propagate.WithStreamingHTTP(propagate.StreamingRoutes("GET /hostile"))}, status: 200, budget: noDeadline},
+	{name: "declared stream route, years, stream maximum: bounded", hdr: []string{gt, "99999999H"}, opts: []propagate.Option{propagate.WithStreamingHTTP(propagate.StreamingRoutes("GET /hostile")), propagate.WithMaxStreamTimeout(hostileMax / 2)}, status: 200, budget: hostileMax / 2, source: "grpc-timeout", clamped: true},
+
 	// No default budget: a request without a header runs without a deadline.
 	{name: "no default, no header: no deadline", opts: []propagate.Option{propagate.WithDefaultTimeout(0)}, status: 200, budget: noDeadline},
 	{name: "no default, years: still clamped", hdr: []string{gt, "99999999H"}, opts: []propagate.Option{propagate.WithDefaultTimeout(0)}, status: 200, budget: hostileMax, source: "grpc-timeout", clamped: true},
@@ -404,6 +421,7 @@ func hostileWireCases() []hostileWireCase {
 		{name: "Latin-1 byte on the wire", headers: line("Connect-Timeout-Ms", "1\xb2"), status: 400},
 		{name: "years on the wire", headers: line("Grpc-Timeout", "99999999H"), status: 200, budget: hostileMax},
 		{name: "zero on the wire", headers: line("Connect-Timeout-Ms", "0"), status: 504},
+		{name: "years with Accept and Upgrade on the wire", headers: line("Accept", "text/event-stream") + line("Upgrade", "websocket") + line("Grpc-Timeout", "99999999H"), status: 200, budget: hostileMax},
 	}
 }
 

@@ -150,10 +150,13 @@ func closeBody(req *http.Request) {
 //  3. X-Envoy-Expected-Rq-Timeout-Ms, only with [WithTrustEnvoy]
 //
 // The budget is clamped to [WithMaxTimeout] (default 5 minutes). With no header, the
-// default budget applies ([WithDefaultTimeout], default 30 s). A request whose answer
-// streams ([WithStreamingHTTP]; by default one that accepts text/event-stream or asks
-// for an Upgrade) gets neither: it keeps its caller's deadline or none, bounded only
-// by [WithMaxStreamTimeout]. A malformed header, or
+// default budget applies ([WithDefaultTimeout], default 30 s). A request to a route
+// the server declared streaming ([WithStreamingHTTP], [StreamingRoutes]) gets
+// neither: it keeps its caller's deadline or none, bounded only by
+// [WithMaxStreamTimeout]. By default no route is: what a request claims (Accept:
+// text/event-stream, an Upgrade, a Connect streaming content type) never makes it a
+// stream, so that no caller lifts the default and the clamp off an ordinary
+// handler by adding a header. A malformed header, or
 // the same header repeated, is answered with 400 Bad Request naming the header, unless
 // [WithIgnoreMalformed] is set. A request that arrives with no time left is answered
 // with 504 Gateway Timeout without calling the handler, and the header

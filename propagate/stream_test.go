@@ -214,13 +214,15 @@ func TestGRPCMaxStreamTimeout(t *testing.T) {
 	})
 }
 
-// Over HTTP, an answer that streams (the request accepts text/event-stream) gets no
-// default budget and no clamp; a plain request gets both.
+// Over HTTP, a route the server declared streaming gets no default budget and no
+// clamp, and lives for minutes on fake time; a plain route gets both, even when its
+// request accepts text/event-stream.
 func TestHTTPEventStreamGetsNoDefaultBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		seen := map[string]time.Duration{}
-		h := propagate.NewMiddleware(propagate.WithMaxTimeout(time.Minute))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := propagate.NewMiddleware(propagate.WithMaxTimeout(time.Minute),
+			propagate.WithStreamingHTTP(propagate.StreamingRoutes("GET /events")))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			left, _ := deadline.Remaining(r.Context())
 			mu.Lock()
 			seen[r.URL.Path] = left
@@ -281,16 +283,16 @@ func TestHTTPEventStreamGetsNoDefaultBudget(t *testing.T) {
 			}
 		}
 		for _, c := range []struct {
-			timeout string
-			want    time.Duration
-		}{{"", deadline.DefaultBudget}, {"10M", time.Minute}} {
-			resp, err := get("/plain", "", c.timeout)
+			accept, timeout string
+			want            time.Duration
+		}{{"", "", deadline.DefaultBudget}, {"", "10M", time.Minute}, {"text/event-stream", "", deadline.DefaultBudget}, {"text/event-stream", "10M", time.Minute}} {
+			resp, err := get("/plain", c.accept, c.timeout)
 			if err != nil {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
 			if got := seen["/plain"]; got != c.want {
-				t.Errorf("plain request, grpc-timeout %q: %v; want %v", c.timeout, got, c.want)
+				t.Errorf("plain route, Accept %q, grpc-timeout %q: %v; want %v", c.accept, c.timeout, got, c.want)
 			}
 		}
 	})
@@ -332,25 +334,69 @@ func TestStreamingRequest(t *testing.T) {
 	}
 }
 
-// WithStreamingHTTP(nil) makes every HTTP request a unary one, event streams
-// included; a predicate of the user's makes a route a stream.
+// With no option, or WithStreamingHTTP(nil), every HTTP request is a unary one, event
+// streams and upgrades included; a predicate of the user's makes a route a stream,
+// and StreamingRequest narrows a declared route to the requests that ask to stream.
 func TestWithStreamingHTTP(t *testing.T) {
-	var left time.Duration
-	h := func(opts ...propagate.Option) http.Handler {
-		return propagate.NewMiddleware(opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			left, _ = deadline.Remaining(r.Context())
-		}))
-	}
-	sse := httptest.NewRequest("GET", "/events", nil)
-	sse.Header.Set("Accept", "text/event-stream")
-	h(propagate.WithStreamingHTTP(nil)).ServeHTTP(httptest.NewRecorder(), sse)
-	if left <= 0 {
-		t.Error("WithStreamingHTTP(nil): an event stream got no default budget; want the unary default")
-	}
-	download := httptest.NewRequest("GET", "/download/big.iso", nil)
-	h(propagate.WithStreamingHTTP(func(r *http.Request) bool { return r.URL.Path != "/" })).ServeHTTP(httptest.NewRecorder(), download)
-	if left != 0 {
-		t.Errorf("a route the predicate calls streaming had %v left; want no deadline", left)
+	synctest.Test(t, func(t *testing.T) {
+		var left time.Duration
+		h := func(opts ...propagate.Option) http.Handler {
+			return propagate.NewMiddleware(opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				left, _ = deadline.Remaining(r.Context())
+			}))
+		}
+		sse := httptest.NewRequest("GET", "/events", nil)
+		sse.Header.Set("Accept", "text/event-stream")
+		sse.Header.Set("Upgrade", "websocket")
+		for name, opts := range map[string][]propagate.Option{"no option": nil, "WithStreamingHTTP(nil)": {propagate.WithStreamingHTTP(nil)}} {
+			left = 0
+			h(opts...).ServeHTTP(httptest.NewRecorder(), sse)
+			if left != deadline.DefaultBudget {
+				t.Errorf("%s: a request claiming a stream had %v left; want the unary default", name, left)
+			}
+		}
+		download := httptest.NewRequest("GET", "/download/big.iso", nil)
+		h(propagate.WithStreamingHTTP(func(r *http.Request) bool { return r.URL.Path != "/" })).ServeHTTP(httptest.NewRecorder(), download)
+		if left != 0 {
+			t.Errorf("a route the predicate calls streaming had %v left; want no deadline", left)
+		}
+		feed := propagate.StreamingRoutes("GET /events")
+		negotiated := propagate.WithStreamingHTTP(func(r *http.Request) bool { return feed(r) && propagate.StreamingRequest(r) })
+		h(negotiated).ServeHTTP(httptest.NewRecorder(), sse)
+		if left != 0 {
+			t.Errorf("a declared route asked for a stream had %v left; want no deadline", left)
+		}
+		h(negotiated).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/events", nil))
+		if left != deadline.DefaultBudget {
+			t.Errorf("a declared route asked for a plain answer had %v left; want the unary default", left)
+		}
+	})
+}
+
+// StreamingRoutes matches as http.ServeMux does: methods, wildcards, subtrees,
+// hosts; a redirect or a 405 is not a stream.
+func TestStreamingRoutes(t *testing.T) {
+	is := propagate.StreamingRoutes("GET /events", "/ws/{room}", "/pkg.Store/", "feeds.example.com/live", "GET /events")
+	for _, c := range []struct {
+		method, target string
+		want           bool
+	}{
+		{"GET", "/events", true},
+		{"HEAD", "/events", true}, // GET patterns match HEAD, as in the mux
+		{"POST", "/events", false},
+		{"GET", "/events/1", false},
+		{"GET", "/ws/lobby", true},
+		{"GET", "/ws/lobby/x", false},
+		{"POST", "/pkg.Store/Watch", true},
+		{"POST", "/pkg.Store", false},  // the mux redirects it to /pkg.Store/
+		{"GET", "/a/../events", false}, // the mux redirects it to the clean path
+		{"GET", "http://feeds.example.com/live", true},
+		{"GET", "http://other.example.com/live", false},
+		{"GET", "/", false},
+	} {
+		if got := is(httptest.NewRequest(c.method, c.target, nil)); got != c.want {
+			t.Errorf("%s %s: stream %v; want %v", c.method, c.target, got, c.want)
+		}
 	}
 }
 

@@ -291,3 +291,54 @@ func TestGRPCNotKeptCountsEverything(t *testing.T) {
 		t.Fatalf("first %v, repeat %v (replayed %v, trailer %v), ran %d", f.err, a.err, a.replayed, a.trailer, svc.n.Load())
 	}
 }
+
+// TestGRPCLateTrailerRefused: a trailer the handler's goroutine sets after the
+// handler returned (while the layers outside dedup still run, before grpc-go sends
+// the status) is refused, so that the first caller does not get a trailer that the
+// stored answer lacks.
+func TestGRPCLateTrailerRefused(t *testing.T) {
+	returned := make(chan struct{})
+	lateErr := make(chan error, 1)
+	svc := &funcService{do: func(ctx context.Context, n int64) (*testgrpc.SimpleResponse, error) {
+		if n == 1 {
+			go func() {
+				<-returned
+				lateErr <- grpc.SetTrailer(ctx, metadata.Pairs("x-late", "1"))
+			}()
+		}
+		return &testgrpc.SimpleResponse{Username: "charge " + strconv.FormatInt(n, 10)}, nil
+	}}
+	// outer runs outside dedup: once dedup has returned, it lets the handler's
+	// goroutine set its trailer, and waits for it.
+	outer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		select {
+		case <-returned:
+		default:
+			close(returned)
+			<-lateErr
+		}
+		return resp, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(outer, dedup.UnaryServerInterceptor(dedup.NewMemoryStore())))
+	testgrpc.RegisterTestServiceServer(srv, svc)
+	go srv.Serve(l)
+	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cc.Close(); srv.Stop() }()
+	c := testgrpc.NewTestServiceClient(cc)
+	f := unary(context.Background(), c, "k", "1")
+	r := unary(context.Background(), c, "k", "1")
+	if f.err != nil || r.err != nil || !r.replayed || svc.n.Load() != 1 {
+		t.Fatalf("first %v, repeat %v (replayed %v), ran %d", f.err, r.err, r.replayed, svc.n.Load())
+	}
+	if len(f.trailer.Get("x-late")) != len(r.trailer.Get("x-late")) {
+		t.Fatalf("first's trailer %v, replay's %v", f.trailer, r.trailer)
+	}
+}

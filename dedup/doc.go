@@ -58,14 +58,17 @@
 //
 // The key is released, and a repeat runs the handler again, when the handler did not
 // complete: it panicked (the panic goes on unchanged), it called [Forget], or it
-// answered 504 / 499 (gRPC DeadlineExceeded / Canceled), or its context ended before
-// it wrote anything. A handler that may have done its side effect must not answer
-// 504 for it.
+// answered 504 / 499 (gRPC DeadlineExceeded / Canceled: a gRPC handler's plain
+// context error, or shortcircuit.Check's refusal, counts as what the wire says), or
+// its context ended before it wrote anything. A handler that may have done its side
+// effect must not answer 504 for it. A gRPC response that cannot be marshalled is
+// answered Internal, and that answer is stored.
 //
-// An answer larger than [WithMaxResponseSize] reaches the first caller in full but is
-// not stored: the key is marked completed-but-not-kept, and a repeat gets 410 Gone
-// (gRPC AlreadyExists) with Idempotent-Replayed: true and a message naming the first
-// answer's status, never a second execution.
+// An answer larger than [WithMaxResponseSize] (gRPC: its message, metadata and
+// status together) reaches the first caller in full but is not stored: the key is
+// marked completed-but-not-kept, and a repeat gets 410 Gone (gRPC AlreadyExists,
+// without idempotent-replayed: it is not the stored answer) and a message naming the
+// first answer's status, never a second execution.
 //
 // # Repeats
 //

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"sync"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
@@ -28,10 +29,16 @@ const ReplayedKey = "idempotent-replayed"
 // UnaryServerInterceptor returns a gRPC server interceptor that deduplicates unary
 // calls carrying idempotency-key metadata on store, as the package documentation
 // says. The first call runs the handler; its response message, the header and
-// trailer metadata it set, and its status are stored, and a repeat gets them back
-// with header metadata idempotent-replayed: true. Responses must be protobuf
-// messages registered in protoregistry.GlobalTypes (generated code registers them);
-// an answer that is not is treated as one too large to keep. A call without the
+// trailer metadata the stream accepted from it (metadata set after the handler
+// returned is refused), and its status are stored, and a repeat gets them back
+// with header metadata idempotent-replayed: true. The status is the one grpc-go
+// sends: a handler's plain context error is DeadlineExceeded or Canceled, and like
+// a budget refusal (shortcircuit.Check) releases the key. A response that cannot be
+// marshalled is answered Internal, as grpc-go would answer it, and that answer is
+// stored. [WithMaxResponseSize] bounds all that is stored: message, metadata and
+// status. Responses must be protobuf messages registered in
+// protoregistry.GlobalTypes (generated code registers them); an answer that is not
+// is treated as one too large to keep. A call without the
 // metadata goes to the handler untouched. The deadline must already be on the
 // context (package propagate's interceptor before this one). It panics if store is
 // nil.
@@ -104,25 +111,60 @@ func fingerprintGRPC(method string, req any, t *ticket) error {
 	return nil
 }
 
-// captureStream passes the handler's metadata through and keeps a copy.
+// captureStream passes the handler's metadata through and keeps a copy of what
+// the stream accepted: metadata grpc-go refuses (SetHeader after the header was
+// sent) never reaches the caller, so it is not kept either. The handler may set
+// metadata from goroutines of its own; once it has returned, the stream is sealed
+// (see seal) and refuses more, so that what a replay carries is what the first
+// caller received.
 type captureStream struct {
 	grpc.ServerTransportStream
+	mu              sync.Mutex
 	header, trailer metadata.MD
+	sealed          bool
+}
+
+// errSealed is what the handler's stream answers metadata set after the handler
+// returned.
+var errSealed = status.Error(codes.Internal, "dedup: metadata set after the handler returned is not sent")
+
+// keep calls set, the stream's method, under the lock, and adds md to *into when
+// the stream accepted it. The lock spans the call, so that what is kept follows
+// the order in which the stream accepted it.
+func (s *captureStream) keep(into *metadata.MD, md metadata.MD, set func(metadata.MD) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sealed {
+		return errSealed
+	}
+	if err := set(md); err != nil {
+		return err
+	}
+	*into = metadata.Join(*into, md)
+	return nil
 }
 
 func (s *captureStream) SetHeader(md metadata.MD) error {
-	s.header = metadata.Join(s.header, md)
-	return s.ServerTransportStream.SetHeader(md)
+	return s.keep(&s.header, md, s.ServerTransportStream.SetHeader)
 }
 
 func (s *captureStream) SendHeader(md metadata.MD) error {
-	s.header = metadata.Join(s.header, md)
-	return s.ServerTransportStream.SendHeader(md)
+	return s.keep(&s.header, md, s.ServerTransportStream.SendHeader)
 }
 
 func (s *captureStream) SetTrailer(md metadata.MD) error {
-	s.trailer = metadata.Join(s.trailer, md)
-	return s.ServerTransportStream.SetTrailer(md)
+	return s.keep(&s.trailer, md, s.ServerTransportStream.SetTrailer)
+}
+
+// seal ends the capture and returns what was kept. A nil s has nothing.
+func (s *captureStream) seal() (header, trailer metadata.MD) {
+	if s == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sealed = true
+	return s.header, s.trailer
 }
 
 func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.UnaryHandler) (resp any, err error) {
@@ -135,44 +177,35 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	completed := false
 	defer func() {
 		if !completed { // a panic goes on unchanged
+			cs.seal()
 			c.release(ctx, t)
 			c.report(ctx, outReleased, t)
 		}
 	}()
 	resp, err = handler(hctx, req)
 	completed = true
-	st, _ := status.FromError(err)
-	if t.forgot.Load() || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+	a := &grpcAnswer{}
+	a.header, a.trailer = cs.seal()
+	code, storable := codes.OK, true
+	if err != nil {
+		st := wireStatus(err)
+		code = st.Code()
+		a.setStatus(st)
+	} else if m, ok := resp.(proto.Message); ok && m != nil {
+		if st := a.setMessage(m, "grpc: error while marshaling: "); st != nil {
+			// grpc-go would fail to send it, and answer this status: answer it
+			// here, so that the first caller and every repeat get the same.
+			code, resp, err = st.Code(), nil, st.Err()
+		}
+	} else {
+		storable = false
+	}
+	if t.forgot.Load() || unfinished(code, err) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err
 	}
-	a := &grpcAnswer{}
-	if cs != nil {
-		a.header, a.trailer = cs.header, cs.trailer
-	}
-	size := 0
-	storable := true
-	if err != nil {
-		a.status, _ = proto.Marshal(st.Proto())
-	} else if m, ok := resp.(proto.Message); ok && m != nil {
-		a.msgName = string(m.ProtoReflect().Descriptor().FullName())
-		a.msg, err = proto.Marshal(m)
-		if err != nil {
-			return resp, nil // grpc-go will fail to send it as well
-		}
-		size = len(a.msg)
-		storable = size <= c.c.maxResponse
-	} else {
-		storable = false
-	}
-	notKept := func() []byte { return encodeNotKept(int(st.Code()), size) }
-	if storable {
-		c.complete(ctx, t, encodeGRPC(a), notKept)
-	} else {
-		c.complete(ctx, t, notKept(), nil)
-	}
-	c.report(ctx, outFirst, t)
+	c.keepGRPC(ctx, t, a, storable, code)
 	return resp, err
 }
 
@@ -205,8 +238,8 @@ func (c *core) replayGRPC(ctx context.Context, t *ticket) (any, error) {
 		}
 		return resp, nil
 	case *notKept:
+		// Not the stored answer: no idempotent-replayed marker.
 		c.report(ctx, outNotKept, t)
-		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedKey, "true"))
 		return nil, status.Error(codes.AlreadyExists, "dedup: the first call with this idempotency-key completed with code "+
 			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept")
 	case *httpAnswer:

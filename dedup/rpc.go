@@ -21,8 +21,11 @@ import (
 // as for grpc-go: the key is the Idempotency-Key header (the idempotency-key
 // metadata of the gRPC protocol is the same header), the answer stored is the
 // response message with its header and trailer metadata, or the handler's status,
-// and the refusals are the gRPC statuses of [UnaryServerInterceptor]. Streams go
-// through untouched.
+// and the refusals are the gRPC statuses of [UnaryServerInterceptor]. As there, a
+// handler's plain context or budget error releases the key, a response that cannot
+// be marshalled is answered (and stored) as Internal "marshal message: ...", with
+// the response's metadata, and everything stored counts against
+// [WithMaxResponseSize]. Streams go through untouched.
 func init() {
 	rpc.Register("dedup", func(store Store, opts []Option) rpc.Layer {
 		c := &core{store: store, c: newConfig(opts)}
@@ -90,43 +93,42 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 	resp, err = handle(context.WithValue(ctx, runKey{}, t))
 	completed = true
 	a := &grpcAnswer{}
-	size, storable := 0, true
-	var code codes.Code
+	code, storable := codes.OK, true
 	if err != nil {
 		st, md := in.Reply.Status(err)
 		code = st.Code()
-		a.status, _ = proto.Marshal(st.Proto())
+		a.setStatus(st)
 		a.header = md
 	} else if msg, header, trailer, ok := in.Reply.Split(in.Procedure, resp); ok {
-		m, isProto := msg.(proto.Message)
-		if !isProto || m == nil {
+		a.header, a.trailer = header, trailer
+		if m, isProto := msg.(proto.Message); !isProto || m == nil {
 			storable = false
-		} else {
-			a.msgName = string(m.ProtoReflect().Descriptor().FullName())
-			if a.msg, err = proto.Marshal(m); err != nil {
-				return resp, nil
-			}
-			a.header, a.trailer = header, trailer
-			size = len(a.msg)
-			storable = size <= c.c.maxResponse
+		} else if st := a.setMessage(m, "marshal message: "); st != nil {
+			// connect-go would fail to send it, and answer this status with the
+			// response's metadata: answer it here, so that the first caller and
+			// every repeat get the same.
+			a.header, a.trailer = metadata.Join(header, trailer), nil
+			code, resp, err = st.Code(), nil, &rpc.Refusal{Err: storedStatus{st}, Meta: a.header}
 		}
 	} else {
 		storable = false
 	}
-	if t.forgot.Load() || code == codes.DeadlineExceeded || code == codes.Canceled {
+	if t.forgot.Load() || unfinished(code, err) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err
 	}
-	notKept := func() []byte { return encodeNotKept(int(code), size) }
-	if storable {
-		c.complete(ctx, t, encodeGRPC(a), notKept)
-	} else {
-		c.complete(ctx, t, notKept(), nil)
-	}
-	c.report(ctx, outFirst, t)
+	c.keepGRPC(ctx, t, a, storable, code)
 	return resp, err
 }
+
+// storedStatus is a stored status as a handler's error: its text is the status's
+// message alone, as the first caller read it (connect-go's error message is its
+// cause's text, which for a status error would repeat the code).
+type storedStatus struct{ st *status.Status }
+
+func (e storedStatus) Error() string              { return e.st.Message() }
+func (e storedStatus) GRPCStatus() *status.Status { return e.st }
 
 func (c *core) replayRPC(ctx context.Context, in *rpc.Inbound, t *ticket) (any, error) {
 	out := outReplayed
@@ -143,7 +145,7 @@ func (c *core) replayRPC(ctx context.Context, in *rpc.Inbound, t *ticket) (any, 
 				break
 			}
 			c.report(ctx, out, t)
-			return nil, &rpc.Refusal{Err: status.ErrorProto(&sp), Meta: metadata.Join(a.header, replayed)}
+			return nil, &rpc.Refusal{Err: storedStatus{status.FromProto(&sp)}, Meta: metadata.Join(a.header, replayed)}
 		}
 		msg, err := a.response()
 		if err != nil {
@@ -161,9 +163,10 @@ func (c *core) replayRPC(ctx context.Context, in *rpc.Inbound, t *ticket) (any, 
 		c.report(ctx, out, t)
 		return resp, nil
 	case *notKept:
+		// Not the stored answer: no Idempotent-Replayed marker.
 		c.report(ctx, outNotKept, t)
-		return nil, &rpc.Refusal{Err: status.Error(codes.AlreadyExists, "dedup: the first call with this Idempotency-Key completed with code "+
-			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept"), Meta: replayed}
+		return nil, refusal(codes.AlreadyExists, "dedup: the first call with this Idempotency-Key completed with code "+
+			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept", nil)
 	case *httpAnswer:
 		c.report(ctx, outMismatch, t)
 		return nil, refusal(codes.FailedPrecondition, "dedup: this Idempotency-Key was used for a different request (an HTTP one)", nil)

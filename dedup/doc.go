@@ -81,8 +81,10 @@
 // done (the encoded answer and its retention). [NewMemoryStore] is the embedded
 // default for one replica; package dedup/redisstore shares one table between
 // replicas. [Store] is small enough to write on SQL: see its documentation. When the
-// store cannot be reached a keyed request is answered 503 / Unavailable and the
-// handler does not run, unless [WithRunWithoutStore] says otherwise. A completion or
+// store cannot be reached, or does not answer before the request's deadline (a
+// stalled server), a keyed request is answered 503 / Unavailable and the handler
+// does not run, unless [WithRunWithoutStore] says otherwise; only a caller that left
+// (its context canceled) is answered 499 / Canceled. A completion or
 // a release that the store fails (not one refused for a lost lease) is tried again in
 // the background, with a growing pause, until it succeeds or the lease ends; the
 // answer goes out at once.

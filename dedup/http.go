@@ -95,7 +95,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	case vCanceled:
 		c.report(ctx, outCanceled, t)
 		w.Header().Set(pushback.Key, pushback.DoNotRetry)
-		http.Error(w, "dedup: the caller left while the request waited for the first with its key", statusClientClosedRequest)
+		http.Error(w, "dedup: the caller left before its Idempotency-Key was settled", statusClientClosedRequest)
 	}
 }
 

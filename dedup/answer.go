@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -11,9 +12,16 @@ import (
 // A stored answer is opaque to the store: one kind byte, then the kind's fields as
 // uvarint-prefixed strings and uvarints (an HTTP answer's body is the rest).
 const (
-	kindHTTP    = 'H' // status, headers, body
-	kindGRPC    = 'G' // message name, message, header, trailer, status
-	kindNotKept = 'N' // completed, too large to keep: status, size
+	kindHTTP         = 'H' // status, headers, body
+	kindHTTPTrailers = 'T' // status, headers, trailers, body
+	kindGRPC         = 'G' // message name, message, header, trailer, status
+	kindNotKept      = 'N' // completed, not kept: status, size, and the reason when not too large
+)
+
+// Why an answer was not kept.
+const (
+	whyTooLarge   = 0 // above the size limit, or refused by the store for its size
+	whyIncomplete = 1 // not delivered in full, or shorter than its Content-Length
 )
 
 var (
@@ -106,21 +114,32 @@ func (d *decoder) md() map[string][]string {
 
 // httpAnswer is a stored HTTP answer.
 type httpAnswer struct {
-	status int
-	header http.Header
-	body   []byte
+	status  int
+	header  http.Header
+	trailer http.Header
+	body    []byte
 }
 
-func encodeHTTP(status int, h http.Header, body []byte) []byte {
-	return append(appendHTTPHead(make([]byte, 0, 64+len(body)), status, h), body...)
+func encodeHTTP(status int, h, trailer http.Header, body []byte) []byte {
+	b := appendHTTPHead(make([]byte, 0, 64+len(body)), status, h)
+	if len(trailer) > 0 {
+		return withTrailers(append(b, body...), len(b), trailer)
+	}
+	return append(b, body...)
+}
+
+// stored reports whether a stored answer keeps the header k: not one of
+// [notStored], and not a trailer set with [http.TrailerPrefix].
+func stored(k string, vs []string) bool {
+	return len(vs) > 0 && !notStored[k] && !strings.HasPrefix(k, http.TrailerPrefix)
 }
 
 // appendHTTPHead appends the kind, the status and the headers a stored answer keeps
-// (not those of [notStored]); the body follows as the rest of the answer.
+// ([stored]); the body follows as the rest of the answer.
 func appendHTTPHead(b []byte, status int, h http.Header) []byte {
 	n := 0
 	for k, vs := range h {
-		if !notStored[k] && len(vs) > 0 {
+		if stored(k, vs) {
 			n++
 		}
 	}
@@ -128,7 +147,7 @@ func appendHTTPHead(b []byte, status int, h http.Header) []byte {
 	b = binary.AppendUvarint(b, uint64(status))
 	b = binary.AppendUvarint(b, uint64(n))
 	for k, vs := range h {
-		if notStored[k] || len(vs) == 0 {
+		if !stored(k, vs) {
 			continue
 		}
 		b = appendString(b, k)
@@ -140,20 +159,30 @@ func appendHTTPHead(b []byte, status int, h http.Header) []byte {
 	return b
 }
 
-// decodeHTTPInto decodes an HTTP answer, its header into h (values appended to
-// one backing array), and returns its status and body.
-func decodeHTTPInto(b []byte, h http.Header) (int, []byte, error) {
+// withTrailers turns ans, an HTTP answer whose head (kind, status, headers) is its
+// first head bytes and whose body is the rest, into one that carries trailer too.
+func withTrailers(ans []byte, head int, trailer http.Header) []byte {
+	b := make([]byte, 0, len(ans)+64)
+	b = append(b, kindHTTPTrailers)
+	b = append(b, ans[1:head]...)
+	b = appendMD(b, trailer)
+	return append(b, ans[head:]...)
+}
+
+// decodeHTTPInto decodes an HTTP answer (kind H or T), its header into h, and
+// returns its status, trailer and body.
+func decodeHTTPInto(b []byte, h http.Header) (int, http.Header, []byte, error) {
 	d := decoder{b: b[1:]}
 	s := d.uvarint()
 	n := d.uvarint()
 	if d.err != nil || n > uint64(len(d.b)) || s < 100 || s > 999 {
-		return 0, nil, errCorrupt
+		return 0, nil, nil, errCorrupt
 	}
 	for range n {
 		k := d.string()
 		m := d.uvarint()
 		if d.err != nil || m > uint64(len(d.b))+1 {
-			return 0, nil, errCorrupt
+			return 0, nil, nil, errCorrupt
 		}
 		vs := make([]string, m)
 		for i := range vs {
@@ -161,10 +190,14 @@ func decodeHTTPInto(b []byte, h http.Header) (int, []byte, error) {
 		}
 		h[k] = vs
 	}
-	if d.err != nil {
-		return 0, nil, errCorrupt
+	var trailer http.Header
+	if b[0] == kindHTTPTrailers {
+		trailer = d.md()
 	}
-	return int(s), d.b, nil // the body is the rest
+	if d.err != nil {
+		return 0, nil, nil, errCorrupt
+	}
+	return int(s), trailer, d.b, nil // the body is the rest
 }
 
 // grpcAnswer is a stored gRPC answer.
@@ -185,17 +218,27 @@ func encodeGRPC(a *grpcAnswer) []byte {
 	return appendBytes(b, a.status)
 }
 
-// notKept is the record of an answer too large to keep: its status (HTTP status or
-// gRPC code) and size.
+// notKept is the record of an answer that was not kept: its status (HTTP status or
+// gRPC code), its size, and why (whyTooLarge, whyIncomplete).
 type notKept struct {
 	status int
 	size   int
+	why    uint64
 }
 
-func encodeNotKept(status, size int) []byte {
+// encodeNotKept is the record of an answer too large to keep.
+func encodeNotKept(status, size int) []byte { return encodeNotKeptWhy(status, size, whyTooLarge) }
+
+// encodeNotKeptWhy writes the reason only when it is not whyTooLarge, so that a
+// record of one too large reads the same on a replica that knows no reasons.
+func encodeNotKeptWhy(status, size int, why uint64) []byte {
 	b := []byte{kindNotKept}
 	b = binary.AppendUvarint(b, uint64(status))
-	return binary.AppendUvarint(b, uint64(size))
+	b = binary.AppendUvarint(b, uint64(size))
+	if why != whyTooLarge {
+		b = binary.AppendUvarint(b, why)
+	}
+	return b
 }
 
 // decodeAnswer returns a *httpAnswer, *grpcAnswer or *notKept.
@@ -206,10 +249,13 @@ func decodeAnswer(b []byte) (any, error) {
 	d := decoder{b: b[1:]}
 	var v any
 	switch b[0] {
-	case kindHTTP:
+	case kindHTTP, kindHTTPTrailers:
 		a := &httpAnswer{}
 		s := d.uvarint()
 		a.header = d.md()
+		if b[0] == kindHTTPTrailers {
+			a.trailer = d.md()
+		}
 		a.body, d.b = d.b, nil // the body is the rest
 		if s < 100 || s > 999 {
 			d.err = errCorrupt
@@ -226,10 +272,14 @@ func decodeAnswer(b []byte) (any, error) {
 		v = a
 	case kindNotKept:
 		s, n := d.uvarint(), d.uvarint()
-		if s > 1<<16 || n > 1<<62 {
+		var why uint64
+		if len(d.b) > 0 {
+			why = d.uvarint()
+		}
+		if s > 1<<16 || n > 1<<62 || why > whyIncomplete {
 			d.err = errCorrupt
 		}
-		v = &notKept{status: int(s), size: int(n)}
+		v = &notKept{status: int(s), size: int(n), why: why}
 	default:
 		return nil, errCorrupt
 	}

@@ -9,7 +9,9 @@ import (
 // A store returns what it was given, but a user's store (or a corrupted table) may
 // return anything: decoding never panics, and what encodes decodes back.
 func FuzzDecodeAnswer(f *testing.F) {
-	f.Add(encodeHTTP(201, http.Header{"Content-Type": {"application/json"}, "X-A": {"1", "2"}}, []byte(`{"ok":true}`)))
+	f.Add(encodeHTTP(201, http.Header{"Content-Type": {"application/json"}, "X-A": {"1", "2"}}, nil, []byte(`{"ok":true}`)))
+	f.Add(encodeHTTP(200, http.Header{"Trailer": {"Grpc-Status"}}, http.Header{"Grpc-Status": {"0"}, "X-L": {"a", "b"}}, []byte{0, 0, 0, 0, 1, 'x'}))
+	f.Add(encodeNotKeptWhy(200, 36<<10, whyIncomplete))
 	f.Add(encodeGRPC(&grpcAnswer{msgName: "google.protobuf.StringValue", msg: []byte{10, 1, 'x'}, header: map[string][]string{"a": {"b"}}}))
 	f.Add(encodeNotKept(200, 1<<20))
 	f.Add([]byte{})
@@ -21,19 +23,25 @@ func FuzzDecodeAnswer(f *testing.F) {
 				t.Fatal("a value with an error")
 			}
 		}
-		_, _, _ = decodeHTTPInto(append([]byte{kindHTTP}, b...), http.Header{})
+		_, _, _, _ = decodeHTTPInto(append([]byte{kindHTTP}, b...), http.Header{})
+		_, _, _, _ = decodeHTTPInto(append([]byte{kindHTTPTrailers}, b...), http.Header{})
 		if a, ok := v.(*httpAnswer); ok {
-			again := encodeHTTP(a.status, a.header, a.body)
+			again := encodeHTTP(a.status, a.header, a.trailer, a.body)
 			h := http.Header{}
-			s, body, err := decodeHTTPInto(again, h)
+			s, trailer, body, err := decodeHTTPInto(again, h)
 			kept := 0 // a header without values, or one never stored, is not written back
 			for k, vs := range a.header {
-				if len(vs) > 0 && !notStored[k] {
+				if stored(k, vs) {
 					kept++
 				}
 			}
-			if err != nil || s != a.status || !bytes.Equal(body, a.body) || len(h) != kept {
-				t.Fatalf("re-encoded answer decodes to %d %q %v, %v", s, body, h, err)
+			if err != nil || s != a.status || !bytes.Equal(body, a.body) || len(h) != kept || len(trailer) != len(a.trailer) {
+				t.Fatalf("re-encoded answer decodes to %d %q %v %v, %v", s, body, h, trailer, err)
+			}
+		}
+		if a, ok := v.(*notKept); ok {
+			if w, err := decodeAnswer(encodeNotKeptWhy(a.status, a.size, a.why)); err != nil || *w.(*notKept) != *a {
+				t.Fatalf("re-encoded record decodes to %v, %v; want %v", w, err, a)
 			}
 		}
 	})

@@ -83,8 +83,9 @@ func WithScope(f func(ctx context.Context) string) Option {
 	return optionFunc(func(c *config) { c.scope = f })
 }
 
-// WithMaxResponseSize bounds the body (gRPC: the marshalled message, the header
-// and trailer metadata and the marshalled status) of an answer that is stored. A larger answer reaches the first caller in full, but is not
+// WithMaxResponseSize bounds an answer that is stored: over HTTP its status,
+// headers, body and trailers as stored (gRPC: the marshalled message, the header and
+// trailer metadata and the marshalled status). A larger answer reaches the first caller in full, but is not
 // stored: its key is marked completed-but-not-kept and a repeat gets 410 Gone (gRPC
 // AlreadyExists), never a second execution. Default [DefaultMaxResponseSize] (1 MiB);
 // zero or less keeps the default.

@@ -137,7 +137,7 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 		cancel()
 		t.waited = time.Since(waitStart)
 		if err != nil {
-			if ctx.Err() != nil {
+			if callerLeft(ctx) {
 				t.err = ctx.Err()
 				return vCanceled
 			}
@@ -166,13 +166,24 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 	return c.failed(ctx, t, errors.New("dedup: the key changed hands too often"))
 }
 
+// failed reads a store call that returned err. Only a caller that left (ctx
+// canceled) is vCanceled: a store that did not answer before the request's deadline
+// is a store that cannot be reached, like one that refused (a stalled Redis whose
+// client times out with the context is the common case), and its caller is told to
+// come back, not that it left.
 func (c *core) failed(ctx context.Context, t *ticket, err error) verdict {
-	if ctx.Err() != nil {
+	if callerLeft(ctx) {
 		t.err = ctx.Err()
 		return vCanceled
 	}
 	t.err = err
 	return vUnavailable
+}
+
+// callerLeft reports whether ctx ended because the caller went away (canceled), not
+// because the request's deadline passed.
+func callerLeft(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
 }
 
 // finishCtx bounds a completion or a release by the lease's end: the request's

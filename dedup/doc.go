@@ -39,7 +39,9 @@
 // context; by default everyone shares one scope) and to one request: its method, its
 // path with the query string (gRPC: the full method) and a SHA-256 fingerprint of its
 // body (gRPC: of the deterministically marshalled request message), computed while
-// the body is read, which holds at most [WithMaxRequestSize] bytes in memory. The
+// the body is read, which holds at most [WithMaxRequestSize] bytes in memory (a
+// gRPC, gRPC-Web or Connect-streaming request over HTTP: its first message, the rest
+// goes to the handler as it comes, so that a stream is not held back). The
 // same key with another method, path or body is refused, and the handler does not
 // run. The scope is a security boundary: one scope never receives another scope's
 // stored answer, and a scope taken from something the caller merely claims (a header
@@ -51,8 +53,10 @@
 // The first request takes a lease on its key that ends with the request's own
 // deadline plus a margin ([WithLeaseMargin]; a request without a deadline holds it
 // for [deadline.DefaultBudget]), runs the handler, and stores the completed answer:
-// status, headers and body (gRPC: response message, header and trailer metadata, and
-// status), for [WithRetention] (default 24 h). Completed error answers (a 4xx or 5xx
+// status, headers, body and trailers (those the Trailer header declares and those
+// set with [http.TrailerPrefix]: a gRPC or Connect handler mounted on an HTTP mux
+// sends its status in them) (gRPC: response message, header and trailer metadata,
+// and status), for [WithRetention] (default 24 h). Completed error answers (a 4xx or 5xx
 // the handler wrote, a gRPC error) are stored too, and an answer completed after the
 // deadline passed is still stored, as long as the lease is still the request's.
 //
@@ -61,14 +65,26 @@
 // answered 504 / 499 (gRPC DeadlineExceeded / Canceled: a gRPC handler's plain
 // context error, or shortcircuit.Check's refusal, counts as what the wire says), or
 // its context ended before it wrote anything. A handler that may have done its side
-// effect must not answer 504 for it. A gRPC response that cannot be marshalled is
-// answered Internal, and that answer is stored.
+// effect must not answer 504 for it. Over HTTP, the key is released too when there is
+// no HTTP answer to store (101 Switching Protocols, a hijacked connection) and when
+// the request was a stream of more than one message: neither is deduplicated. A gRPC
+// response that cannot be marshalled is answered Internal, and that answer is stored.
 //
-// An answer larger than [WithMaxResponseSize] (gRPC: its message, metadata and
-// status together) reaches the first caller in full but is not stored: the key is
-// marked completed-but-not-kept, and a repeat gets 410 Gone (gRPC AlreadyExists,
-// without idempotent-replayed: it is not the stored answer) and a message naming the
-// first answer's status, never a second execution.
+// An answer larger than [WithMaxResponseSize] (over HTTP: status, headers, body and
+// trailers; gRPC: its message, metadata and status together) reaches the first
+// caller in full but is not stored: the key is marked completed-but-not-kept, and a
+// repeat gets 410 Gone (gRPC AlreadyExists) with a message naming the first answer's
+// status, never a second execution. The refusal is not the stored answer and is not
+// marked Idempotent-Replayed (gRPC idempotent-replayed).
+//
+// The same holds for an HTTP answer that did not reach the first caller in full
+// (a write failed: the caller left, the connection broke) unless it is provably
+// whole, and for one whose body does not match the Content-Length its handler set.
+// What the handler writes after a failed write is still recorded, so an answer
+// written in full, with a Content-Length, is stored whole and a repeat (the caller
+// whose download broke, coming back) gets all of it. Without a Content-Length a
+// whole answer cannot be told from one whose handler stopped at the error, as most
+// do: set it on answers that a broken connection must not cost.
 //
 // # Repeats
 //
@@ -84,8 +100,10 @@
 // done (the encoded answer and its retention). [NewMemoryStore] is the embedded
 // default for one replica; package dedup/redisstore shares one table between
 // replicas. [Store] is small enough to write on SQL: see its documentation. When the
-// store cannot be reached a keyed request is answered 503 / Unavailable and the
-// handler does not run, unless [WithRunWithoutStore] says otherwise. A completion or
+// store cannot be reached, or does not answer before the request's deadline (a
+// stalled server), a keyed request is answered 503 / Unavailable and the handler
+// does not run, unless [WithRunWithoutStore] says otherwise; only a caller that left
+// (its context canceled) is answered 499 / Canceled. A completion or
 // a release that the store fails (not one refused for a lost lease) is tried again in
 // the background, with a growing pause, until it succeeds or the lease ends; the
 // answer goes out at once.

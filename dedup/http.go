@@ -1,14 +1,19 @@
 package dedup
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
@@ -95,12 +100,16 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	case vCanceled:
 		c.report(ctx, outCanceled, t)
 		w.Header().Set(pushback.Key, pushback.DoNotRetry)
-		http.Error(w, "dedup: the caller left while the request waited for the first with its key", statusClientClosedRequest)
+		http.Error(w, "dedup: the caller left before its Idempotency-Key was settled", statusClientClosedRequest)
 	}
 }
 
 // fingerprintHTTP sets t.fp from the method, the path with its query, and the body,
-// which it reads (at most the limit) and returns to be read again.
+// which it reads (at most the limit) and returns to be read again. The body of a
+// protocol that may stream its request ([enveloped]) is read only up to its first
+// message: the rest goes to the handler as it comes, so that a client stream or a
+// bidi stream is not held until the client ends it (a bidi client waits for an
+// answer before it sends more).
 func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error) {
 	h := sha256.New()
 	h.Write([]byte(r.Method))
@@ -110,7 +119,14 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 	h.Write([]byte(r.URL.RawQuery))
 	h.Write([]byte{0})
 	body := r.Body
-	if body != nil && body != http.NoBody {
+	if body != nil && body != http.NoBody && enveloped(r.Header.Get("Content-Type")) {
+		b, err := readEnvelope(r.Body, c.c.maxRequest)
+		if err != nil {
+			return nil, err
+		}
+		h.Write(b)
+		body = &streamBody{first: bodyReader{b: b}, rest: r.Body}
+	} else if body != nil && body != http.NoBody {
 		b, err := readBody(r.Body, r.ContentLength, c.c.maxRequest)
 		if err != nil {
 			return nil, err
@@ -148,6 +164,61 @@ func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// enveloped reports whether a request of content type ct frames its body as
+// length-prefixed messages and may stream them: gRPC, gRPC-Web and Connect
+// streaming. (gRPC-Web text is base64 and comes from browsers, which do not stream
+// requests: it is read whole.)
+func enveloped(ct string) bool {
+	ct = strings.ToLower(ct)
+	return !strings.HasPrefix(ct, "application/grpc-web-text") &&
+		(strings.HasPrefix(ct, "application/grpc") || strings.HasPrefix(ct, "application/connect+"))
+}
+
+// readEnvelope reads the first message of an enveloped body: a flags byte, a 4-byte
+// big-endian length and the message, at most limit bytes in all. An empty body
+// has none.
+func readEnvelope(r io.Reader, limit int64) ([]byte, error) {
+	var prefix [5]byte
+	if n, err := io.ReadFull(r, prefix[:]); n == 0 && err == io.EOF {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	size := int64(binary.BigEndian.Uint32(prefix[1:]))
+	if 5+size > limit {
+		return nil, errBodyTooLarge
+	}
+	b := make([]byte, 5+size)
+	copy(b, prefix[:])
+	if _, err := io.ReadFull(r, b[5:]); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// streamBody gives the handler the first message that was read, then the rest of
+// the body as it comes, and notes whether there was more: a request of several
+// messages is a stream, which is not deduplicated (its key is released when the
+// handler returns).
+type streamBody struct {
+	first bodyReader
+	rest  io.ReadCloser
+	more  atomic.Bool
+}
+
+func (s *streamBody) Read(p []byte) (int, error) {
+	if s.first.i < len(s.first.b) {
+		return s.first.Read(p)
+	}
+	n, err := s.rest.Read(p)
+	if n > 0 {
+		s.more.Store(true)
+	}
+	return n, err
+}
+
+func (s *streamBody) Close() error { return s.rest.Close() }
+
 // bodyReader gives the handler the body that was read.
 type bodyReader struct {
 	b []byte
@@ -179,12 +250,19 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	}()
 	next.ServeHTTP(rec, r2)
 	completed = true
+	streamed := false
+	if sb, ok := body.(*streamBody); ok {
+		streamed = sb.more.Load()
+	}
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
 	}
+	// Released: nothing happened (Forget, 504, 499, the deadline before any answer),
+	// or there is no HTTP answer to store (the connection was taken over), or the
+	// request was a stream of several messages (not deduplicated).
 	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout ||
-		(rec.status == 0 && ctx.Err() != nil) {
+		(rec.status == 0 && ctx.Err() != nil) || rec.upgraded || streamed {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return
@@ -192,12 +270,8 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	if rec.status == 0 {
 		rec.snapshot(http.StatusOK)
 	}
-	size := rec.size
-	if rec.over {
-		c.complete(ctx, t, encodeNotKept(status, size), nil)
-	} else {
-		c.complete(ctx, t, rec.ans, func() []byte { return encodeNotKept(status, size) })
-	}
+	ans, notKept := rec.answer(r.Method == http.MethodHead)
+	c.complete(ctx, t, ans, notKept)
 	c.report(ctx, outFirst, t)
 }
 
@@ -206,15 +280,16 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 	if t.waited > 0 {
 		out = outWaited
 	}
-	if len(t.answer) > 0 && t.answer[0] == kindHTTP {
+	if len(t.answer) > 0 && (t.answer[0] == kindHTTP || t.answer[0] == kindHTTPTrailers) {
 		// The common case, decoded straight into the response's header.
 		h := w.Header()
-		status, body, err := decodeHTTPInto(t.answer, h)
+		status, trailer, body, err := decodeHTTPInto(t.answer, h)
 		if err == nil {
 			c.report(ctx, out, t)
 			h[ReplayedHeader] = []string{"true"} // its own: the header goes on to the layers outside
 			w.WriteHeader(status)
 			_, _ = w.Write(body)
+			setTrailers(h, trailer)
 			return
 		}
 		clear(h)
@@ -222,10 +297,15 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 	a, err := decodeAnswer(t.answer)
 	switch a := a.(type) {
 	case *notKept:
+		// A refusal, not the stored answer: it is not marked Idempotent-Replayed.
 		c.report(ctx, outNotKept, t)
-		w.Header().Set(ReplayedHeader, "true")
-		http.Error(w, "dedup: the first request with this Idempotency-Key completed with status "+strconv.Itoa(a.status)+
-			", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept", http.StatusGone)
+		msg := "dedup: the first request with this Idempotency-Key completed with status " + strconv.Itoa(a.status) + ", but its answer "
+		if a.why == whyIncomplete {
+			msg += "was not delivered in full (a write to its caller failed, or its body did not match its Content-Length) and was not kept"
+		} else {
+			msg += "(" + strconv.Itoa(a.size) + " bytes) was above the size limit and was not kept"
+		}
+		http.Error(w, msg, http.StatusGone)
 	case *grpcAnswer:
 		c.report(ctx, outMismatch, t)
 		http.Error(w, "dedup: this Idempotency-Key was used for a different request (a gRPC call)", http.StatusUnprocessableEntity)
@@ -236,58 +316,186 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 	}
 }
 
-// notStored are the headers a stored answer leaves out: they describe one
-// connection or one moment, not the answer.
-var notStored = map[string]bool{
-	"Date": true, "Connection": true, "Keep-Alive": true, "Transfer-Encoding": true,
-	"Trailer": true, "Upgrade": true, "Proxy-Connection": true,
+// setTrailers sets the stored trailers after the body, as the first request's
+// handler did: a name the replayed Trailer header declares under its own name, any
+// other with [http.TrailerPrefix].
+func setTrailers(h, trailer http.Header) {
+	if len(trailer) == 0 {
+		return
+	}
+	declared := declaredTrailers(h)
+	for k, vs := range trailer {
+		if declared[k] {
+			h[k] = vs
+		} else {
+			h[http.TrailerPrefix+k] = vs
+		}
+	}
 }
 
-// recorder passes the answer through and keeps it, encoded, up to the limit.
+// declaredTrailers returns the names the Trailer header of h declares, canonical.
+func declaredTrailers(h http.Header) map[string]bool {
+	var names map[string]bool
+	for _, v := range h["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				if names == nil {
+					names = make(map[string]bool)
+				}
+				names[http.CanonicalHeaderKey(name)] = true
+			}
+		}
+	}
+	return names
+}
+
+// trailersOf returns the trailers the handler set in h, as net/http sends them:
+// the names the Trailer header declares, and the keys with [http.TrailerPrefix].
+func trailersOf(h http.Header) http.Header {
+	var t http.Header
+	add := func(k string, vs []string) {
+		if len(vs) == 0 {
+			return
+		}
+		if t == nil {
+			t = make(http.Header)
+		}
+		t[k] = append(t[k], vs...)
+	}
+	for k, vs := range h {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			add(name, vs)
+		}
+	}
+	for name := range declaredTrailers(h) {
+		add(name, h[name])
+	}
+	return t
+}
+
+// notStored are the headers a stored answer leaves out: they describe one
+// connection or one moment, not the answer. (Trailer, which declares the
+// trailers, is stored: the replay sends the same trailers.)
+var notStored = map[string]bool{
+	"Date": true, "Connection": true, "Keep-Alive": true, "Transfer-Encoding": true,
+	"Upgrade": true, "Proxy-Connection": true,
+}
+
+// recorder passes the answer through and keeps it, encoded, up to the limit. It
+// keeps every byte the handler wrote, also those the connection did not take (the
+// caller left): the answer is what the handler produced, and whether it is whole is
+// decided when the handler returns ([recorder.answer]).
 type recorder struct {
 	http.ResponseWriter
-	max    int
-	status int    // 0 until the header is written
-	ans    []byte // the stored answer: status and header, then the body written so far
-	size   int    // the body's size
-	over   bool   // the body passed the limit: ans is nil
+	max      int
+	status   int    // 0 until the header is written
+	ans      []byte // the stored answer: status and header, then the body written so far
+	head     int    // the length of the status and header at the start of the answer
+	size     int    // the body's size, as the handler wrote it
+	over     bool   // the answer passed the limit: ans is nil
+	declared int64  // the Content-Length the handler set; -1 for none
+	failed   bool   // a write to the caller failed: it did not get the whole answer
+	upgraded bool   // 101 Switching Protocols, or the connection was hijacked
 }
 
 // snapshot starts the stored answer with the status and the header as they are sent.
 func (w *recorder) snapshot(code int) {
 	w.status = code
-	w.ans = appendHTTPHead(make([]byte, 0, 256), code, w.ResponseWriter.Header())
+	h := w.ResponseWriter.Header()
+	w.declared = -1
+	if v, ok := h["Content-Length"]; ok && len(v) == 1 {
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n >= 0 {
+			w.declared = n
+		}
+	}
+	w.ans = appendHTTPHead(make([]byte, 0, 256), code, h)
+	w.head = len(w.ans)
+	if w.head > w.max {
+		w.over, w.ans = true, nil
+	}
 }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
+	if code == http.StatusSwitchingProtocols {
+		w.upgraded = true
+	} else if w.status == 0 && code >= 200 {
 		w.snapshot(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
+	if w.status == 0 && !w.upgraded {
 		w.snapshot(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
-	w.size += n
+	if errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrHijacked) {
+		return n, err // not part of any answer
+	}
+	if err != nil {
+		w.failed = true
+	}
+	w.size += len(b)
 	if !w.over {
-		if w.size > w.max {
+		if len(w.ans)+len(b) > w.max {
 			w.over, w.ans = true, nil
 		} else {
-			w.ans = append(w.ans, b[:n]...)
+			w.ans = append(w.ans, b...)
 		}
 	}
 	return n, err
 }
 
+// answer returns the answer to store when the handler returned, and the record to
+// store instead if the store refuses it for its size. An answer whose delivery
+// failed is stored only when it is provably whole (its body matches the
+// Content-Length the handler set: a handler that stops writing at the first error,
+// as most do, leaves a shorter body); one whose body does not match its
+// Content-Length was cut short as well. Neither is the answer: a record saying it
+// was not kept is stored instead, so that a repeat is refused, never run again.
+func (w *recorder) answer(head bool) (ans []byte, notKept func() []byte) {
+	whole := !w.failed
+	if w.declared >= 0 && !head && bodyAllowed(w.status) {
+		whole = int64(w.size) == w.declared
+	}
+	trailer := trailersOf(w.ResponseWriter.Header())
+	total := w.head + w.size
+	if len(trailer) > 0 && !w.over {
+		w.ans = withTrailers(w.ans, w.head, trailer)
+		total = len(w.ans)
+	}
+	status := w.status
+	tooLarge := func() []byte { return encodeNotKept(status, total) }
+	switch {
+	case !whole:
+		return encodeNotKeptWhy(status, w.size, whyIncomplete), nil
+	case w.over || total > w.max:
+		return tooLarge(), nil
+	}
+	return w.ans, tooLarge
+}
+
+// bodyAllowed reports whether a response with status has a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
 // Flush flushes the underlying writer when it can.
 func (w *recorder) Flush() {
-	if w.status == 0 {
+	if w.status == 0 && !w.upgraded {
 		w.snapshot(http.StatusOK)
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack takes the connection over when the underlying writer can: the request then
+// has no HTTP answer to store, and its key is released.
+func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.upgraded = true
+	}
+	return conn, rw, err
 }
 
 // Unwrap lets [http.ResponseController] reach the underlying writer.

@@ -375,12 +375,50 @@ func TestMaxResponseSize(t *testing.T) {
 	if a := post(t, srv.URL, "k", ""); a.status != 200 || len(a.body) != 100 {
 		t.Fatalf("first: %d, %d bytes", a.status, len(a.body))
 	}
+	// The refusal is not the stored answer: it is not marked as one.
 	a := post(t, srv.URL, "k", "")
-	if a.status != http.StatusGone || !a.replayed || !strings.Contains(a.body, "status 200") || !strings.Contains(a.body, "100 bytes") {
+	if a.status != http.StatusGone || a.replayed || !strings.Contains(a.body, "status 200") || !strings.Contains(a.body, "size limit") {
 		t.Fatalf("repeat of an answer too large to keep: %+v", a)
 	}
 	if n.Load() != 1 {
 		t.Fatalf("ran %d times", n.Load())
+	}
+}
+
+// TestMaxResponseSizeCountsHeaders: the limit bounds what is stored, headers and
+// trailers included, not the body alone: a small body under a large header is not
+// kept either.
+func TestMaxResponseSizeCountsHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(h http.Header)
+	}{
+		{"header", func(h http.Header) { h.Set("X-Big", strings.Repeat("h", 4096)) }},
+		{"trailer", func(h http.Header) { h.Set(http.TrailerPrefix+"X-Big", strings.Repeat("t", 4096)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				if tc.name == "header" {
+					tc.set(w.Header())
+				}
+				w.Write([]byte("ok"))
+				if tc.name == "trailer" {
+					tc.set(w.Header())
+				}
+			})
+			srv := serve(t, h, dedup.NewMemoryStore(), dedup.WithMaxResponseSize(1024))
+			if a := post(t, srv.URL, "k", ""); a.status != 200 || a.body != "ok" {
+				t.Fatalf("first: %+v", a)
+			}
+			if a := post(t, srv.URL, "k", ""); a.status != http.StatusGone || a.replayed {
+				t.Fatalf("repeat of an answer whose %s is above the limit: %d (replayed %v), want 410", tc.name, a.status, a.replayed)
+			}
+			if n.Load() != 1 {
+				t.Fatalf("ran %d times", n.Load())
+			}
+		})
 	}
 }
 

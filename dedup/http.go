@@ -289,6 +289,12 @@ func (c *core) replayHTTP(w http.ResponseWriter, ctx context.Context, t *ticket)
 			h[ReplayedHeader] = []string{"true"} // its own: the header goes on to the layers outside
 			w.WriteHeader(status)
 			_, _ = w.Write(body)
+			if len(trailer) > 0 {
+				// A handler that returns after one small write gets a Content-Length
+				// from net/http, and over HTTP/1.1 no trailers: flushing first sends
+				// the body chunked, with its trailers, as the first answer was.
+				_ = http.NewResponseController(w).Flush()
+			}
 			setTrailers(h, trailer)
 			return
 		}

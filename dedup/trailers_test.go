@@ -192,3 +192,40 @@ func TestHTTPTrailersReplayed(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPPrefixTrailersReplayedOverHTTP1: a handler that declares no Trailer header,
+// flushes its one small write and sets its trailers with http.TrailerPrefix (as
+// connect-go and grpc-go's ServeHTTP do) gets them to an HTTP/1.1 caller, chunked; its
+// replay must too, though the replay's one write would get a Content-Length.
+func TestHTTPPrefixTrailersReplayedOverHTTP1(t *testing.T) {
+	var n atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		w.Header().Set("Content-Type", "application/grpc")
+		fmt.Fprintf(w, "msg %d", i)
+		http.NewResponseController(w).Flush()
+		w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+	})
+	srv := serveHTTPStack(t, h)
+	client := h2cClient(t, false)
+	get := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay.Payments/Charge", strings.NewReader("q"))
+		req.Header.Set("Idempotency-Key", "k")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.ReadAll(resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	r1, r2 := get(), get()
+	if r1.Trailer.Get("Grpc-Status") != "0" {
+		t.Fatalf("first's trailer %v", r1.Trailer)
+	}
+	if r2.Header.Get("Idempotent-Replayed") != "true" || !reflect.DeepEqual(r2.Trailer, r1.Trailer) {
+		t.Fatalf("repeat's trailer %v (header %v), first's %v", r2.Trailer, r2.Header, r1.Trailer)
+	}
+}

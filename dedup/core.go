@@ -278,6 +278,15 @@ func (c *core) report(ctx context.Context, outcome string, t *ticket) {
 // runKey is the context key of the running request's ticket, for Forget.
 type runKey struct{}
 
+// deduplicated reports whether an outer dedup layer already runs the request of ctx
+// under its key (deadlinekit.NewHandler with WithDedup in front of a gRPC or connect
+// handler that has WithDedup too): the inner layer steps aside. Two layers on one
+// key would fingerprint one request two ways and refuse it as another's.
+func deduplicated(ctx context.Context) bool {
+	_, ok := ctx.Value(runKey{}).(*ticket)
+	return ok
+}
+
 // Forget tells the deduplication of the request whose context is ctx that nothing
 // happened: when the handler returns, its key is released instead of its answer
 // being stored, so that a repeat runs the handler again. Call it when the handler

@@ -50,7 +50,7 @@ func UnaryServerInterceptor(store Store, opts ...Option) grpc.UnaryServerInterce
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		vs, ok := md[idempotency.Key]
-		if !ok {
+		if !ok || deduplicated(ctx) {
 			return handler(ctx, req)
 		}
 		return c.serveGRPC(ctx, req, vs, info.FullMethod, handler)

@@ -34,7 +34,7 @@ func init() {
 				return handle(ctx)
 			}
 			vs := in.Header.Values(idempotency.Header)
-			if len(vs) == 0 {
+			if len(vs) == 0 || deduplicated(ctx) {
 				return handle(ctx)
 			}
 			return c.serveRPC(ctx, in, vs, handle)

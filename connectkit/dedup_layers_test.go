@@ -84,7 +84,9 @@ func TestDedupBothLayersGRPC(t *testing.T) {
 			if err := dec(in); err != nil {
 				return nil, err
 			}
-			h := func(ctx context.Context, _ any) (any, error) { return wrapperspb.String(fmt.Sprint("charge ", n.Add(1))), nil }
+			h := func(ctx context.Context, _ any) (any, error) {
+				return wrapperspb.String(fmt.Sprint("charge ", n.Add(1))), nil
+			}
 			return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/pay.Payments/Charge"}, h)
 		}}},
 	}, nil)

@@ -86,14 +86,14 @@ type seen struct {
 	Err       string
 	Ans       answer
 	Replayed  bool
-	Truncated bool  // the client read part of the body and closed
+	Truncated bool // the client read part of the body and closed
 	// Annotated: the client's retry layer stopped and rewrote the failure's code
 	// (Status is then -1, not checked) and appended its reason (taken off Body).
 	Annotated bool
 	// StatusAsError is the status of an HTTP answer the stack turned into an error
 	// (a retry.StatusError), losing the body.
 	StatusAsError int
-	ExecID    int64 // the execution the answer names (its body starts "exec=N "), 0 none
+	ExecID        int64 // the execution the answer names (its body starts "exec=N "), 0 none
 }
 
 // logical is one logical request: a scope, a key (empty until the stack generated

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"regexp"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,7 +132,9 @@ func (r *run) rawSends(ctx context.Context, l *logical, truncate int, rng *rand.
 		var wg sync.WaitGroup
 		var ok [2]bool
 		for k := range 2 {
-			wg.Go(func() { ok[k] = r.send(ctx, l, "raw", truncate, rngFor(r.seed, "copy", strconv.Itoa(l.ID), strconv.Itoa(k))).settled() })
+			wg.Go(func() {
+				ok[k] = r.send(ctx, l, "raw", truncate, rngFor(r.seed, "copy", strconv.Itoa(l.ID), strconv.Itoa(k))).settled()
+			})
 		}
 		wg.Wait()
 		return ok[0] || ok[1]

@@ -120,7 +120,7 @@ func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := strings.Trim(r.Header.Get("Idempotency-Key"), `"`)
-	e := s.h.beginExec(tenantOf(r.Context()), key, "http", s.replica)
+	e := s.h.beginExec(r.Context(), tenantOf(r.Context()), key, "http", s.replica)
 	a, released := s.outcome(r.Context(), e, p, false)
 	s.h.endExec(e, a, released)
 	if released == "panic" {
@@ -150,7 +150,7 @@ func (s *service) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*
 	if vs := md.Get("idempotency-key"); len(vs) > 0 {
 		key = strings.Trim(vs[0], `"`)
 	}
-	e := s.h.beginExec(tenantOf(ctx), key, "grpc", s.replica)
+	e := s.h.beginExec(ctx, tenantOf(ctx), key, "grpc", s.replica)
 	a, released := s.outcome(ctx, e, p, true)
 	s.h.endExec(e, a, released)
 	if released == "panic" {

@@ -331,6 +331,9 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 	}
 	err := s.Store.Complete(ctx, key, token, answer, retain)
 	scope, k := splitKey(key)
+	if errors.Is(err, dedup.ErrLeaseLost) {
+		s.h.leaseLost(scope, k)
+	}
 	s.h.event(scope, k, "store complete (%d bytes): %v", len(answer), err)
 	return err
 }

@@ -2,6 +2,7 @@ package exactlyonce_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
 )
 
 // answer is one answer as the handler produced it or as a client saw it, reduced to
@@ -72,6 +75,8 @@ type execution struct {
 	// "504", "499", "deadline", "panic"), or "" for an execution that completed.
 	Released string
 	Nth      int // executions of the key that began before this one
+	// LeaseEnd is when the lease of the request ends: its deadline plus the margin.
+	LeaseEnd time.Duration
 	ended    bool
 }
 
@@ -115,14 +120,15 @@ type history struct {
 	nexec int64
 	seens []seen
 	logs  map[int]*logical
-	nth   map[string]int      // scope + "\x00" + key → executions so far
-	byKey map[string]int      // scope + "\x00" + key → logical (the first of a shared key's)
-	evs   map[string][]string // scope + "\x00" + key → events
+	nth   map[string]int             // scope + "\x00" + key → executions so far
+	byKey map[string]int             // scope + "\x00" + key → logical (the first of a shared key's)
+	evs   map[string][]string        // scope + "\x00" + key → events
+	lost  map[string][]time.Duration // scope + "\x00" + key → completions refused for a lost lease
 }
 
 func newHistory() *history {
 	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
-		byKey: map[string]int{}, nth: map[string]int{}, evs: map[string][]string{}}
+		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]string{}}
 }
 
 func sk(scope, key string) string { return scope + "\x00" + key }
@@ -164,10 +170,15 @@ func (h *history) setKey(id int, key string) {
 	}
 }
 
-func (h *history) beginExec(scope, key, proto, replica string) *execution {
+func (h *history) beginExec(ctx context.Context, scope, key, proto, replica string) *execution {
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(deadline.DefaultBudget)
+	}
 	h.mu.Lock()
 	h.nexec++
-	e := &execution{ID: h.nexec, Scope: scope, Key: key, Proto: proto, Replica: replica, Start: h.since(), Nth: h.nth[sk(scope, key)]}
+	e := &execution{ID: h.nexec, Scope: scope, Key: key, Proto: proto, Replica: replica, Start: h.since(), Nth: h.nth[sk(scope, key)],
+		LeaseEnd: d.Sub(h.start) + leaseMargin}
 	h.nth[sk(scope, key)]++
 	h.execs[e.ID] = e
 	h.mu.Unlock()
@@ -185,6 +196,30 @@ func (h *history) endExec(e *execution, a answer, released string) {
 		what = "released (" + released + ")"
 	}
 	h.event(e.Scope, e.Key, "exec %d %s: %v", e.ID, what, a)
+}
+
+// leaseLost notes a completion the store refused because the lease had ended.
+func (h *history) leaseLost(scope, key string) {
+	h.mu.Lock()
+	h.lost[sk(scope, key)] = append(h.lost[sk(scope, key)], h.since())
+	h.mu.Unlock()
+}
+
+// overran reports whether e completed after its lease ended, as its store said: the
+// handler ran past its deadline plus the margin (a process paused, a loaded
+// machine), and deduplication does not promise to keep its answer. A lease lost
+// before its end breaks an invariant.
+func (h *history) overran(e *execution, bad func(inv, scope, key, format string, args ...any)) bool {
+	for _, t := range h.lost[sk(e.Scope, e.Key)] {
+		if t < e.End {
+			continue
+		}
+		if t < e.LeaseEnd-25*time.Millisecond {
+			bad("a lease holds until its deadline + margin", e.Scope, e.Key, "exec %d's completion at %v found its lease lost, before its end at %v", e.ID, t, e.LeaseEnd)
+		}
+		return true
+	}
+	return false
 }
 
 func (h *history) saw(s seen) {
@@ -245,6 +280,9 @@ func (h *history) check(maxResponse int) []violation {
 			if c := completed[k]; c != nil {
 				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed", e.ID, c.ID)
 			}
+			if e.Released == "" && h.overran(e, bad) {
+				e.Released = "lease ended before its completion"
+			}
 			if e.Released == "" && completed[k] == nil {
 				completed[k] = e
 			}
@@ -296,8 +334,8 @@ func (h *history) checkSeen(s seen, completed map[string]*execution, maxResponse
 			bad("a replay is the completed execution's answer", s.Scope, s.Key, "logical #%d saw a replay of exec %d (released %q)", s.Logical, e.ID, e.Released)
 			return
 		}
-		if len(e.Ans.Body) > maxResponse {
-			bad("an answer above the limit is not replayed", s.Scope, s.Key, "logical #%d saw a replay of %d bytes", s.Logical, len(e.Ans.Body))
+		if len(s.Ans.Body) > maxResponse {
+			bad("an answer above the limit is not replayed", s.Scope, s.Key, "logical #%d saw a replay of %d bytes", s.Logical, len(s.Ans.Body))
 		}
 	}
 	got, want := s.Ans, e.Ans

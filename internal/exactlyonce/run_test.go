@@ -305,6 +305,11 @@ func (r *run) sendGRPC(ctx context.Context, l *logical, key, via string) seen {
 		hdrExec = strings.Join(all.Get("x-app-exec"), ",")
 	}
 	s.ExecID = execOf(s.Ans.Body, hdrExec)
+	if err != nil && s.ExecID == 0 && s.Replayed {
+		// The header came with an attempt whose answer was then lost; the status is
+		// a later attempt's (grpc.Header is filled by every attempt that gets one).
+		s.Replayed, s.Err = false, "the status of a later attempt, with the replayed header of an earlier one: "+st.String()
+	}
 	if via == "stack" && err != nil {
 		s.Ans.Status, s.Ans.Body, s.Annotated = unannotate(s.Ans.Status, s.Ans.Body)
 	}

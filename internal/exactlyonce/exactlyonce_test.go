@@ -66,6 +66,7 @@ func TestHistory(t *testing.T) {
 	for _, name := range []string{"memory", "redis"} {
 		t.Run(name, func(t *testing.T) {
 			s := seed(t)
+			t.Logf("seed %d, %d logical requests", s, requests())
 			vs, h := runHistory(t, stores[name](t), s, requests(), *rateFlag)
 			reportViolations(t, name, s, vs, h)
 		})

@@ -1,0 +1,122 @@
+package exactlyonce_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+)
+
+// takesOver is a broken store: a lease held by another request is taken anyway, as
+// if the store ignored the running record's token.
+type takesOver struct{ dedup.Store }
+
+func (s takesOver) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	got, e, err := s.Store.Acquire(ctx, key, l)
+	if err == nil && !got && e.State == dedup.Running {
+		return true, dedup.Entry{}, nil
+	}
+	return got, e, err
+}
+
+// othersAnswer is a broken store: a stored answer is answered with the answer last
+// stored under another key.
+type othersAnswer struct {
+	dedup.Store
+	mu   sync.Mutex
+	last map[string][]byte // the answer last read, by kind byte
+	keys map[string]string
+}
+
+func (s *othersAnswer) swap(key string, e dedup.Entry) dedup.Entry {
+	if e.State != dedup.Done || len(e.Answer) == 0 {
+		return e
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kind := string(e.Answer[:1])
+	prev, prevKey := s.last[kind], s.keys[kind]
+	s.last[kind], s.keys[kind] = e.Answer, key
+	if prev != nil && prevKey != key {
+		e.Answer = prev
+	}
+	return e
+}
+
+func (s *othersAnswer) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	got, e, err := s.Store.Acquire(ctx, key, l)
+	return got, s.swap(key, e), err
+}
+
+func (s *othersAnswer) Wait(ctx context.Context, key string) (dedup.Entry, error) {
+	e, err := s.Store.Wait(ctx, key)
+	return s.swap(key, e), err
+}
+
+// altersAnswer is a broken store: the last letter of every stored answer is read
+// back in upper case.
+type altersAnswer struct{ dedup.Store }
+
+func alter(e dedup.Entry) dedup.Entry {
+	if e.State != dedup.Done {
+		return e
+	}
+	b := slices.Clone(e.Answer)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] >= 'a' && b[i] <= 'z' {
+			b[i] -= 'a' - 'A'
+			break
+		}
+	}
+	e.Answer = b
+	return e
+}
+
+func (s altersAnswer) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	got, e, err := s.Store.Acquire(ctx, key, l)
+	return got, alter(e), err
+}
+
+func (s altersAnswer) Wait(ctx context.Context, key string) (dedup.Entry, error) {
+	e, err := s.Store.Wait(ctx, key)
+	return alter(e), err
+}
+
+// TestCheckerCatches runs short histories on deliberately broken stores: the
+// checker must report the invariant each one breaks.
+func TestCheckerCatches(t *testing.T) {
+	cases := []struct {
+		name  string
+		store func() dedup.Store
+		want  []string // one of these invariants must be reported
+	}{
+		{"takes a held lease", func() dedup.Store { return takesOver{dedup.NewMemoryStore()} },
+			[]string{"executions of a key never overlap", "at most one execution per key, none after a completed one"}},
+		{"answers another key's answer", func() dedup.Store {
+			return &othersAnswer{Store: dedup.NewMemoryStore(), last: map[string][]byte{}, keys: map[string]string{}}
+		}, []string{"no answer crosses a scope or a key"}},
+		{"alters the answer", func() dedup.Store { return altersAnswer{dedup.NewMemoryStore()} },
+			[]string{"a replay is byte-equal to the execution's answer"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := seed(t)
+			vs, h := runHistory(t, tc.store(), s, 400, 1)
+			for _, v := range vs {
+				if slices.Contains(tc.want, v.Invariant) {
+					t.Logf("caught, as it should be (seed %d):\n%s", s, h.report(v))
+					return
+				}
+			}
+			var got []string
+			for _, v := range vs {
+				got = append(got, v.Invariant)
+			}
+			t.Fatalf("seed %d: the checker did not report %q on a store that breaks it; it reported %d violations: %s",
+				s, tc.want, len(vs), strings.Join(slices.Compact(slices.Sorted(slices.Values(got))), "; "))
+		})
+	}
+}

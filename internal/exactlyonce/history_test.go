@@ -1,0 +1,387 @@
+package exactlyonce_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/deadline"
+)
+
+// answer is one answer as the handler produced it or as a client saw it, reduced to
+// what deduplication promises to keep: the status (HTTP status or gRPC code), the
+// handler's own headers and trailers (X-App-*, Content-Type), and the body (gRPC: the
+// response's payload, or the status message).
+type answer struct {
+	Status  int
+	Header  map[string][]string
+	Trailer map[string][]string
+	Body    []byte
+}
+
+func (a answer) String() string {
+	b := a.Body
+	if len(b) > 48 {
+		b = append(slices.Clip(b[:48]), "…"...)
+	}
+	return fmt.Sprintf("%d h=%v t=%v body(%d)=%q", a.Status, a.Header, a.Trailer, len(a.Body), b)
+}
+
+// diff says how got differs from want, or "".
+func (a answer) diff(got answer) string {
+	var d []string
+	if a.Status != got.Status {
+		d = append(d, fmt.Sprintf("status %d, want %d", got.Status, a.Status))
+	}
+	if !maps.EqualFunc(a.Header, got.Header, slices.Equal) {
+		d = append(d, fmt.Sprintf("header %v, want %v", got.Header, a.Header))
+	}
+	if !maps.EqualFunc(a.Trailer, got.Trailer, slices.Equal) {
+		d = append(d, fmt.Sprintf("trailer %v, want %v", got.Trailer, a.Trailer))
+	}
+	if !bytes.Equal(a.Body, got.Body) {
+		d = append(d, fmt.Sprintf("body of %d bytes, want %d (first difference at %d)", len(got.Body), len(a.Body), firstDiff(a.Body, got.Body)))
+		if len(got.Body) < 200 {
+			d = append(d, fmt.Sprintf("body %q", got.Body))
+		}
+	}
+	return strings.Join(d, "; ")
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// execution is one run of the handler for a keyed request.
+type execution struct {
+	ID         int64
+	Scope, Key string
+	Proto      string
+	Replica    string
+	Start, End time.Duration // since the run began
+	Ans        answer
+	// Released says why deduplication was told to give the key up ("forget",
+	// "504", "499", "deadline", "panic"), or "" for an execution that completed.
+	Released string
+	Nth      int // executions of the key that began before this one
+	// LeaseEnd is when the lease of the request ends: its deadline plus the margin.
+	LeaseEnd time.Duration
+	ended    bool
+}
+
+// seen is what a client saw for one call: an answer or an error.
+type seen struct {
+	Logical   int
+	Scope     string
+	Key       string
+	Proto     string // "http", "grpc"
+	Via       string // "stack", "raw", "raw-resend", "probe"
+	At        time.Duration
+	Err       string
+	Ans       answer
+	Replayed  bool
+	Truncated bool // the client read part of the body and closed
+	// Annotated: the client's retry layer stopped and rewrote the failure's code
+	// (Status is then -1, not checked) and appended its reason (taken off Body).
+	Annotated bool
+	// StatusAsError is the status of an HTTP answer the stack turned into an error
+	// (a retry.StatusError), losing the body.
+	StatusAsError int
+	ExecID        int64 // the execution the answer names (its body starts "exec=N "), 0 none
+}
+
+// logical is one logical request: a scope, a key (empty until the stack generated
+// it), a body.
+type logical struct {
+	ID         int
+	Scope, Key string
+	Proto      string
+	Client     string
+	Plan       plan
+	Body       []byte
+}
+
+// history records everything, and the events of each key for the report.
+type history struct {
+	start time.Time
+	mu    sync.Mutex
+	execs map[int64]*execution
+	nexec int64
+	seens []seen
+	logs  map[int]*logical
+	nth   map[string]int             // scope + "\x00" + key → executions so far
+	byKey map[string]int             // scope + "\x00" + key → logical (the first of a shared key's)
+	evs   map[string][]string        // scope + "\x00" + key → events
+	lost  map[string][]time.Duration // scope + "\x00" + key → completions refused for a lost lease
+}
+
+func newHistory() *history {
+	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
+		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]string{}}
+}
+
+func sk(scope, key string) string { return scope + "\x00" + key }
+
+func (h *history) since() time.Duration { return time.Since(h.start) }
+
+// event notes what happened to a key, for the report of a failing key.
+func (h *history) event(scope, key, format string, args ...any) {
+	if key == "" {
+		return
+	}
+	line := fmt.Sprintf("%8.3fms ", float64(h.since().Microseconds())/1000) + fmt.Sprintf(format, args...)
+	h.mu.Lock()
+	h.evs[sk(scope, key)] = append(h.evs[sk(scope, key)], line)
+	h.mu.Unlock()
+}
+
+func (h *history) addLogical(l *logical) {
+	h.mu.Lock()
+	h.logs[l.ID] = l
+	h.mu.Unlock()
+}
+
+// setKey binds a logical request to its key (the stack generates one on the first
+// attempt).
+func (h *history) setKey(id int, key string) {
+	h.mu.Lock()
+	l := h.logs[id]
+	first := l.Key == ""
+	if first {
+		l.Key = key
+		if _, ok := h.byKey[sk(l.Scope, key)]; !ok {
+			h.byKey[sk(l.Scope, key)] = id
+		}
+	}
+	h.mu.Unlock()
+	if first {
+		h.event(l.Scope, key, "logical #%d %s via %s client: plan %+v", id, l.Proto, l.Client, l.Plan)
+	}
+}
+
+func (h *history) beginExec(ctx context.Context, scope, key, proto, replica string) *execution {
+	d, ok := ctx.Deadline()
+	if !ok {
+		d = time.Now().Add(deadline.DefaultBudget)
+	}
+	h.mu.Lock()
+	h.nexec++
+	e := &execution{ID: h.nexec, Scope: scope, Key: key, Proto: proto, Replica: replica, Start: h.since(), Nth: h.nth[sk(scope, key)],
+		LeaseEnd: d.Sub(h.start) + leaseMargin}
+	h.nth[sk(scope, key)]++
+	h.execs[e.ID] = e
+	h.mu.Unlock()
+	h.event(scope, key, "exec %d begins on %s", e.ID, replica)
+	return e
+}
+
+// endExec records the execution's answer and whether it was released.
+func (h *history) endExec(e *execution, a answer, released string) {
+	h.mu.Lock()
+	e.End, e.Ans, e.Released, e.ended = h.since(), a, released, true
+	h.mu.Unlock()
+	what := "completed"
+	if released != "" {
+		what = "released (" + released + ")"
+	}
+	h.event(e.Scope, e.Key, "exec %d %s: %v", e.ID, what, a)
+}
+
+// leaseLost notes a completion the store refused because the lease had ended.
+func (h *history) leaseLost(scope, key string) {
+	h.mu.Lock()
+	h.lost[sk(scope, key)] = append(h.lost[sk(scope, key)], h.since())
+	h.mu.Unlock()
+}
+
+// overran reports whether e completed after its lease ended, as its store said: the
+// handler ran past its deadline plus the margin (a process paused, a loaded
+// machine), and deduplication does not promise to keep its answer. A lease lost
+// before its end breaks an invariant.
+func (h *history) overran(e *execution, bad func(inv, scope, key, format string, args ...any)) bool {
+	for _, t := range h.lost[sk(e.Scope, e.Key)] {
+		if t < e.End {
+			continue
+		}
+		if t < e.LeaseEnd-25*time.Millisecond {
+			bad("a lease holds until its deadline + margin", e.Scope, e.Key, "exec %d's completion at %v found its lease lost, before its end at %v", e.ID, t, e.LeaseEnd)
+		}
+		return true
+	}
+	return false
+}
+
+func (h *history) saw(s seen) {
+	s.At = h.since()
+	h.mu.Lock()
+	h.seens = append(h.seens, s)
+	h.mu.Unlock()
+	if s.Err != "" {
+		h.event(s.Scope, s.Key, "logical #%d %s saw error: %s", s.Logical, s.Via, s.Err)
+		return
+	}
+	h.event(s.Scope, s.Key, "logical #%d %s saw replayed=%v truncated=%v exec=%d: %v", s.Logical, s.Via, s.Replayed, s.Truncated, s.ExecID, s.Ans)
+}
+
+// invHTTPTrailers is the invariant that a replayed HTTP answer carries the
+// execution's trailers (part of "a replay is byte-equal"), named apart because the
+// code checked today breaks it (see known).
+const invHTTPTrailers = "a replay carries the execution's trailers (HTTP)"
+
+// invCutShort is part of "a replay is byte-equal": the stored body is the whole
+// body the handler wrote, not the part the first caller's connection took.
+const invCutShort = "a replay is the execution's whole answer, not the part its first caller received"
+
+// invStatusAsError is DESIGN.md's rule that an http.RoundTripper returns the
+// server's response for every status it received.
+const invStatusAsError = "the HTTP stack returns every answer it received as a response"
+
+// violation is a broken invariant, on one key.
+type violation struct {
+	Invariant  string
+	Scope, Key string
+	Detail     string
+}
+
+// check returns the violations of the history's invariants. maxResponse is the
+// server's WithMaxResponseSize: a larger answer is completed but not kept.
+func (h *history) check(maxResponse int) []violation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var vs []violation
+	bad := func(inv, scope, key, format string, args ...any) {
+		vs = append(vs, violation{inv, scope, key, fmt.Sprintf(format, args...)})
+	}
+	perKey := map[string][]*execution{}
+	for _, e := range h.execs {
+		perKey[sk(e.Scope, e.Key)] = append(perKey[sk(e.Scope, e.Key)], e)
+		if !e.ended {
+			bad("every execution ends", e.Scope, e.Key, "exec %d never returned", e.ID)
+		}
+	}
+	completed := map[string]*execution{}
+	for k, es := range perKey {
+		sort.Slice(es, func(i, j int) bool { return es[i].Start < es[j].Start })
+		for i, e := range es {
+			if i > 0 && e.Start < es[i-1].End {
+				bad("executions of a key never overlap", e.Scope, e.Key, "exec %d began at %v, while exec %d ran (until %v)", e.ID, e.Start, es[i-1].ID, es[i-1].End)
+			}
+			if c := completed[k]; c != nil {
+				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed", e.ID, c.ID)
+			}
+			if e.Released == "" && h.overran(e, bad) {
+				e.Released = "lease ended before its completion"
+			}
+			if e.Released == "" && completed[k] == nil {
+				completed[k] = e
+			}
+		}
+	}
+	for _, s := range h.seens {
+		if s.StatusAsError != 0 {
+			bad(invStatusAsError, s.Scope, s.Key, "logical #%d got the error %q for an answer with status %d", s.Logical, s.Err, s.StatusAsError)
+		}
+		if s.Err != "" {
+			continue
+		}
+		h.checkSeen(s, completed, maxResponse, bad)
+	}
+	return vs
+}
+
+// checkSeen checks one answer a client saw.
+func (h *history) checkSeen(s seen, completed map[string]*execution, maxResponse int, bad func(inv, scope, key, format string, args ...any)) {
+	c := completed[sk(s.Scope, s.Key)]
+	if s.Via == "probe" && !s.Replayed {
+		bad("a completed key's answer is kept and replayed", s.Scope, s.Key, "the final probe saw %v (exec %d), not a replay", s.Ans, s.ExecID)
+	}
+	if s.ExecID == 0 {
+		ok := (s.Proto == "http" && s.Ans.Status/100 == 2) || (s.Proto == "grpc" && s.Ans.Status == 0)
+		switch {
+		case s.notKept():
+			if c == nil || len(c.Ans.Body) <= maxResponse {
+				bad("a not-kept replay follows a completed answer above the limit", s.Scope, s.Key, "logical #%d saw %v; completed: %v", s.Logical, s.Ans, c)
+			}
+		case s.Replayed:
+			bad("a replay is an execution's answer", s.Scope, s.Key, "logical #%d saw a replay naming no execution: %v", s.Logical, s.Ans)
+		case ok:
+			bad("every 2xx corresponds to an execution", s.Scope, s.Key, "logical #%d saw %v", s.Logical, s.Ans)
+		}
+		return
+	}
+	e := h.execs[s.ExecID]
+	switch {
+	case e == nil:
+		bad("every answer names an execution", s.Scope, s.Key, "logical #%d saw exec %d, which never ran", s.Logical, s.ExecID)
+		return
+	case e.Scope != s.Scope || e.Key != s.Key:
+		bad("no answer crosses a scope or a key", s.Scope, s.Key, "logical #%d (scope %q key %q) saw the answer of exec %d (scope %q key %q)", s.Logical, s.Scope, s.Key, e.ID, e.Scope, e.Key)
+		return
+	}
+	if s.Replayed {
+		if c == nil || c.ID != e.ID {
+			bad("a replay is the completed execution's answer", s.Scope, s.Key, "logical #%d saw a replay of exec %d (released %q)", s.Logical, e.ID, e.Released)
+			return
+		}
+		if len(s.Ans.Body) > maxResponse {
+			bad("an answer above the limit is not replayed", s.Scope, s.Key, "logical #%d saw a replay of %d bytes", s.Logical, len(s.Ans.Body))
+		}
+	}
+	got, want := s.Ans, e.Ans
+	if s.Annotated {
+		got.Status = want.Status
+	}
+	if s.Truncated {
+		if !bytes.HasPrefix(want.Body, got.Body) {
+			bad("a body read in part is a prefix of the execution's", s.Scope, s.Key, "logical #%d: %s", s.Logical, want.diff(got))
+		}
+		got.Body, got.Trailer = want.Body, want.Trailer
+	}
+	if s.Replayed && s.Proto == "http" && len(got.Trailer) == 0 && len(want.Trailer) > 0 {
+		bad(invHTTPTrailers, s.Scope, s.Key, "logical #%d saw a replay of exec %d without its trailers %v", s.Logical, e.ID, want.Trailer)
+		got.Trailer = want.Trailer // the rest is checked on
+	}
+	if s.Replayed && len(got.Body) < len(want.Body) && bytes.HasPrefix(want.Body, got.Body) {
+		bad(invCutShort, s.Scope, s.Key, "logical #%d saw a replay of exec %d with %d bytes of its %d-byte body", s.Logical, e.ID, len(got.Body), len(want.Body))
+		got.Body = want.Body // the rest is checked on
+	}
+	if d := want.diff(got); d != "" {
+		inv := "an answer is byte-equal to its execution's"
+		if s.Replayed {
+			inv = "a replay is byte-equal to the execution's answer"
+		}
+		if len(got.Body) > len(want.Body) && bytes.HasPrefix(got.Body, want.Body) {
+			d += fmt.Sprintf(" (it ends with %q)", got.Body[len(want.Body):])
+		}
+		bad(inv, s.Scope, s.Key, "logical #%d (replayed=%v, via %s) of exec %d: %s", s.Logical, s.Replayed, s.Via, e.ID, d)
+	}
+}
+
+// report is the compact history of a violation's key.
+func (h *history) report(v violation) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "VIOLATION %q on scope %q key %q: %s\n", v.Invariant, v.Scope, v.Key, v.Detail)
+	evs := h.evs[sk(v.Scope, v.Key)]
+	const most = 60
+	if len(evs) > most {
+		fmt.Fprintf(&b, "  (%d events; the first %d)\n", len(evs), most)
+		evs = evs[:most]
+	}
+	for _, e := range evs {
+		b.WriteString("  " + e + "\n")
+	}
+	return b.String()
+}

@@ -30,8 +30,6 @@ var (
 // reported, whose fixes belong to package dedup: a run logs them (with a key's
 // history) instead of failing, unless -strict. Remove an entry once its fix lands.
 var known = map[string]string{
-	invHTTPTrailers:  "dedup's HTTP recorder stores the status, header and body but not the trailers (the Trailer header is in notStored, the trailer values are set after WriteHeader), so a replay loses them",
-	invCutShort:      "dedup's HTTP recorder stores b[:n] of a Write that the connection cut short (the first caller left) and completes the key with it: every repeat gets a truncated body with the full answer's status, and an answer above WithMaxResponseSize is stored (cut) instead of marked not kept",
 	invStatusAsError: "retry.NewTransport returns a *StopError wrapping a *StatusError, not the response, when it stops under the deadline rule (as retry's doc says, against DESIGN.md's rule for RoundTrippers): the caller loses the answer's body",
 }
 

@@ -303,7 +303,10 @@ func (h *history) check(maxResponse int) []violation {
 // checkSeen checks one answer a client saw.
 func (h *history) checkSeen(s seen, completed map[string]*execution, maxResponse int, bad func(inv, scope, key, format string, args ...any)) {
 	c := completed[sk(s.Scope, s.Key)]
-	if s.Via == "probe" && !s.Replayed {
+	if s.notKept() && s.Replayed {
+		bad("only the stored answer is marked replayed", s.Scope, s.Key, "logical #%d saw the not-kept refusal marked replayed: %v", s.Logical, s.Ans)
+	}
+	if s.Via == "probe" && !s.Replayed && !s.notKept() {
 		bad("a completed key's answer is kept and replayed", s.Scope, s.Key, "the final probe saw %v (exec %d), not a replay", s.Ans, s.ExecID)
 	}
 	if s.ExecID == 0 {

@@ -167,8 +167,12 @@ func (s seen) settled() bool {
 	return s.Err == "" && !s.Truncated && (s.ExecID != 0 || s.notKept())
 }
 
+// notKept reports whether s is dedup's refusal of a repeat whose first answer was
+// completed but not kept (410 Gone / AlreadyExists, naming it in its message). It is
+// not the stored answer, so it is never marked replayed: [history.checkSeen] checks.
 func (s seen) notKept() bool {
-	return s.Replayed && ((s.Proto == "http" && s.Ans.Status == http.StatusGone) || (s.Proto == "grpc" && s.Ans.Status == int(codes.AlreadyExists)))
+	return ((s.Proto == "http" && s.Ans.Status == http.StatusGone) || (s.Proto == "grpc" && s.Ans.Status == int(codes.AlreadyExists))) &&
+		bytes.Contains(s.Ans.Body, []byte("not kept"))
 }
 
 // send makes one call for l, through the stack (via "stack") or raw, and records

@@ -79,9 +79,9 @@ func bOptions(f bFailure) []deadlinekit.Option {
 }
 
 // startB starts B, failing as f says, over HTTP or gRPC, and returns A's relay
-// to it: the call, relayed with the root package's one-liners, and B's own answer's
-// signals as A saw them.
-func startB(t *testing.T, grpcB bool, f bFailure) func(ctx context.Context) (error, signals) {
+// to it: B's own answer's signals as A saw them, and the call's error, read with the
+// root package's one-liners.
+func startB(t *testing.T, grpcB bool, f bFailure) func(ctx context.Context) (signals, error) {
 	t.Helper()
 	if !grpcB {
 		b := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,14 +90,14 @@ func startB(t *testing.T, grpcB bool, f bFailure) func(ctx context.Context) (err
 		t.Cleanup(b.Close)
 		toB := &http.Client{Transport: deadlinekit.NewTransport(nil)}
 		t.Cleanup(toB.CloseIdleConnections)
-		return func(ctx context.Context) (error, signals) {
+		return func(ctx context.Context) (signals, error) {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.URL, strings.NewReader("order"))
 			resp, err := toB.Do(req)
 			var seen signals
 			if err == nil {
 				seen = httpSignals(resp)
 			}
-			return deadlinekit.FromHTTP(resp, err), seen
+			return seen, deadlinekit.FromHTTP(resp, err)
 		}
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -116,16 +116,16 @@ func startB(t *testing.T, grpcB bool, f bFailure) func(ctx context.Context) (err
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return func(ctx context.Context) (error, signals) {
+	return func(ctx context.Context) (signals, error) {
 		var tr metadata.MD
 		err := conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty), grpc.Trailer(&tr))
-		return deadlinekit.FromGRPC(err, &tr), grpcSignals(err, tr)
+		return grpcSignals(err, tr), deadlinekit.FromGRPC(err, &tr)
 	}
 }
 
 // callA starts A over HTTP or gRPC, relaying B with relay, calls it as a user with a
 // minute's budget, and returns A's answer's signals and B's as A saw them.
-func callA(t *testing.T, grpcA bool, relay func(ctx context.Context) (error, signals)) (a, b signals) {
+func callA(t *testing.T, grpcA bool, relay func(ctx context.Context) (signals, error)) (a, b signals) {
 	t.Helper()
 	var mu sync.Mutex
 	saw := func(s signals) {
@@ -137,7 +137,7 @@ func callA(t *testing.T, grpcA bool, relay func(ctx context.Context) (error, sig
 	defer cancel()
 	if !grpcA {
 		srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			err, s := relay(r.Context())
+			s, err := relay(r.Context())
 			saw(s)
 			deadlinekit.WriteHTTPError(w, err)
 		})))
@@ -151,7 +151,7 @@ func callA(t *testing.T, grpcA bool, relay func(ctx context.Context) (error, sig
 		a = httpSignals(resp)
 	} else {
 		conn := serveRelay(t, func(ctx context.Context) error {
-			err, s := relay(ctx)
+			s, err := relay(ctx)
 			saw(s)
 			return deadlinekit.GRPCError(ctx, err)
 		}, deadlinekit.ServerOptions()...)

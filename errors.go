@@ -192,9 +192,12 @@ func HTTPStatus(err error) int {
 // grpc-retry-pushback-ms (milliseconds) for a wait; Retry-After alone beside a "do
 // not retry" when the downstream named a wait (a relayed open circuit), so that each
 // signal keeps its one value. A failure that came from a downstream (an open
-// circuit, a transport error, a [*WireError] read by [FromHTTP] or [FromGRPC],
-// exhausted retries) carries deadlinekit-relayed: 1, which tells the caller's breaker
-// that this server is up. A nil err writes nothing.
+// circuit, a transport error, a [*WireError] read by [FromHTTP] or [FromGRPC], also
+// a downstream's 504 or 499, exhausted retries) carries deadlinekit-relayed: 1, which
+// tells the caller's breaker that this server is up. This server's own timeout or
+// cancellation does not: its context's error (also when it ended a call to a
+// downstream), its retry layer's "no time for another attempt", its propagate
+// layer's refusal to send. A nil err writes nothing.
 //
 // The message is err's own, except that a gRPC status gives its message without
 // grpc-go's "rpc error: code = ... desc =" prefix, and that a bare
@@ -406,7 +409,8 @@ func toWire(err error) wire {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.Canceled):
-		return wire{status: StatusClientClosedRequest, code: codes.Canceled, msg: message(err), pushback: wirePushback(err, context.Canceled)}
+		return wire{status: StatusClientClosedRequest, code: codes.Canceled, msg: message(err), pushback: wirePushback(err, context.Canceled),
+			relayed: relayedAs(err, context.Canceled)}
 	case errors.Is(err, breaker.ErrOpen):
 		// Before the budget checks: a retry layer that gave up on an open circuit
 		// for lack of time says so with a deadline error around the refusal, but
@@ -417,9 +421,11 @@ func toWire(err error) wire {
 	case errors.As(err, &de) && de.Pushback && de.Last != nil:
 		return relayedPushback(err, de)
 	case errors.Is(err, deadline.ErrInsufficientBudget):
-		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: -1}
+		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: -1,
+			relayed: relayedAs(err, deadline.ErrInsufficientBudget)}
 	case errors.Is(err, context.DeadlineExceeded):
-		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: wirePushback(err, context.DeadlineExceeded)}
+		return wire{status: http.StatusGatewayTimeout, code: codes.DeadlineExceeded, msg: message(err), pushback: wirePushback(err, context.DeadlineExceeded),
+			relayed: relayedAs(err, context.DeadlineExceeded)}
 	case errors.As(err, &we):
 		s, c := we.derive()
 		x := wire{status: s, code: c, msg: message(err), pushback: we.Pushback, comeBack: we.RetryAfter, st: we.st, relayed: we.relayed}
@@ -447,6 +453,46 @@ func toWire(err error) wire {
 		return wire{status: http.StatusBadGateway, code: codes.Unavailable, msg: message(err), relayed: true}
 	}
 	return wire{status: http.StatusInternalServerError, code: codes.Unknown, msg: message(err)}
+}
+
+// relayedAs reports whether err, which matches target (a context error or
+// [deadline.ErrInsufficientBudget]), matches it only as a downstream's answer: through
+// a [*WireError] read off that answer ([FromHTTP], [FromGRPC]) whose code says so (a
+// relayed 504 or 499, DEADLINE_EXCEEDED or CANCELED, a guard's refusal). A match
+// anywhere else in err's chain is this server's own: its context ended (also when
+// that ended a call to a downstream, or a retry layer's wait), its retry layer had no
+// time for another attempt, its propagate layer refused to send: not relayed.
+func relayedAs(err, target error) bool {
+	return !localMatch(err, target)
+}
+
+// localMatch reports whether err matches target under [errors.Is] other than through
+// the code of a relayed [*WireError]; below such a WireError it looks at the error
+// FromGRPC was given, which may carry this server's own context error.
+func localMatch(err, target error) bool {
+	if err == nil {
+		return false
+	}
+	if we, ok := err.(*WireError); ok && we.relayed {
+		return localMatch(we.err, target)
+	}
+	if err == target {
+		return true
+	}
+	if x, ok := err.(interface{ Is(error) bool }); ok && x.Is(target) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return localMatch(u.Unwrap(), target)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if localMatch(e, target) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // relayedPushback is the wire form of a retry layer's stop because the downstream's

@@ -49,6 +49,17 @@
 // hops below it hedge their own calls as before. [WithoutChainRule] turns the rule
 // off, for measuring it (BENCHMARKS.md has the figures).
 //
+// # Keyed writes
+//
+// A write with an idempotency key is hedged too: its copies carry the same key, and
+// a server that deduplicates (package dedup) runs the first copy to arrive. A copy
+// that arrives while that one runs, and cannot wait for its answer, is answered 409
+// (gRPC ABORTED) with a positive pushback; on a keyed call the layer reads that as
+// the copy refused, never the call's answer: the copy that runs brings it. (A 409 or
+// ABORTED without a pushback is the application's conflict, an answer as before.)
+// Over gRPC the primary's trailer is read from the caller's grpc.Trailer option, or
+// one the layer adds to a keyed call.
+//
 // # Choosing the percentile
 //
 // A hedge after P99 helps when fewer than 1% of calls are slow. When more are (3% of

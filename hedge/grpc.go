@@ -54,7 +54,12 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, ABORTED; any
 // other code is a failure. A refusal for lack of budget is a hedge's
 // DEADLINE_EXCEEDED with the trailer grpc-retry-pushback-ms -1, or an error matching
-// deadline.ErrInsufficientBudget (propagate's refusal before sending).
+// deadline.ErrInsufficientBudget (propagate's refusal before sending). On a call with
+// an idempotency-key, ABORTED with a positive grpc-retry-pushback-ms in the trailer
+// is a server's deduplication refusing a copy while another holds the key: refused
+// too, whichever copy got it (the primary's trailer is read where the caller asked
+// for it with grpc.Trailer, or where the layer asks for it), so that the copy that
+// runs brings the answer.
 func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The call's span: a layer above (retry) started it, or grpc-go's
@@ -113,6 +118,9 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	gc := grpcCalls.Get().(*grpcCall)
 	// The reply's type is read now: once the primary runs, it writes to the reply.
 	gc.attempts = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
+	if idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key)) {
+		gc.attempts.watchPrimaryTrailer()
+	}
 	return h.hedgedUnary(ctx, gc, p)
 }
 
@@ -215,6 +223,37 @@ type grpcAttempts struct {
 	// Each hedge's own reply and call options; element n is written by attempt n
 	// only, and read by the caller once attempt n's result has reached it.
 	hedges [MaxAttempts]*hedgeCall
+	// keyed: the call carries an idempotency key, and primaryTrailer is where the
+	// primary's trailer is written (the caller's, or ownTrailer), so that a copy
+	// the server's deduplication refused is known as such (grpcDedupConflict).
+	keyed          bool
+	primaryTrailer *metadata.MD
+	ownTrailer     metadata.MD
+}
+
+// watchPrimaryTrailer marks the call keyed and has the primary's trailer written
+// where its verdict can read it: where the caller asked for it, else into
+// ownTrailer, through an option added to a copy of the caller's options.
+func (p *grpcAttempts) watchPrimaryTrailer() {
+	p.keyed = true
+	if p.primaryTrailer = callerTrailer(p.opts); p.primaryTrailer == nil {
+		p.primaryTrailer = &p.ownTrailer
+		p.opts = append(p.opts[:len(p.opts):len(p.opts)], grpc.Trailer(&p.ownTrailer))
+	}
+}
+
+// trailer returns the trailer copy n received, when it is known.
+func (p *grpcAttempts) trailer(n int) metadata.MD {
+	if n == 0 {
+		if p.primaryTrailer == nil {
+			return nil
+		}
+		return *p.primaryTrailer
+	}
+	if hc := p.hedges[n]; hc != nil {
+		return hc.trailer
+	}
+	return nil
 }
 
 // hedgeCall is what one hedge writes to instead of the caller's variables.
@@ -329,12 +368,14 @@ func setPeer(dst, p *peer.Peer) {
 }
 
 // verdict classifies a gRPC attempt's outcome. A local refusal (an error matching
-// deadline.ErrInsufficientBudget: propagate's floor) and a hedge whose trailer
+// deadline.ErrInsufficientBudget: propagate's floor), a hedge whose trailer
 // carries a negative grpc-retry-pushback-ms (a server's refusal for lack of budget)
-// are refusals; the non-fatal codes fire the next hedge; codes that judge the
-// request itself (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
-// UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, ABORTED) are
-// answers; the others are this copy's failures.
+// and, on a keyed call, any copy the server's deduplication answered ABORTED with a
+// positive pushback (another copy holds the key) are refusals; the non-fatal codes
+// fire the next hedge; codes that judge the request itself (INVALID_ARGUMENT,
+// NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, UNAUTHENTICATED,
+// FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, other ABORTED) are answers; the
+// others are this copy's failures.
 func (p *grpcAttempts) verdict(n int, _ struct{}, err error) verdict {
 	if err == nil {
 		return success
@@ -342,12 +383,16 @@ func (p *grpcAttempts) verdict(n int, _ struct{}, err error) verdict {
 	if errors.Is(err, deadline.ErrInsufficientBudget) {
 		return refused
 	}
-	if hc := p.hedges[n]; n > 0 && hc != nil {
-		if vs := hc.trailer.Get(pushback.Key); len(vs) > 0 && pushback.Refuses(vs[0]) {
+	if n > 0 {
+		if vs := p.trailer(n).Get(pushback.Key); len(vs) > 0 && pushback.Refuses(vs[0]) {
 			return refused
 		}
 	}
-	return p.cfg.codeVerdict(status.Code(err))
+	code := status.Code(err)
+	if code == codes.Aborted && p.keyed && grpcDedupConflict(p.trailer(n)) {
+		return refused
+	}
+	return p.cfg.codeVerdict(code)
 }
 
 // codeVerdict is the verdict of a failed copy's gRPC code: the non-fatal codes fire

@@ -43,7 +43,11 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // failure carrying grpc-retry-pushback-ms with a negative value (as the toolkit's
 // servers answer when their floor refuses a request), or propagate's refusal before
 // sending (an error matching deadline.ErrInsufficientBudget). A hedge whose body
-// cannot be replayed counts as refused: it is not sent, and gives its token back.
+// cannot be replayed counts as refused: it is not sent, and gives its token back. On
+// a request with an Idempotency-Key, a 409 with a positive pushback
+// (grpc-retry-pushback-ms or Retry-After) is a server's deduplication refusing a copy
+// while another copy holds the key: refused too, whichever copy got it, so that the
+// copy that runs brings the answer.
 // The winner's context lives until its
 // response body is closed or read to the end (a 101's body keeps its Write); losers
 // are cancelled and their bodies drained (at most 64 KiB, at most 100 ms) and closed,
@@ -178,7 +182,7 @@ type httpCall struct {
 // hedged sends req, hedged as p says.
 func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan) (*http.Response, error) {
 	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
-	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req)}
+	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header])}
 	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: record.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
 	r, cancel, ok := hc.call.run(ctx)
 	if !ok {
@@ -229,6 +233,7 @@ type httpAttempts struct {
 	t       *transport
 	req     *http.Request
 	hasBody bool
+	keyed   bool // the request carries an Idempotency-Key: see httpDedupConflict
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
 }
@@ -277,7 +282,13 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	return p.t.base.RoundTrip(r)
 }
 
+// verdict is httpVerdict, but for a copy of a keyed request that the server's
+// deduplication refused (httpDedupConflict): another copy holds the key and brings
+// the answer.
 func (p *httpAttempts) verdict(_ int, resp *http.Response, err error) verdict {
+	if err == nil && p.keyed && httpDedupConflict(resp) {
+		return refused
+	}
 	return httpVerdict(p.t.h.cfg, resp, err)
 }
 

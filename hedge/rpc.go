@@ -5,9 +5,12 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -70,7 +73,8 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 	}
 	ev.Delay = p.delay
 	cl := &call[rpc.Answer]{}
-	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send}, event: &ev}
+	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
+	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send, keyed: keyed}, event: &ev}
 	r, cancel, ok := cl.run(ctx)
 	if !ok {
 		h.observe(ctx, &ev)
@@ -83,8 +87,9 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 
 // rpcAttempts sends the copies of one call, each a send of its own.
 type rpcAttempts struct {
-	cfg  *config
-	next rpc.Send
+	cfg   *config
+	next  rpc.Send
+	keyed bool // the call carries an idempotency key: see grpcDedupConflict
 }
 
 func (p *rpcAttempts) prepare(int) error { return nil }
@@ -109,7 +114,11 @@ func (p *rpcAttempts) verdict(n int, a rpc.Answer, err error) verdict {
 	if vs := a.Meta.Get(pushback.Key); n > 0 && len(vs) > 0 && pushback.Refuses(vs[0]) {
 		return refused
 	}
-	return p.cfg.codeVerdict(status.Code(err))
+	code := status.Code(err)
+	if code == codes.Aborted && p.keyed && grpcDedupConflict(a.Meta) {
+		return refused
+	}
+	return p.cfg.codeVerdict(code)
 }
 
 func (p *rpcAttempts) failure(_ rpc.Answer, err error) error { return err }

@@ -28,10 +28,11 @@ type httpAttempt struct {
 	req  *http.Request  // the caller's
 	resp *http.Response // nil when err is set
 	err  error
-	// sent: the request was fully written before the failure; traced exactly
-	// (net/http/httptrace) for requests whose classification depends on it (neither
-	// idempotent nor keyed), for the others false only when the connection could not
-	// be made.
+	// sent: the request's header was written before the failure, so the server may
+	// have started its handler (a body cut off half-way does not prove it did not);
+	// traced exactly (net/http/httptrace WroteHeaders) for requests whose
+	// classification depends on it (neither idempotent nor keyed), for the others
+	// false only when the connection could not be made.
 	sent     bool
 	hasKey   bool      // the request carries an Idempotency-Key that is not blank
 	timedOut bool      // this layer's per-attempt timeout ended the attempt
@@ -181,14 +182,16 @@ func dialFailure(err error) bool {
 //
 // An attempt is retried when another one may succeed and resending does no harm:
 //
-//   - a transport error before the request was fully sent (refused, reset while
-//     sending, a dial or handshake timeout), whatever the method: the server cannot
-//     have acted on it;
-//   - a transport error after it was sent (read timeout, reset, the per-attempt
-//     timeout), or a 500, 502, 503 or 504, only for an idempotent method (RFC 9110:
-//     GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or a request carrying an
-//     Idempotency-Key ([WithIdempotencyKeys]): a timeout proves only that no answer
-//     arrived, not that nothing was done; for any request when the server says its
+//   - a transport error before the request's header was written (refused, reset
+//     before the header went out, a dial or handshake timeout), whatever the method:
+//     the server cannot have acted on it;
+//   - a transport error once the header was written (a reset while the body is
+//     still being sent, a read timeout, the per-attempt timeout), or a 500, 502,
+//     503 or 504, only for an idempotent method (RFC 9110: GET, HEAD, OPTIONS,
+//     TRACE, PUT, DELETE) or a request carrying an Idempotency-Key
+//     ([WithIdempotencyKeys]): the server may have read the header and started the
+//     handler, and a timeout proves only that no answer arrived, not that nothing
+//     was done; for any request when the server says its
 //     handler did not run (deadlinekit-unprocessed: 1, as the toolkit's guard sends
 //     with its refusals);
 //   - 429, 408 and 425, whatever the method.
@@ -228,14 +231,14 @@ func (t *transport) CloseIdleConnections() {
 	}
 }
 
-// sentTrace learns whether the request was fully written.
+// sentTrace learns whether the request's header was written. Once it was, the
+// server may have started the handler, however little of the body followed: only a
+// failure before it proves the request was never sent. (A failure while the body is
+// written is not "never sent": the server may have read the header and part of the
+// body, run the handler and died.)
 type sentTrace struct{ wrote atomic.Bool }
 
-func (s *sentTrace) wroteRequest(i httptrace.WroteRequestInfo) {
-	if i.Err == nil {
-		s.wrote.Store(true)
-	}
-}
+func (s *sentTrace) wroteHeaders() { s.wrote.Store(true) }
 
 // RoundTrip sends req through the retry layer. The call's span ([record.StartCall])
 // is started here when no layer above has one, and ends with the answer's body, or
@@ -275,7 +278,7 @@ type httpCall struct {
 	hasKey    bool          // the call carries a key (the caller's or key)
 	idem      bool          // the method is idempotent
 	hasBody   bool
-	traceSent bool // whether the request was fully written decides its classification
+	traceSent bool // whether the request's header was written decides its classification
 }
 
 // httpResult is what an HTTP attempt returns besides its error.
@@ -287,7 +290,7 @@ type httpResult struct {
 func (h httpCall) send(actx context.Context, n int, traced bool) (v httpResult, err error, ok bool) {
 	if h.traceSent {
 		v.sent = new(sentTrace)
-		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: v.sent.wroteRequest})
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteHeaders: v.sent.wroteHeaders})
 	}
 	r, err := h.request(actx, n, traced)
 	if err != nil {

@@ -47,8 +47,8 @@ func (f *fakeRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	f.bodies = append(f.bodies, body)
 	f.mu.Unlock()
 	resp, err := f.fn(n, r)
-	if tr := httptrace.ContextClientTrace(r.Context()); tr != nil && tr.WroteRequest != nil && !errors.Is(err, syscall.ECONNREFUSED) {
-		tr.WroteRequest(httptrace.WroteRequestInfo{}) // as net/http does once the request is written
+	if tr := httptrace.ContextClientTrace(r.Context()); tr != nil && tr.WroteHeaders != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+		tr.WroteHeaders() // as net/http does once the request's header is written
 	}
 	if resp != nil {
 		resp.Body = &closeCounter{ReadCloser: resp.Body, n: &f.closed}

@@ -95,7 +95,7 @@ type Classifier func(r Result) Outcome
 //     "do not retry" beside it): the server is up and shedding load, or relaying a
 //     circuit open further down, and answered at once; the retry layer honours its
 //     wait, and a breaker opening on it would starve a server that still serves part
-//     of its load; and HTTP 502, 503 and UNAVAILABLE that the server marks as its
+//     of its load; and HTTP 502, 503, 504, UNAVAILABLE and DEADLINE_EXCEEDED that the server marks as its
 //     downstream's failure (deadlinekit-relayed: 1, as deadlinekit.GRPCError and
 //     WriteHTTPError send): the server is up, and its own breaker guards that
 //     downstream;
@@ -115,7 +115,7 @@ func Classify(r Result) Outcome {
 			case codes.Canceled:
 				return Neutral
 			case codes.DeadlineExceeded:
-				if refused(r.Trailer.Get(pushback.Key)) {
+				if refused(r.Trailer.Get(pushback.Key)) || pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) {
 					return Neutral
 				}
 				return timedOut(r)
@@ -154,7 +154,7 @@ func Classify(r Result) Outcome {
 		}
 		return Failure
 	case http.StatusGatewayTimeout:
-		if refused(r.Response.Header.Values(pushback.Key)) {
+		if refused(r.Response.Header.Values(pushback.Key)) || pushback.Relayed(r.Response.Header.Values(pushback.RelayedKey)) {
 			return Neutral
 		}
 		return timedOut(r)

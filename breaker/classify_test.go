@@ -124,6 +124,12 @@ func TestClassify(t *testing.T) {
 		{"HTTP 503 with a Retry-After date ahead", H(503, "Retry-After", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)), breaker.Neutral},
 		{"HTTP 503 with pushback ms: a circuit open further down", H(503, pushback.Key, "900"), breaker.Neutral},
 		{"gRPC UNAVAILABLE with pushback ms", withTrailer(G(grpcErr(codes.Unavailable)), metadata.Pairs(pushback.Key, "900")), breaker.Neutral},
+		// A failure the server relays is its downstream's: the server is up.
+		{"HTTP 502 relayed", H(502, pushback.RelayedKey, "1"), breaker.Neutral},
+		{"HTTP 503 relayed", H(503, pushback.RelayedKey, "1"), breaker.Neutral},
+		{"HTTP 504 relayed, fair budget", fair(H(504, pushback.RelayedKey, "1")), breaker.Neutral},
+		{"gRPC UNAVAILABLE relayed", withTrailer(G(grpcErr(codes.Unavailable)), metadata.Pairs(pushback.RelayedKey, "1")), breaker.Neutral},
+		{"gRPC DEADLINE_EXCEEDED relayed, fair budget", withTrailer(fair(G(grpcErr(codes.DeadlineExceeded))), metadata.Pairs(pushback.RelayedKey, "1")), breaker.Neutral},
 
 		// Successes.
 		{"HTTP 200", H(200), breaker.Success},

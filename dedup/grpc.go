@@ -63,7 +63,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		return c.runGRPC(ctx, req, t, handler)
+		return c.runGRPC(ctx, req, t, c.workGRPC(ctx, t, handler))
 	case vReplay:
 		return c.replayGRPC(ctx, t)
 	case vConflict:
@@ -76,7 +76,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			return handler(ctx, req)
+			return c.workGRPC(ctx, t, handler)(ctx, req)
 		}
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
 		return nil, status.Error(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error())
@@ -142,7 +142,7 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	resp, err = handler(hctx, req)
 	completed = true
 	st, _ := status.FromError(err)
-	if t.forgot.Load() || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+	if t.forgot.Load() || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled || comeBackGRPC(ctx, st, capturedTrailer(cs)) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err
@@ -151,6 +151,7 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	if cs != nil {
 		a.header, a.trailer = cs.header, cs.trailer
 	}
+	a.trailer = sentTrailer(ctx, err, a.trailer)
 	size := 0
 	storable := true
 	if err != nil {

@@ -69,7 +69,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		c.runHTTP(w, r, body, t, next)
+		c.runHTTP(w, r, body, t, c.workHTTP(r, t, next))
 	case vReplay:
 		c.replayHTTP(w, ctx, t)
 	case vConflict:
@@ -85,7 +85,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
 			r.Body = body
-			next.ServeHTTP(w, r)
+			c.workHTTP(r, t, next).ServeHTTP(w, r)
 			return
 		}
 		h := w.Header()
@@ -183,7 +183,7 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout ||
+	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout || comeBackHTTP(status, rec.Header()) ||
 		(rec.status == 0 && ctx.Err() != nil) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)

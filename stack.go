@@ -15,6 +15,15 @@ import (
 // propagate (read the caller's budget, clamp it, set it on the context) → retry's
 // server side (the one-layer rule) → shortcircuit (refuse what the budget left
 // cannot pay for) → dedup, with [WithDedup] (replay, wait, or run and record) → h.
+//
+// The order is the design's rule: a request the guard refuses never reaches dedup,
+// so nothing is recorded for it; a replay costs one store read. A replay, or a
+// repeat waiting for the first request with its key, is not h's work: dedup tells
+// the guard so (internally, for requests that carry an Idempotency-Key), and the
+// request gives its concurrency slot back, teaches no floor and counts in no
+// overrun; a repeat that takes the key over is admitted again before h runs. And
+// dedup, inside retry's server side, stores the answer as the caller received it,
+// with the "do not retry" retry's server side adds when h's own retries gave up.
 // Put the user's tracing (otelhttp.NewHandler) outside it, so that the refusals are
 // on the server span:
 //
@@ -67,7 +76,8 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 
 // ServerOptions returns the server side of the stack for grpc.NewServer, in the order
 // of [NewHandler], as unary and stream interceptor chains (streams: propagate and
-// shortcircuit; the retry layer's one-layer rule applies to unary calls). Other
+// shortcircuit; the retry layer's one-layer rule applies to unary calls; dedup,
+// with [WithDedup], to unary calls, under the rule of [NewHandler]). Other
 // interceptors run before or after them in the order their options are given. The user's tracing is a stats handler (otelgrpc.NewServerHandler) or grpc-go's
 // OpenTelemetry plugin, in the same grpc.NewServer call:
 //

@@ -133,6 +133,7 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 			waitStart = time.Now()
 		}
 		wctx, cancel := context.WithDeadline(ctx, until)
+		idle(ctx)
 		e, err = c.store.Wait(wctx, t.key)
 		cancel()
 		t.waited = time.Since(waitStart)
@@ -267,6 +268,7 @@ func persist(ctx context.Context, f func() error) error {
 
 // report writes t's outcome on the span and the metrics.
 func (c *core) report(ctx context.Context, outcome string, t *ticket) {
+	c.notWork(ctx, outcome)
 	var waited time.Duration
 	var err error
 	if t != nil {

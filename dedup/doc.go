@@ -4,10 +4,23 @@
 // hedged a write (package retry, package hedge) causes one execution, not two.
 //
 // Wrap a handler with [NewMiddleware], or a grpc-go server with
-// [UnaryServerInterceptor], inside the guard (package shortcircuit), so that a
-// request the guard refuses records nothing:
+// [UnaryServerInterceptor], inside the guard (package shortcircuit) and inside
+// retry's server side, as the root package's stack does, so that a request the
+// guard refuses records nothing:
 //
-//	user's tracing → propagate → shortcircuit → dedup → handler
+//	user's tracing → propagate → retry (server side) → shortcircuit → dedup → handler
+//
+// A replay costs one store read. A replay, a repeat waiting for the first, and
+// dedup's own refusals are not the handler's work: under the guard they free the
+// request's concurrency slot as soon as dedup knows (before a repeat starts
+// waiting), and teach the guard nothing (no learned floor, no service time for
+// the concurrency limit, no overrun). A repeat that waited and then takes the key
+// over is admitted by the guard again, as a new arrival with the time it has left;
+// if the guard refuses it then, its answer is the guard's refusal and the key is
+// released: nothing is recorded. The answer stored is the one the first caller
+// received: when the handler's own retry layers gave up and retry's server side
+// marks a failure "do not retry" (grpc-retry-pushback-ms: -1), the stored answer
+// carries it too.
 //
 //	store := dedup.NewMemoryStore() // one replica; redisstore.New for several
 //	h = dedup.NewMiddleware(store)(h)
@@ -69,6 +82,16 @@
 // no HTTP answer to store (101 Switching Protocols, a hijacked connection) and when
 // the request was a stream of more than one message: neither is deduplicated. A gRPC
 // response that cannot be marshalled is answered Internal, and that answer is stored.
+//
+// The key is released too when the answer tells the caller to come back later: a
+// 503 or 429 with Retry-After or a non-negative grpc-retry-pushback-ms (gRPC:
+// Unavailable or ResourceExhausted with a non-negative grpc-retry-pushback-ms
+// trailer, or a google.rpc.RetryInfo without one), unless it also says "do not
+// retry" (-1). Such an answer is not final: stored, it would be replayed for the
+// whole retention to a caller that came back as told. Coming back runs the handler
+// again, so a handler that did its side effect must not answer "come back" for it
+// either (relaying a downstream's overload after a write has gone through is such
+// an answer: answer the write's outcome, or a failure without a wait).
 //
 // An answer larger than [WithMaxResponseSize] (over HTTP: status, headers, body and
 // trailers; gRPC: its message, metadata and status together) reaches the first

@@ -70,7 +70,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		return c.runGRPC(ctx, req, t, handler)
+		return c.runGRPC(ctx, req, t, c.workGRPC(ctx, t, handler))
 	case vReplay:
 		return c.replayGRPC(ctx, t)
 	case vConflict:
@@ -83,7 +83,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			return handler(ctx, req)
+			return c.workGRPC(ctx, t, handler)(ctx, req)
 		}
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
 		return nil, status.Error(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error())
@@ -186,9 +186,11 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	completed = true
 	a := &grpcAnswer{}
 	a.header, a.trailer = cs.seal()
+	a.trailer = sentTrailer(ctx, err, a.trailer)
 	code, storable := codes.OK, true
+	st := status.New(codes.OK, "")
 	if err != nil {
-		st := wireStatus(err)
+		st = wireStatus(err)
 		code = st.Code()
 		a.setStatus(st)
 	} else if m, ok := resp.(proto.Message); ok && m != nil {
@@ -200,7 +202,7 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	} else {
 		storable = false
 	}
-	if t.forgot.Load() || unfinished(code, err) {
+	if t.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, st, a.trailer) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err

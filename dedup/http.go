@@ -74,7 +74,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		c.runHTTP(w, r, body, t, next)
+		c.runHTTP(w, r, body, t, c.workHTTP(r, t, next))
 	case vReplay:
 		c.replayHTTP(w, ctx, t)
 	case vConflict:
@@ -90,7 +90,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
 			r.Body = body
-			next.ServeHTTP(w, r)
+			c.workHTTP(r, t, next).ServeHTTP(w, r)
 			return
 		}
 		h := w.Header()
@@ -259,9 +259,10 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 		status = http.StatusOK
 	}
 	// Released: nothing happened (Forget, 504, 499, the deadline before any answer),
-	// or there is no HTTP answer to store (the connection was taken over), or the
-	// request was a stream of several messages (not deduplicated).
-	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout ||
+	// the answer tells the caller to come back (not final), or there is no HTTP
+	// answer to store (the connection was taken over), or the request was a stream
+	// of several messages (not deduplicated).
+	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout || comeBackHTTP(status, rec.Header()) ||
 		(rec.status == 0 && ctx.Err() != nil) || rec.upgraded || streamed {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)

@@ -72,7 +72,7 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			return handle(ctx)
+			return c.workRPC(ctx, t, handle)(ctx)
 		}
 		return nil, refusal(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error(),
 			metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
@@ -90,7 +90,7 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 			c.report(ctx, outReleased, t)
 		}
 	}()
-	resp, err = handle(context.WithValue(ctx, runKey{}, t))
+	resp, err = c.workRPC(ctx, t, handle)(context.WithValue(ctx, runKey{}, t))
 	completed = true
 	a := &grpcAnswer{}
 	code, storable := codes.OK, true
@@ -99,6 +99,7 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 		code = st.Code()
 		a.setStatus(st)
 		a.header = md
+		a.header = sentMeta(ctx, a.header)
 	} else if msg, header, trailer, ok := in.Reply.Split(in.Procedure, resp); ok {
 		a.header, a.trailer = header, trailer
 		if m, isProto := msg.(proto.Message); !isProto || m == nil {
@@ -113,7 +114,7 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 	} else {
 		storable = false
 	}
-	if t.forgot.Load() || unfinished(code, err) {
+	if t.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, status.New(code, ""), a.header) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err

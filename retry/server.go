@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/handlerwork"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
@@ -20,7 +21,13 @@ type inbound struct {
 	gaveUp atomic.Bool // an outbound layer gave up on a retryable failure
 }
 
-type inboundKey struct{}
+// inboundKey is the key of the inbound state in a context: handlerwork's, so that
+// dedup, inside this layer, reads what the caller will be told ([inbound.GaveUp]).
+type inboundKey = handlerwork.InboundKey
+
+// GaveUp reports whether an outbound retry layer of the handler gave up (for
+// package handlerwork's readers).
+func (in *inbound) GaveUp() bool { return in.gaveUp.Load() }
 
 func inboundFrom(ctx context.Context) *inbound {
 	in, _ := ctx.Value(inboundKey{}).(*inbound)
@@ -72,7 +79,7 @@ type pushbackWriter struct {
 func (w *pushbackWriter) WriteHeader(code int) {
 	if !w.wrote && code >= 200 {
 		w.wrote = true
-		if w.in.gaveUp.Load() && (code >= 500 || code == 429 || code == 408 || code == 425) {
+		if w.in.gaveUp.Load() && handlerwork.FailureStatus(code) {
 			w.Header().Set(pushback.Key, pushback.DoNotRetry)
 		}
 	}

@@ -16,4 +16,13 @@
 // and [WithAdaptiveFloor]; [WithMaxConcurrency] and [WithAdaptiveConcurrency] add a limit
 // that admits a request only if it can finish in time. A request without a deadline
 // is never refused for its budget. [Check] makes the same test inside a handler.
+//
+// Under the guard, package dedup answers repeats of a request that carries an
+// idempotency key without running the handler: a replay of the first's answer, or
+// a wait for it. That is no handler work: dedup tells the guard, which gives the
+// request's concurrency slot back at once (a repeat waiting for the first holds
+// none), learns nothing from it (no floor, no service time, no overrun), and
+// reports it to the observers as [Event].Deduplicated; a repeat that takes the key
+// over is admitted again, as a new arrival, before the handler runs. A request
+// without an idempotency key pays nothing for this but a look at its headers.
 package shortcircuit

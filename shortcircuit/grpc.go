@@ -44,19 +44,28 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 			_ = grpc.SetTrailer(ctx, md)
 			return nil, st
 		}
-		if g.lim != nil {
-			defer g.releaseOnPanic(&t)
+		if g.tracks(&t) && keyedGRPC(ctx) {
+			wk, kctx := g.hold(ctx, &t)
+			return g.serveGRPC(kctx, req, &wk.t, handler)
 		}
-		resp, err := handler(ctx, req)
-		g.done(ctx, &t, err == nil)
-		if err != nil {
-			var refused bool
-			if refused, err = budgetStatus(err); refused {
-				_ = grpc.SetTrailer(ctx, doNotRetry)
-			}
-		}
-		return resp, err
+		return g.serveGRPC(ctx, req, &t, handler)
 	}
+}
+
+// serveGRPC runs handler for a call the guard admitted with t, and ends t.
+func (g *guard) serveGRPC(ctx context.Context, req any, t *ticket, handler grpc.UnaryHandler) (any, error) {
+	if g.lim != nil {
+		defer g.releaseOnPanic(t)
+	}
+	resp, err := handler(ctx, req)
+	g.done(ctx, t, err == nil)
+	if err != nil {
+		var refused bool
+		if refused, err = budgetStatus(err); refused {
+			_ = grpc.SetTrailer(ctx, doNotRetry)
+		}
+	}
+	return resp, err
 }
 
 // StreamServerInterceptor returns a gRPC interceptor that refuses a stream with

@@ -93,6 +93,13 @@ type Event struct {
 	// after the client's): work nobody was waiting for. Zero when it finished in
 	// time, and for a refused request.
 	Overrun time.Duration
+	// Deduplicated is true for an admitted request that the deduplication beneath
+	// the guard (package dedup) answered without running the handler: a replay of
+	// a stored answer, a repeat that waited for the first request with its key, or
+	// dedup's refusal of a repeat. It is no handler work: it held its slot only
+	// until dedup knew, taught no floor and no service time, and Duration, Overrun
+	// and Success are zero.
+	Deduplicated bool
 	// Success is whether the call succeeded (gRPC: the handler returned nil; HTTP:
 	// the status was below 500). For HTTP the status is noted only for a route that
 	// has an adaptive window; Success is reported true otherwise. False for a refused
@@ -104,7 +111,8 @@ type Event struct {
 // [WithObserver]. Its zero value is ready; it is safe for
 // concurrent use. One Counter may observe several guards.
 type Counter struct {
-	admitted, belowFloor, expired, overruns     atomic.Uint64
+	admitted, deduplicated                      atomic.Uint64
+	belowFloor, expired, overruns               atomic.Uint64
 	cannotFinish, dropped, overloaded, canceled atomic.Uint64
 	queued                                      atomic.Uint64
 	overrun, maxOverrun                         atomic.Int64
@@ -112,9 +120,12 @@ type Counter struct {
 
 // Stats is a snapshot of a [Counter].
 type Stats struct {
-	Admitted   uint64 // requests whose handler ran
-	BelowFloor uint64 // refused: time left below the floor
-	Expired    uint64 // refused: deadline passed on arrival
+	Admitted uint64 // requests whose handler ran
+	// Deduplicated counts the admitted requests that dedup answered without the
+	// handler ([Event].Deduplicated); they are not in Admitted.
+	Deduplicated uint64
+	BelowFloor   uint64 // refused: time left below the floor
+	Expired      uint64 // refused: deadline passed on arrival
 	// Refusals of the concurrency limit (see [Admission]).
 	CannotFinish, Dropped, Overloaded, Canceled uint64
 	// Queued counts the requests that waited for a slot, admitted or not.
@@ -136,7 +147,11 @@ func (s Stats) Refused() uint64 {
 func (c *Counter) Observe(_ context.Context, e Event) {
 	switch e.Admission {
 	case Admitted:
-		c.admitted.Add(1)
+		if e.Deduplicated {
+			c.deduplicated.Add(1)
+		} else {
+			c.admitted.Add(1)
+		}
 	case BelowFloor:
 		c.belowFloor.Add(1)
 	case Expired:
@@ -170,6 +185,7 @@ func (c *Counter) Observe(_ context.Context, e Event) {
 func (c *Counter) Stats() Stats {
 	return Stats{
 		Admitted:     c.admitted.Load(),
+		Deduplicated: c.deduplicated.Load(),
 		BelowFloor:   c.belowFloor.Load(),
 		Expired:      c.expired.Load(),
 		CannotFinish: c.cannotFinish.Load(),
@@ -229,7 +245,10 @@ type ticket struct {
 	win      *quantile.Window
 	decision Admission
 	entry    entry // the concurrency limit's decision
-	released bool  // done ran: the slot, if any, is given back
+	released bool  // done ran, or idle: the slot, if any, is given back
+	// idle: a layer beneath (dedup) answers the request without the handler; it
+	// teaches nothing, and done only reports it (see work.go).
+	idle bool
 }
 
 // admit decides whether the handler may run, filling t. It reports true to run it.
@@ -309,6 +328,10 @@ func (g *guard) observe(ctx context.Context, t *ticket) {
 // done records the end of an admitted request's handler. ok is whether the call
 // succeeded.
 func (g *guard) done(ctx context.Context, t *ticket, ok bool) {
+	if t.idle {
+		g.doneIdle(ctx, t)
+		return
+	}
 	var end time.Time
 	var over time.Duration
 	if t.has {

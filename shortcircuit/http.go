@@ -37,19 +37,29 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 				refuseHTTP(w, &t)
 				return
 			}
-			if g.lim != nil {
-				defer g.releaseOnPanic(&t)
-			}
-			if t.win == nil {
-				next.ServeHTTP(w, r)
-				g.done(ctx, &t, true)
+			if g.tracks(&t) && keyedHTTP(r) {
+				wk, kctx := g.hold(ctx, &t)
+				g.serveHTTP(w, r.WithContext(kctx), &wk.t, next)
 				return
 			}
-			sw := &statusWriter{ResponseWriter: w}
-			next.ServeHTTP(sw, r)
-			g.done(ctx, &t, sw.status < http.StatusInternalServerError)
+			g.serveHTTP(w, r, &t, next)
 		})
 	}
+}
+
+// serveHTTP runs next for a request the guard admitted with t, and ends t.
+func (g *guard) serveHTTP(w http.ResponseWriter, r *http.Request, t *ticket, next http.Handler) {
+	if g.lim != nil {
+		defer g.releaseOnPanic(t)
+	}
+	if t.win == nil {
+		next.ServeHTTP(w, r)
+		g.done(r.Context(), t, true)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r)
+	g.done(r.Context(), t, sw.status < http.StatusInternalServerError)
 }
 
 // statusClientClosedRequest is the answer to a request whose caller cancelled while

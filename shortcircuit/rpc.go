@@ -3,6 +3,7 @@ package shortcircuit
 import (
 	"context"
 
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
 
@@ -24,17 +25,26 @@ func init() {
 				md, err := refusalStatus(&t)
 				return nil, &rpc.Refusal{Err: err, Meta: md}
 			}
-			if g.lim != nil {
-				defer g.releaseOnPanic(&t)
+			if !in.Stream && g.tracks(&t) && len(in.Header.Values(idempotency.Header)) > 0 {
+				wk, kctx := g.hold(ctx, &t)
+				return g.serveRPC(kctx, &wk.t, handle)
 			}
-			resp, err := handle(ctx)
-			g.done(ctx, &t, err == nil)
-			if err != nil {
-				if refused, mapped := budgetStatus(err); refused {
-					return resp, &rpc.Refusal{Err: mapped, Meta: doNotRetry}
-				}
-			}
-			return resp, err
+			return g.serveRPC(ctx, &t, handle)
 		}}
 	})
+}
+
+// serveRPC runs handle for a call the guard admitted with t, and ends t.
+func (g *guard) serveRPC(ctx context.Context, t *ticket, handle rpc.Handle) (any, error) {
+	if g.lim != nil {
+		defer g.releaseOnPanic(t)
+	}
+	resp, err := handle(ctx)
+	g.done(ctx, t, err == nil)
+	if err != nil {
+		if refused, mapped := budgetStatus(err); refused {
+			return resp, &rpc.Refusal{Err: mapped, Meta: doNotRetry}
+		}
+	}
+	return resp, err
 }

@@ -216,4 +216,3 @@ func comeBackGRPC(ctx context.Context, st *status.Status, trailer metadata.MD) b
 	_, found, err := pushback.RetryInfoDelay(st)
 	return found && err == nil
 }
-

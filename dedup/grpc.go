@@ -117,10 +117,17 @@ func fingerprintGRPC(method string, req any, t *ticket) error {
 // metadata from goroutines of its own; once it has returned, the stream is sealed
 // (see seal) and refuses more, so that what a replay carries is what the first
 // caller received.
+//
+// A stream that is done (the caller left: its context ended) refuses metadata too,
+// but that refusal is the caller's absence, not the answer's: what the handler sets
+// then is kept, so that a repeat gets the handler's whole answer, as over HTTP a
+// body written after the connection broke is kept.
 type captureStream struct {
 	grpc.ServerTransportStream
+	ctx             context.Context // the call's: ended when the caller left
 	mu              sync.Mutex
 	header, trailer metadata.MD
+	headerSent      bool // SendHeader succeeded: later header metadata is never sent
 	sealed          bool
 }
 
@@ -131,29 +138,34 @@ var errSealed = status.Error(codes.Internal, "dedup: metadata set after the hand
 // keep calls set, the stream's method, under the lock, and adds md to *into when
 // the stream accepted it. The lock spans the call, so that what is kept follows
 // the order in which the stream accepted it.
-func (s *captureStream) keep(into *metadata.MD, md metadata.MD, set func(metadata.MD) error) error {
+func (s *captureStream) keep(into *metadata.MD, md metadata.MD, header bool, set func(metadata.MD) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sealed {
 		return errSealed
 	}
-	if err := set(md); err != nil {
-		return err
+	err := set(md)
+	if err != nil && (s.ctx.Err() == nil || header && s.headerSent) {
+		return err // refused for the answer's sake: the caller is there, or the header went
 	}
 	*into = metadata.Join(*into, md)
-	return nil
+	return err
 }
 
 func (s *captureStream) SetHeader(md metadata.MD) error {
-	return s.keep(&s.header, md, s.ServerTransportStream.SetHeader)
+	return s.keep(&s.header, md, true, s.ServerTransportStream.SetHeader)
 }
 
 func (s *captureStream) SendHeader(md metadata.MD) error {
-	return s.keep(&s.header, md, s.ServerTransportStream.SendHeader)
+	return s.keep(&s.header, md, true, func(md metadata.MD) error {
+		err := s.ServerTransportStream.SendHeader(md)
+		s.headerSent = s.headerSent || err == nil
+		return err
+	})
 }
 
 func (s *captureStream) SetTrailer(md metadata.MD) error {
-	return s.keep(&s.trailer, md, s.ServerTransportStream.SetTrailer)
+	return s.keep(&s.trailer, md, false, s.ServerTransportStream.SetTrailer)
 }
 
 // seal ends the capture and returns what was kept. A nil s has nothing.
@@ -171,7 +183,7 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	hctx := context.WithValue(ctx, runKey{}, t)
 	var cs *captureStream
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
-		cs = &captureStream{ServerTransportStream: st}
+		cs = &captureStream{ServerTransportStream: st, ctx: ctx}
 		hctx = grpc.NewContextWithServerTransportStream(hctx, cs)
 	}
 	completed := false

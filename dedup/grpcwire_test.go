@@ -342,3 +342,37 @@ func TestGRPCLateTrailerRefused(t *testing.T) {
 		t.Fatalf("first's trailer %v, replay's %v", f.trailer, r.trailer)
 	}
 }
+
+// TestGRPCMetadataAfterCallerLeft: a handler that finishes its write after its caller
+// left (its context ended) and then sets its header and trailer has its whole answer
+// stored: grpc-go refuses the metadata of a stream that is done, but the refusal is the
+// caller's absence, not the answer's, and the repeat that comes back gets the header
+// and trailer the handler set, as a broken HTTP download's repeat gets the whole body.
+func TestGRPCMetadataAfterCallerLeft(t *testing.T) {
+	started := make(chan struct{})
+	done := make(chan struct{})
+	svc := &funcService{do: func(ctx context.Context, n int64) (*testgrpc.SimpleResponse, error) {
+		if n == 1 {
+			close(started)
+			<-ctx.Done()
+			defer close(done)
+		}
+		_ = grpc.SetHeader(ctx, metadata.Pairs("x-charge", strconv.FormatInt(n, 10)))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("x-ledger", "entry-"+strconv.FormatInt(n, 10)))
+		return &testgrpc.SimpleResponse{Username: "charge " + strconv.FormatInt(n, 10)}, nil
+	}}
+	c := serveGRPC(t, svc, dedup.NewMemoryStore())
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	if f := unary(ctx, c, "k", "1"); status.Code(f.err) != codes.Canceled {
+		t.Fatalf("first: %v", f.err)
+	}
+	<-done
+	r := unary(context.Background(), c, "k", "1")
+	if r.err != nil || !r.replayed || r.resp.GetUsername() != "charge 1" {
+		t.Fatalf("repeat: %+v", r)
+	}
+	if first(r.header.Get("x-charge")) != "1" || first(r.trailer.Get("x-ledger")) != "entry-1" {
+		t.Fatalf("repeat's header %v trailer %v, want the handler's", r.header, r.trailer)
+	}
+}

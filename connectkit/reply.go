@@ -1,14 +1,21 @@
 package connectkit
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"os"
 	"reflect"
+	"strings"
 	"sync"
+	"syscall"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
@@ -63,10 +70,75 @@ func addAll(h http.Header, md metadata.MD) {
 	}
 }
 
+// Status reads err as connect-go sends a handler's error ([sentError]): its code,
+// message and details, and its metadata, which connect-go does not send for an
+// error that came off the wire (a downstream's, relayed). err is not changed.
 func (r *reply) Status(err error) (*status.Status, metadata.MD) {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return (&wireError{ce: ce}).GRPCStatus(), lowerKeys(ce.Meta())
+	ce := sentError(err)
+	if connect.IsWireError(ce) {
+		return statusOf(ce), nil
 	}
-	return status.Convert(err), nil
+	return statusOf(ce), copyMeta(ce.Meta())
+}
+
+// copyMeta is h as metadata with lower-case keys, its values copied; keys without
+// values (which connect-go does not send) are left out.
+func copyMeta(h http.Header) metadata.MD {
+	var md metadata.MD
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		if md == nil {
+			md = make(metadata.MD, len(h))
+		}
+		k = strings.ToLower(k)
+		md[k] = append(md[k], vs...)
+	}
+	return md
+}
+
+// sentError is err as connect-go sends a handler's error (wrapIfContextError, then
+// the protocol's writer): the *connect.Error in err's chain; else, for a context
+// error or a write that failed because the client left, Canceled or
+// DeadlineExceeded; else Unknown. The two last carry err's text as their message,
+// whatever else err is: connect-go knows nothing of a grpc-go status error, and
+// sends it as Unknown "rpc error: code = ... desc = ...".
+func sentError(err error) *connect.Error {
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce != nil {
+		return ce
+	}
+	code := connect.CodeUnknown
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case clientLeft(err):
+		code = connect.CodeCanceled
+	}
+	return connect.NewError(code, err)
+}
+
+// clientLeft reports whether err is a write that failed because the client went
+// away, as connect-go recognizes one (isClientDisconnected).
+func clientLeft(err error) bool {
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	msg := err.Error()
+	return msg == "client disconnected" || msg == "http2: stream closed"
+}
+
+// statusOf is ce as a gRPC status: its code, its message, and its details as they
+// go on the wire (type and bytes, whether or not this program knows the type).
+// A detail's type URL is written with the usual type.googleapis.com/ prefix:
+// connect-go gives the type's name only.
+func statusOf(ce *connect.Error) *status.Status {
+	sp := &spb.Status{Code: int32(ce.Code()), Message: ce.Message()}
+	for _, d := range ce.Details() {
+		sp.Details = append(sp.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
+	}
+	return status.FromProto(sp)
 }

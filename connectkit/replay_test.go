@@ -255,9 +255,55 @@ func checkReplays(t *testing.T, callInfo, wire bool) {
 	}
 }
 
+// TestDedupReplayKeepsCallInfoMetadata: the header and trailer metadata a connect
+// handler sets through connect.CallInfoForHandlerContext reach a repeat as they
+// reached the first caller, each where the first caller got it, next to the
+// metadata set on the response or carried by the error, and the repeat gets, on
+// the wire, byte for byte, what the first caller got (the Idempotent-Replayed
+// header aside), in the Connect, gRPC and gRPC-Web protocols.
+func TestDedupReplayKeepsCallInfoMetadata(t *testing.T) { checkReplays(t, true, true) }
+
 // TestDedupReplayStatusAsSent: a repeat gets the status the first caller received
 // as connect-go sent it: a *connect.Error's code, message and details (a type this
 // program does not know included), anywhere in the error's chain; a grpc-go status
 // error or any other error as Unknown with its text; the error's metadata unless
 // it came off the wire (a downstream's error, relayed), as connect-go sends it.
 func TestDedupReplayStatusAsSent(t *testing.T) { checkReplays(t, false, false) }
+
+// TestDedupReplayOuterCallInfo: metadata an interceptor outside the stack sets
+// through CallInfo before the call reaches dedup is set again for each repeat (a
+// request id), and is not part of the stored answer: a repeat gets its own value
+// once, not the first's as well.
+func TestDedupReplayOuterCallInfo(t *testing.T) {
+	var ids atomic.Int64
+	outer := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+				info.ResponseHeader().Set("X-Request-Id", fmt.Sprint(ids.Add(1)))
+			}
+			return next(ctx, req)
+		}
+	})
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			ids.Store(0)
+			url, hc := serve(t, func(ctx context.Context, req *connect.Request[msg]) (*connect.Response[msg], error) {
+				info, _ := connect.CallInfoForHandlerContext(ctx)
+				info.ResponseHeader().Add("X-Request-Id", "handler")
+				return connect.NewResponse(wrapperspb.String("ok")), nil
+			}, connect.WithInterceptors(outer), connectkit.HandlerOption(deadlinekit.WithDedup(dedup.NewMemoryStore())))
+			c := client(hc, url, procPost, p.opt)
+			for i := range 2 {
+				req := connect.NewRequest(wrapperspb.String("100"))
+				req.Header().Set("Idempotency-Key", "k")
+				resp, err := c.CallUnary(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := resp.Header().Values("X-Request-Id"), []string{fmt.Sprint(i + 1), "handler"}; !reflect.DeepEqual(got, want) {
+					t.Errorf("call %d: X-Request-Id %q, want %q", i+1, got, want)
+				}
+			}
+		})
+	}
+}

@@ -71,14 +71,48 @@ func addAll(h http.Header, md metadata.MD) {
 }
 
 // Status reads err as connect-go sends a handler's error ([sentError]): its code,
-// message and details, and its metadata, which connect-go does not send for an
-// error that came off the wire (a downstream's, relayed). err is not changed.
-func (r *reply) Status(err error) (*status.Status, metadata.MD) {
+// message and details, and its metadata, which connect-go sends in the header in
+// the Connect protocol and in the trailer in gRPC and gRPC-Web, and not at all for
+// an error that came off the wire (a downstream's, relayed). err is not changed.
+func (r *reply) Status(ctx context.Context, err error) (*status.Status, metadata.MD, metadata.MD) {
 	ce := sentError(err)
+	st := statusOf(ce)
 	if connect.IsWireError(ce) {
-		return statusOf(ce), nil
+		return st, nil, nil
 	}
-	return statusOf(ce), copyMeta(ce.Meta())
+	md := copyMeta(ce.Meta())
+	if info, ok := connect.CallInfoForHandlerContext(ctx); ok {
+		if p := info.Peer().Protocol; p == connect.ProtocolGRPC || p == connect.ProtocolGRPCWeb {
+			return st, nil, md
+		}
+	}
+	return st, md, nil
+}
+
+// CallMeta returns copies of what the call's CallInfo holds for its response
+// header and trailer: what connect-go sends ahead of the response's or the error's
+// own metadata.
+func (r *reply) CallMeta(ctx context.Context) (metadata.MD, metadata.MD) {
+	info, ok := connect.CallInfoForHandlerContext(ctx)
+	if !ok {
+		return nil, nil
+	}
+	return copyMeta(info.ResponseHeader()), copyMeta(info.ResponseTrailer())
+}
+
+// AddCallMeta adds header and trailer to the call's CallInfo, which connect-go
+// sends with the call's response or error.
+func (r *reply) AddCallMeta(ctx context.Context, header, trailer metadata.MD) {
+	info, ok := connect.CallInfoForHandlerContext(ctx)
+	if !ok {
+		return
+	}
+	if len(header) > 0 {
+		addAll(info.ResponseHeader(), header)
+	}
+	if len(trailer) > 0 {
+		addAll(info.ResponseTrailer(), trailer)
+	}
 }
 
 // copyMeta is h as metadata with lower-case keys, its values copied; keys without

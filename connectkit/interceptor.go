@@ -12,10 +12,8 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -243,21 +241,9 @@ func answer(resp connect.AnyResponse, err error) rpc.Answer {
 // code, message and details. Unwrap gives the connect error back.
 type wireError struct{ ce *connect.Error }
 
-func (e *wireError) Error() string { return e.ce.Error() }
-func (e *wireError) Unwrap() error { return e.ce }
-func (e *wireError) GRPCStatus() *status.Status {
-	st := status.New(codes.Code(e.ce.Code()), e.ce.Message())
-	var details []protoadapt.MessageV1
-	for _, d := range e.ce.Details() {
-		if m, err := d.Value(); err == nil {
-			details = append(details, protoadapt.MessageV1Of(m))
-		}
-	}
-	if with, err := st.WithDetails(details...); err == nil && len(details) > 0 {
-		st = with
-	}
-	return st
-}
+func (e *wireError) Error() string              { return e.ce.Error() }
+func (e *wireError) Unwrap() error              { return e.ce }
+func (e *wireError) GRPCStatus() *status.Status { return statusOf(e.ce) }
 
 func lowerKeys(h http.Header) metadata.MD {
 	if len(h) == 0 {

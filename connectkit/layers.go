@@ -34,9 +34,18 @@ func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
 // Put the user's tracing (otelconnect) before it.
 //
 // Dedup reads the Idempotency-Key header (in the gRPC protocols, the
-// idempotency-key metadata is the same header) of unary calls, stores the response
-// message with its header and trailer, or the handler's error, and answers repeats
-// as package dedup's gRPC interceptor does; streams go through. A handler's
+// idempotency-key metadata is the same header) of unary calls, stores what the
+// first caller received, and answers repeats with it as package dedup's gRPC
+// interceptor does; streams go through. What is stored is the response message,
+// or the handler's error as connect-go sent it (the code, message and details of
+// the *connect.Error in its chain; else Canceled or DeadlineExceeded for a context
+// error, Unknown with the error's text for anything else, a grpc-go status error
+// included), and the header and trailer metadata where the caller received them:
+// what the handler set through connect.CallInfoForHandlerContext, what it set on
+// the response, and an error's own metadata (connect-go sends it in the header in
+// the Connect protocol, in the trailer in gRPC and gRPC-Web, and not at all for an
+// error a connect client returned). A repeat gets Idempotent-Replayed: true in its
+// header. Neither the response nor the error is changed. A handler's
 // *connect.Response[T] cannot be named by an interceptor: its type is learned from
 // the first response to each procedure on this server, so a server that has not yet
 // answered a procedure once answers a replay of it Unavailable with a pushback (the

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"slices"
 	"strconv"
 
 	"google.golang.org/grpc/codes"
@@ -19,13 +20,19 @@ import (
 
 // Deduplication for frameworks this package does not import (package connectkit),
 // as for grpc-go: the key is the Idempotency-Key header (the idempotency-key
-// metadata of the gRPC protocol is the same header), the answer stored is the
-// response message with its header and trailer metadata, or the handler's status,
-// and the refusals are the gRPC statuses of [UnaryServerInterceptor]. As there, a
-// handler's plain context or budget error releases the key, a response that cannot
-// be marshalled is answered (and stored) as Internal "marshal message: ...", with
-// the response's metadata, and everything stored counts against
-// [WithMaxResponseSize]. Streams go through untouched.
+// metadata of the gRPC protocol is the same header), the answer stored is what the
+// first caller received: the response message, or the handler's error read as the
+// framework sent it (rpc.Reply's Status), with the header and trailer metadata
+// where that caller received them (what the handler set for the call through the
+// framework, connect-go's CallInfo, then what it set on the response or its error
+// carried), and the refusals are the gRPC statuses of [UnaryServerInterceptor]. A
+// repeat gets the stored metadata back where it was, and idempotent-replayed in
+// the header, for an error too. Metadata that a layer outside this one set for the
+// call before it came here is not stored: that layer sets it again for a repeat.
+// As there, a handler's plain context or budget error releases the key, a response
+// that cannot be marshalled is answered (and stored) as Internal "marshal message:
+// ...", with the metadata set for the call and on the response, and everything
+// stored counts against [WithMaxResponseSize]. Streams go through untouched.
 func init() {
 	rpc.Register("dedup", func(store Store, opts []Option) rpc.Layer {
 		c := &core{store: store, c: newConfig(opts)}
@@ -90,37 +97,65 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 			c.report(ctx, outReleased, t)
 		}
 	}()
+	// What the layers outside set for the call before it came here, they set
+	// again for a repeat: the answer keeps what was set beneath.
+	outerH, outerT := in.Reply.CallMeta(ctx)
 	resp, err = c.workRPC(ctx, t, handle)(context.WithValue(ctx, runKey{}, t))
 	completed = true
+	callH, callT := in.Reply.CallMeta(ctx)
+	callH, callT = since(outerH, callH), since(outerT, callT)
 	a := &grpcAnswer{}
 	code, storable := codes.OK, true
 	if err != nil {
-		st, md := in.Reply.Status(err)
+		st, header, trailer := in.Reply.Status(ctx, err)
 		code = st.Code()
 		a.setStatus(st)
-		a.header = md
-		a.header = sentMeta(ctx, a.header)
+		if in.Reply.ErrorMetaInTrailer(ctx) {
+			trailer = sentMeta(ctx, trailer)
+		} else {
+			header = sentMeta(ctx, header)
+		}
+		a.header, a.trailer = metadata.Join(callH, header), metadata.Join(callT, trailer)
 	} else if msg, header, trailer, ok := in.Reply.Split(in.Procedure, resp); ok {
-		a.header, a.trailer = header, trailer
+		a.header, a.trailer = metadata.Join(callH, header), metadata.Join(callT, trailer)
 		if m, isProto := msg.(proto.Message); !isProto || m == nil {
 			storable = false
 		} else if st := a.setMessage(m, "marshal message: "); st != nil {
 			// connect-go would fail to send it, and answer this status with the
-			// response's metadata: answer it here, so that the first caller and
-			// every repeat get the same.
-			a.header, a.trailer = metadata.Join(header, trailer), nil
-			code, resp, err = st.Code(), nil, &rpc.Refusal{Err: storedStatus{st}, Meta: a.header}
+			// response's metadata where the response had it: answer it here, so
+			// that the first caller and every repeat get the same.
+			in.Reply.AddCallMeta(ctx, header, trailer)
+			code, resp, err = st.Code(), nil, &rpc.Refusal{Err: storedStatus{st}}
 		}
 	} else {
 		storable = false
 	}
-	if t.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, status.New(code, ""), a.header) {
+	if t.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, status.New(code, ""), metadata.Join(a.header, a.trailer)) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err
 	}
 	c.keepGRPC(ctx, t, a, storable, code)
 	return resp, err
+}
+
+// since returns what after, the metadata of a call, holds beyond before, what it
+// held earlier: for each key, the values added after before's, or all of them when
+// before's were replaced.
+func since(before, after metadata.MD) metadata.MD {
+	if len(before) == 0 {
+		return after
+	}
+	out := make(metadata.MD, len(after))
+	for k, vs := range after {
+		if b := before[k]; len(b) <= len(vs) && slices.Equal(b, vs[:len(b)]) {
+			vs = vs[len(b):]
+		}
+		if len(vs) > 0 {
+			out[k] = vs
+		}
+	}
+	return out
 }
 
 // storedStatus is a stored status as a handler's error: its text is the status's
@@ -146,7 +181,11 @@ func (c *core) replayRPC(ctx context.Context, in *rpc.Inbound, t *ticket) (any, 
 				break
 			}
 			c.report(ctx, out, t)
-			return nil, &rpc.Refusal{Err: storedStatus{status.FromProto(&sp)}, Meta: metadata.Join(a.header, replayed)}
+			// The stored metadata goes where the first caller received it,
+			// through the call as a handler sets it, not on the error (whose
+			// metadata the protocol places).
+			in.Reply.AddCallMeta(ctx, metadata.Join(a.header, replayed), a.trailer)
+			return nil, &rpc.Refusal{Err: storedStatus{status.FromProto(&sp)}}
 		}
 		msg, err := a.response()
 		if err != nil {

@@ -96,7 +96,11 @@ type Inbound struct {
 	Reply Reply
 }
 
-// Reply takes a framework's unary responses apart and makes them again.
+// Reply takes a framework's unary responses apart and makes them again, and reads
+// and adds to the metadata of the call a handler serves, for a layer that stores
+// answers (dedup) and must give a repeat what the first caller received on the
+// wire. None of its methods changes a response or an error it is given: a handler
+// may answer the same error value to every call.
 type Reply interface {
 	// Split returns the message of resp, a response to procedure, and the header
 	// and trailer metadata set on it;
@@ -105,8 +109,23 @@ type Reply interface {
 	// Make returns a response of the procedure's type carrying msg, header and
 	// trailer; ok is false when it cannot make one (it does not know the type yet).
 	Make(procedure string, msg any, header, trailer metadata.MD) (resp any, ok bool)
-	// Status returns the gRPC status of a handler's error, and the metadata it carries.
-	Status(err error) (st *status.Status, md metadata.MD)
+	// Status returns the status the caller of the call in ctx receives for its
+	// handler's error err, read as the framework sends it (an error without a
+	// status of the framework's own included), and the metadata err carries to
+	// that caller, in the header or the trailer as the call's protocol sends it.
+	Status(ctx context.Context, err error) (st *status.Status, header, trailer metadata.MD)
+	// ErrorMetaInTrailer reports whether the call in ctx sends an error's metadata in
+	// its trailer (the gRPC protocols) rather than its header (Connect).
+	ErrorMetaInTrailer(ctx context.Context) bool
+	// CallMeta returns a copy of the header and trailer metadata set so far for
+	// the call in ctx apart from its response and its error (connect-go: through
+	// the call's CallInfo), which the caller receives ahead of a response's or an
+	// error's own; nil when there is none.
+	CallMeta(ctx context.Context) (header, trailer metadata.MD)
+	// AddCallMeta adds header and trailer to the metadata of the call in ctx that
+	// CallMeta reads, so that its caller receives them with whatever the call
+	// answers, a response or an error.
+	AddCallMeta(ctx context.Context, header, trailer metadata.MD)
 }
 
 // Handle runs the rest of the server chain and the handler.

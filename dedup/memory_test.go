@@ -194,9 +194,9 @@ type memRec struct {
 
 func newMemModel(rng *rand.Rand) *memModel {
 	m := &memModel{
-		maxN:   1 + rng.IntN(20),
-		maxB:   32 * (8 + rng.IntN(64)),
-		retain: time.Duration(1+rng.IntN(20)) * time.Second,
+		maxN:   1 + rng.IntN(60),
+		maxB:   32 * (4 + rng.IntN(40)),
+		retain: time.Duration(1+rng.IntN(60)) * time.Second,
 		recs:   map[string]*memRec{},
 	}
 	m.keys = 1 + rng.IntN(3*m.maxN)
@@ -233,6 +233,18 @@ func (m *memModel) counts() (live, staleLeases int, done []string) {
 	return live, staleLeases, done
 }
 
+// running returns the keys of the leases, sorted so that a seed replays a run.
+func (m *memModel) running() []string {
+	var keys []string
+	for k, r := range m.recs {
+		if !r.done {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 func (m *memModel) evict(k string) {
 	delete(m.recs, k)
 	m.evicted++
@@ -243,7 +255,11 @@ func (m *memModel) step(t *testing.T, rng *rand.Rand) bool {
 	t.Helper()
 	ctx := context.Background()
 	key := fmt.Sprint("k", rng.IntN(m.keys))
-	switch op := rng.IntN(10); {
+	op := rng.IntN(10)
+	if running := m.running(); op >= 4 && op < 8 && len(running) > 0 && rng.IntN(8) > 0 {
+		key = running[rng.IntN(len(running))] // complete or release a lease, mostly
+	}
+	switch {
 	case op < 4: // acquire
 		tok := fmt.Sprint("t", rng.Uint64())
 		ttl := time.Duration(1+rng.IntN(10000)) * time.Millisecond
@@ -284,7 +300,11 @@ func (m *memModel) step(t *testing.T, rng *rand.Rand) bool {
 		if r != nil && rng.IntN(8) > 0 {
 			tok = r.token
 		}
-		answer := make([]byte, rng.IntN(m.maxB/32+4))
+		size := rng.IntN(m.maxB/32 + 4)
+		if rng.IntN(2) == 0 { // near the largest kept, so that bytes run out before entries
+			size = max(m.maxB/32-len(key)-rng.IntN(3), 0)
+		}
+		answer := make([]byte, size)
 		for i := range answer {
 			answer[i] = byte(rng.Uint32())
 		}
@@ -337,7 +357,7 @@ func (m *memModel) step(t *testing.T, rng *rand.Rand) bool {
 			return false
 		}
 	default:
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
 	}
 	return m.check(t)
 }

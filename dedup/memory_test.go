@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/internal/storecheck"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
@@ -486,4 +487,11 @@ func BenchmarkMemoryStoreParallel(b *testing.B) {
 			s.Complete(ctx, k, "t", answer, time.Hour)
 		}
 	})
+}
+
+// TestMemoryStoreContract holds the MemoryStore to the Store contract, under fake
+// time; its Wait is woken, so it may not notice late.
+func TestMemoryStoreContract(t *testing.T) {
+	storecheck.Run(t, func(*testing.T) dedup.Store { return dedup.NewMemoryStore() },
+		storecheck.FakeTime(), storecheck.WithNotice(0), storecheck.WithOps(300))
 }

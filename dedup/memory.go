@@ -59,24 +59,28 @@ const (
 //
 // Its memory is bounded, and the bounds are the whole store's. A new key that
 // arrives while the store holds [WithMaxEntries] records evicts the oldest
-// completed answer (the first completed, of the whole store), and an answer that
-// would take the bytes held past [WithMaxBytes] evicts the oldest answers until it
-// fits. Nothing else evicts: while it holds fewer records than its bound, and
-// fewer bytes than its bound, the store loses no answer before its retention ends.
-// A repeat of an evicted key runs again: size the bounds for the traffic of a
-// retention window, and watch [MemoryStore.Stats]. When the store holds its bound
-// of running requests and no answer, Acquire refuses a new key with
-// [ErrStoreFull]. Two things are "near enough" rather than exact: records whose
-// lease or retention has ended count as held until they are removed (when their
-// key is used again, or, oldest first, when their room is needed; an ended lease
-// only when no answer is left to evict), and between concurrent calls the oldest
-// answer is the oldest when the eviction looked, and a request that arrives with a
-// key just taken by another may have had an answer evicted for it.
+// completed answer of the whole store; an answer that would take the bytes held
+// past [WithMaxBytes] evicts the oldest answers until it fits. Nothing else evicts:
+// while the store holds fewer records, and fewer bytes, than its bounds, no answer
+// is lost before its retention ends. A repeat of an evicted key runs again: size
+// the bounds for the traffic of a retention window, and watch
+// [MemoryStore.Stats]. When the store holds its bound of running requests and no
+// answer, Acquire refuses a new key with [ErrStoreFull].
 //
-// It is sharded for concurrent use: a request takes one shard's lock, and adds to
-// the store's counts of entries and bytes; only an eviction looks at other shards.
-// Records expire when their lease or retention ends, without a goroutine of its
-// own.
+// Two things are near rather than exact. A record whose lease or retention has
+// ended counts as held until it is removed: when its key is used again, when it
+// is at the front of the shard of a new key, or when its room is needed (an ended
+// answer goes before any live one is evicted, an ended lease only when there is
+// no answer left to evict). With one retention for every answer, as the
+// middleware gives, answers end in the order they completed, so no live answer is
+// evicted while an ended one is held. And between concurrent calls, the records
+// held include those that calls under way are adding, and the oldest answer is
+// the oldest when the evicting call looked.
+//
+// It is sharded for concurrent use: a call takes one shard's lock and adds to the
+// store's atomic counts of entries and bytes; only an eviction looks at the other
+// shards, one at a time. Records expire when their lease or retention ends,
+// without a goroutine of its own.
 type MemoryStore struct {
 	seed                 maphash.Seed
 	maxEntries, maxBytes int64

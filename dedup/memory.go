@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,46 +29,82 @@ type MemoryOption func(*MemoryStore)
 func WithMaxEntries(n int) MemoryOption {
 	return func(s *MemoryStore) {
 		if n > 0 {
-			s.maxEntries = n
+			s.maxEntries = int64(n)
 		}
 	}
 }
 
-// WithMaxBytes bounds the bytes of the answers (and keys) a [MemoryStore] keeps.
-// Default [DefaultMaxBytes] (64 MiB).
+// WithMaxBytes bounds the bytes of the answers (and their keys) a [MemoryStore]
+// keeps. One answer may take at most 1/32 of it: a larger one is refused with
+// [ErrAnswerTooLarge], so that no single answer evicts more than a small share of
+// the others. Default [DefaultMaxBytes] (64 MiB).
 func WithMaxBytes(n int) MemoryOption {
 	return func(s *MemoryStore) {
 		if n > 0 {
-			s.maxBytes = n
+			s.maxBytes = int64(n)
 		}
 	}
 }
 
-const memShards = 32
+const (
+	memShards = 32
+	// memAnswerShare is the share of WithMaxBytes one answer may take.
+	memAnswerShare = 32
+)
 
 // MemoryStore is a [Store] in the process's memory, the embedded default for a
 // service with one replica (with several, each would deduplicate only what it
-// sees: use package dedup/redisstore). Its memory is bounded: past
-// [WithMaxEntries] records or [WithMaxBytes] bytes, the oldest completed answers are
-// evicted before their retention ends (a repeat of an evicted key runs again: size
+// sees: use package dedup/redisstore). Its zero value is not usable: call
+// [NewMemoryStore].
+//
+// Its memory is bounded, and the bounds are the whole store's. A new key that
+// arrives while the store holds [WithMaxEntries] records evicts the oldest
+// completed answer of the whole store; an answer that would take the bytes held
+// past [WithMaxBytes] evicts the oldest answers until it fits. Nothing else evicts:
+// while the store holds fewer records, and fewer bytes, than its bounds, no answer
+// is lost before its retention ends. A repeat of an evicted key runs again: size
 // the bounds for the traffic of a retention window, and watch
-// [MemoryStore.Stats]). Records expire when their lease or retention ends; expired
-// records are removed as the store is used, without a goroutine of its own. It is
-// sharded for concurrent use. Its zero value is not usable: call [NewMemoryStore].
+// [MemoryStore.Stats]. When the store holds its bound of running requests and no
+// answer, Acquire refuses a new key with [ErrStoreFull].
+//
+// Two things are near rather than exact. A record whose lease or retention has
+// ended counts as held until it is removed: when its key is used again, when it
+// is at the front of the shard of a new key, or when its room is needed (an ended
+// answer goes before any live one is evicted, an ended lease only when there is
+// no answer left to evict). With one retention for every answer, as the
+// middleware gives, answers end in the order they completed, so no live answer is
+// evicted while an ended one is held. And between concurrent calls, the records
+// held include those that calls under way are adding, and the oldest answer is
+// the oldest when the evicting call looked.
+//
+// It is sharded for concurrent use: a call takes one shard's lock and adds to the
+// store's atomic counts of entries and bytes; only an eviction looks at the other
+// shards, one at a time. Records expire when their lease or retention ends,
+// without a goroutine of its own.
 type MemoryStore struct {
 	seed                 maphash.Seed
-	maxEntries, maxBytes int
-	shards               [memShards]memShard
+	maxEntries, maxBytes int64
+	// entries counts the records held and those being added; bytes, the bytes held
+	// and those being added. A call that takes either past its bound evicts before
+	// it adds.
+	entries, bytes atomic.Int64
+	seq            atomic.Uint64 // completion order
+	evicted        atomic.Int64
+	// reapAfter is the earliest end (Unix ns) of a lease reapLeases has not removed.
+	reapAfter atomic.Int64
+	_         [16]byte
+	shards    [memShards]memShard
 }
 
 type memShard struct {
 	mu         sync.Mutex
 	m          map[string]*memEntry
 	head, tail *memEntry // done entries, oldest completed first
-	bytes      int
-	evicted    int
-	maxN, maxB int
-	_          [40]byte // keep shards on their own cache lines
+	bytes      int64
+	// oldest is head's completion sequence number (math.MaxUint64 when there is no
+	// head), read without the lock to find the store's oldest answer.
+	oldest atomic.Uint64
+	_      [16]byte // keep shards on their own cache lines
 }
 
 type memEntry struct {
@@ -75,6 +113,7 @@ type memEntry struct {
 	token, fp  string
 	expires    time.Time
 	answer     []byte
+	seq        uint64        // done: completion order
 	done       chan struct{} // running: closed when it stops running (made on first Wait)
 	prev, next *memEntry
 }
@@ -88,10 +127,8 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 		}
 	}
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.m = map[string]*memEntry{}
-		sh.maxN = max((s.maxEntries+memShards-1)/memShards, 1)
-		sh.maxB = max((s.maxBytes+memShards-1)/memShards, 1)
+		s.shards[i].m = map[string]*memEntry{}
+		s.shards[i].oldest.Store(math.MaxUint64)
 	}
 	return s
 }
@@ -103,15 +140,16 @@ type MemoryStats struct {
 	Evicted int // done records evicted before their retention ended, for room
 }
 
-// Stats returns the store's counts.
+// Stats returns the store's counts, all taken at one moment.
 func (s *MemoryStore) Stats() MemoryStats {
-	var st MemoryStats
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+	}
+	st := MemoryStats{Evicted: int(s.evicted.Load())}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.Lock()
 		st.Entries += len(sh.m)
-		st.Bytes += sh.bytes
-		st.Evicted += sh.evicted
+		st.Bytes += int(sh.bytes)
 		sh.mu.Unlock()
 	}
 	return st
@@ -122,7 +160,7 @@ func (s *MemoryStore) shard(key string) *memShard {
 }
 
 // live returns key's entry if it has not expired, removing it if it has.
-func (sh *memShard) live(key string, now time.Time) *memEntry {
+func (s *MemoryStore) live(sh *memShard, key string, now time.Time) *memEntry {
 	e := sh.m[key]
 	if e == nil {
 		return nil
@@ -130,15 +168,19 @@ func (sh *memShard) live(key string, now time.Time) *memEntry {
 	if now.Before(e.expires) {
 		return e
 	}
-	sh.remove(e)
+	s.remove(sh, e)
 	return nil
 }
 
-func (sh *memShard) remove(e *memEntry) {
+// remove takes e out of sh and out of the store's counts.
+func (s *MemoryStore) remove(sh *memShard, e *memEntry) {
 	delete(sh.m, e.key)
+	s.entries.Add(-1)
 	if e.state == Done {
 		sh.unlink(e)
-		sh.bytes -= len(e.answer) + len(e.key)
+		size := int64(len(e.answer) + len(e.key))
+		sh.bytes -= size
+		s.bytes.Add(-size)
 	}
 	if e.done != nil {
 		close(e.done)
@@ -147,11 +189,25 @@ func (sh *memShard) remove(e *memEntry) {
 	e.state = Absent
 }
 
+func (sh *memShard) append(e *memEntry) {
+	if sh.tail == nil {
+		sh.head, sh.tail = e, e
+		sh.oldest.Store(e.seq)
+		return
+	}
+	e.prev, sh.tail.next, sh.tail = sh.tail, e, e
+}
+
 func (sh *memShard) unlink(e *memEntry) {
 	if e.prev != nil {
 		e.prev.next = e.next
 	} else {
 		sh.head = e.next
+		if sh.head != nil {
+			sh.oldest.Store(sh.head.seq)
+		} else {
+			sh.oldest.Store(math.MaxUint64)
+		}
 	}
 	if e.next != nil {
 		e.next.prev = e.prev
@@ -161,23 +217,10 @@ func (sh *memShard) unlink(e *memEntry) {
 	e.prev, e.next = nil, nil
 }
 
-// sweep removes expired done entries from the front, and evicts the oldest while the
-// shard is above its bounds (need: room for one more entry and extra bytes).
-func (sh *memShard) sweep(now time.Time, need int) {
+// sweep removes sh's expired answers from its front.
+func (s *MemoryStore) sweep(sh *memShard, now time.Time) {
 	for e := sh.head; e != nil && !now.Before(e.expires); e = sh.head {
-		sh.remove(e)
-	}
-	for sh.head != nil && (len(sh.m)+1 > sh.maxN || sh.bytes+need > sh.maxB) {
-		sh.remove(sh.head)
-		sh.evicted++
-	}
-	if len(sh.m)+1 > sh.maxN {
-		// Full of running entries: drop those whose lease ended.
-		for _, e := range sh.m {
-			if !now.Before(e.expires) {
-				sh.remove(e)
-			}
-		}
+		s.remove(sh, e)
 	}
 }
 
@@ -185,51 +228,155 @@ func (e *memEntry) entry(now time.Time) Entry {
 	return Entry{State: e.state, Fingerprint: e.fp, Left: e.expires.Sub(now), Answer: e.answer}
 }
 
-// Acquire implements [Store].
+// dropOldest removes the store's oldest answer: evicted (and counted) if its
+// retention has not ended. It holds no lock but the answer's shard's, one shard at
+// a time. It reports false when the store holds no answer.
+func (s *MemoryStore) dropOldest(now time.Time) bool {
+	for {
+		best, oldest := -1, uint64(math.MaxUint64)
+		for i := range s.shards {
+			if o := s.shards[i].oldest.Load(); o < oldest {
+				best, oldest = i, o
+			}
+		}
+		if best < 0 {
+			return false
+		}
+		sh := &s.shards[best]
+		sh.mu.Lock()
+		e := sh.head // the oldest, unless another call took it since
+		if e != nil {
+			if now.Before(e.expires) {
+				s.evicted.Add(1)
+			}
+			s.remove(sh, e)
+		}
+		sh.mu.Unlock()
+		if e != nil {
+			return true
+		}
+	}
+}
+
+// reapLeases removes every lease that has ended, shard by shard, unless none can
+// have ended yet, and reports whether it removed one. It is the last resort of a
+// store full of running requests, so it spares the scan until the earliest lease's
+// end it saw (or a new lease's end before it).
+func (s *MemoryStore) reapLeases(now time.Time) bool {
+	if now.UnixNano() < s.reapAfter.Load() {
+		return false
+	}
+	s.reapAfter.Store(math.MaxInt64)
+	reaped := false
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			switch {
+			case e.state != Running:
+			case !now.Before(e.expires):
+				s.remove(sh, e)
+				reaped = true
+			default:
+				s.leaseEnds(e.expires)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return reaped
+}
+
+// leaseEnds lowers the time before which reapLeases has nothing to find.
+func (s *MemoryStore) leaseEnds(t time.Time) {
+	n := t.UnixNano()
+	for {
+		cur := s.reapAfter.Load()
+		if n >= cur || s.reapAfter.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// Acquire implements [Store]. A new key evicts the oldest answer when the store
+// holds its bound of records.
 func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Entry, error) {
 	sh := s.shard(key)
 	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.live(key, now); e != nil {
+	if e := s.live(sh, key, now); e != nil {
 		return false, e.entry(now), nil
 	}
-	sh.sweep(now, 0)
-	if len(sh.m)+1 > sh.maxN {
-		return false, Entry{}, ErrStoreFull
+	s.sweep(sh, now)
+	if s.entries.Add(1) > s.maxEntries {
+		// Make room with no shard's lock held (dropOldest takes another's), then
+		// look at the key again.
+		sh.mu.Unlock()
+		room := s.dropOldest(now) || s.reapLeases(now)
+		sh.mu.Lock()
+		if e := s.live(sh, key, now); e != nil || !room {
+			s.entries.Add(-1)
+			if e != nil {
+				return false, e.entry(now), nil
+			}
+			return false, Entry{}, ErrStoreFull
+		}
 	}
-	sh.m[key] = &memEntry{key: key, state: Running, token: l.Token, fp: l.Fingerprint, expires: now.Add(l.TTL)}
+	e := &memEntry{key: key, state: Running, token: l.Token, fp: l.Fingerprint, expires: now.Add(l.TTL)}
+	sh.m[key] = e
+	s.leaseEnds(e.expires)
 	return true, Entry{}, nil
 }
 
-// Complete implements [Store]. An answer larger than the store's share of bytes for
-// its key is refused with [ErrAnswerTooLarge].
+// Complete implements [Store]. It adds no record, so it evicts only for bytes: the
+// oldest answers, while the store's bytes and the new answer's would pass
+// [WithMaxBytes]. An answer (with its key) of more than 1/32 of WithMaxBytes is
+// refused with [ErrAnswerTooLarge].
 func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []byte, retain time.Duration) error {
 	sh := s.shard(key)
 	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.live(key, now)
+	e := s.live(sh, key, now)
 	if e == nil || e.state != Running || e.token != token {
 		return ErrLeaseLost
 	}
-	size := len(answer) + len(key)
-	if size > sh.maxB {
+	size := int64(len(answer) + len(key))
+	if size > (s.maxBytes+memAnswerShare-1)/memAnswerShare {
 		return ErrAnswerTooLarge
 	}
-	sh.sweep(now, size)
-	e.state, e.answer, e.expires = Done, answer, now.Add(retain) // Complete's caller gives it up
-	sh.bytes += size
-	if sh.tail == nil {
-		sh.head, sh.tail = e, e
-	} else {
-		e.prev, sh.tail.next, sh.tail = sh.tail, e, e
+	if s.bytes.Add(size) > s.maxBytes {
+		sh.mu.Unlock()
+		fits := s.dropUntilFits(now)
+		sh.mu.Lock()
+		if e = s.live(sh, key, now); e == nil || e.state != Running || e.token != token {
+			s.bytes.Add(-size)
+			return ErrLeaseLost
+		}
+		if !fits { // the bytes are other completions' still under way
+			s.bytes.Add(-size)
+			return ErrAnswerTooLarge
+		}
 	}
+	e.state, e.answer, e.expires, e.seq = Done, answer, now.Add(retain), s.seq.Add(1) // Complete's caller gives answer up
+	sh.bytes += size
+	sh.append(e)
 	if e.done != nil {
 		close(e.done)
 		e.done = nil
 	}
 	return nil
+}
+
+// dropUntilFits drops the oldest answers while the store's bytes are past its
+// bound, and reports whether they fit.
+func (s *MemoryStore) dropUntilFits(now time.Time) bool {
+	for s.bytes.Load() > s.maxBytes {
+		if !s.dropOldest(now) {
+			return false
+		}
+	}
+	return true
 }
 
 // Release implements [Store].
@@ -238,11 +385,11 @@ func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.live(key, now)
+	e := s.live(sh, key, now)
 	if e == nil || e.state != Running || e.token != token {
 		return ErrLeaseLost
 	}
-	sh.remove(e)
+	s.remove(sh, e)
 	return nil
 }
 
@@ -252,7 +399,7 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 	now := time.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.live(key, now); e != nil {
+	if e := s.live(sh, key, now); e != nil {
 		return e.entry(now), nil
 	}
 	return Entry{}, nil
@@ -265,7 +412,7 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 	for {
 		now := time.Now()
 		sh.mu.Lock()
-		e := sh.live(key, now)
+		e := s.live(sh, key, now)
 		if e == nil || e.state != Running {
 			var cur Entry
 			if e != nil {

@@ -1,0 +1,260 @@
+package storecheck
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+)
+
+// bug is a way a store breaks its contract.
+type bug int
+
+const (
+	noBug bug = iota
+	completeIgnoresToken
+	releaseIgnoresToken
+	leasesNeverEnd
+	answersNeverEnd
+	acquireOverAnswers
+	flipsAByte
+	waitReturnsRunning
+	waitMissesTheEnd
+	leftTooLong
+)
+
+var bugs = []struct {
+	bug  bug
+	name string
+	want string // in a violation's message
+}{
+	{completeIgnoresToken, "Complete ignores the token", "succeeded"},
+	{releaseIgnoresToken, "Release ignores the token", "succeeded"},
+	{leasesNeverEnd, "leases never end", "after its TTL ran out"},
+	{answersNeverEnd, "answers outlive their retention", "after its retention ended"},
+	{acquireOverAnswers, "Acquire takes a key with an answer", "surely kept"},
+	{flipsAByte, "Get changes a byte of the answer", "answer"},
+	{waitReturnsRunning, "Wait returns a running record", "Wait returned a Running record"},
+	{waitMissesTheEnd, "Wait sleeps through the end", "waited out its context"},
+	{leftTooLong, "Left says more than the record has", "more than the record has"},
+}
+
+type rec struct {
+	state     dedup.State
+	token, fp string
+	expires   time.Time
+	answer    []byte
+}
+
+// naive is a Store on a map and one lock, with at most one bug.
+type naive struct {
+	bug bug
+	mu  sync.Mutex
+	m   map[string]*rec
+}
+
+func newNaive(b bug) *naive { return &naive{bug: b, m: map[string]*rec{}} }
+
+func (s *naive) live(key string, now time.Time) *rec {
+	r := s.m[key]
+	if r != nil && !now.Before(r.expires) {
+		delete(s.m, key)
+		return nil
+	}
+	return r
+}
+
+func (s *naive) entry(r *rec, now time.Time) dedup.Entry {
+	if r == nil {
+		return dedup.Entry{}
+	}
+	e := dedup.Entry{State: r.state, Fingerprint: r.fp, Left: r.expires.Sub(now), Answer: r.answer}
+	if s.bug == flipsAByte && len(e.Answer) > 0 {
+		e.Answer = append([]byte(nil), e.Answer...)
+		e.Answer[len(e.Answer)-1] ^= 1
+	}
+	if s.bug == leftTooLong {
+		e.Left += time.Minute
+	}
+	return e
+}
+
+func (s *naive) Acquire(_ context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if r := s.live(key, now); r != nil && !(s.bug == acquireOverAnswers && r.state == dedup.Done) {
+		return false, s.entry(r, now), nil
+	}
+	ttl := l.TTL
+	if s.bug == leasesNeverEnd {
+		ttl = 1000 * time.Hour
+	}
+	s.m[key] = &rec{state: dedup.Running, token: l.Token, fp: l.Fingerprint, expires: now.Add(ttl)}
+	return true, dedup.Entry{}, nil
+}
+
+func (s *naive) finish(key, token string, blind bool) (*rec, error) {
+	r := s.live(key, time.Now())
+	if r == nil || r.state != dedup.Running || (r.token != token && !blind) {
+		return nil, dedup.ErrLeaseLost
+	}
+	return r, nil
+}
+
+func (s *naive) Complete(_ context.Context, key, token string, answer []byte, retain time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.finish(key, token, s.bug == completeIgnoresToken)
+	if err != nil {
+		return err
+	}
+	if s.bug == answersNeverEnd {
+		retain = 1000 * time.Hour
+	}
+	r.state, r.answer, r.expires = dedup.Done, answer, time.Now().Add(retain)
+	return nil
+}
+
+func (s *naive) Release(_ context.Context, key, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.finish(key, token, s.bug == releaseIgnoresToken); err != nil {
+		return err
+	}
+	delete(s.m, key)
+	return nil
+}
+
+func (s *naive) Get(_ context.Context, key string) (dedup.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	return s.entry(s.live(key, now), now), nil
+}
+
+func (s *naive) Wait(ctx context.Context, key string) (dedup.Entry, error) {
+	switch s.bug {
+	case waitReturnsRunning:
+		return s.Get(ctx, key)
+	case waitMissesTheEnd:
+		if e, err := s.Get(ctx, key); err != nil || e.State != dedup.Running {
+			return e, err
+		}
+		<-ctx.Done()
+		return dedup.Entry{}, ctx.Err()
+	}
+	return dedup.PollWait(ctx, s, key)
+}
+
+// tokenBlind is the MemoryStore behind a wrapper that completes whichever lease
+// the key holds, whatever token it is given.
+type tokenBlind struct {
+	*dedup.MemoryStore
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (s *tokenBlind) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	ok, e, err := s.MemoryStore.Acquire(ctx, key, l)
+	if ok {
+		s.mu.Lock()
+		s.last[key] = l.Token
+		s.mu.Unlock()
+	}
+	return ok, e, err
+}
+
+func (s *tokenBlind) Complete(ctx context.Context, key, _ string, answer []byte, retain time.Duration) error {
+	s.mu.Lock()
+	tok := s.last[key]
+	s.mu.Unlock()
+	return s.MemoryStore.Complete(ctx, key, tok, answer, retain)
+}
+
+func newTokenBlind(*testing.T) dedup.Store {
+	return &tokenBlind{MemoryStore: dedup.NewMemoryStore(), last: map[string]string{}}
+}
+
+// violations runs the check on a store under fake time and returns what it found.
+func violations(t *testing.T, newStore func() dedup.Store, opts ...Option) []violation {
+	c := newConfig(append([]Option{FakeTime()}, opts...))
+	var v []violation
+	synctest.Test(t, func(t *testing.T) { v = check(&c, drive(&c, newStore())) })
+	return v
+}
+
+// TestCorrectStoresPass: a correct store breaks no rule, whatever the seed: the
+// checker asserts only what is sure.
+func TestCorrectStoresPass(t *testing.T) {
+	for seed := range uint64(6) {
+		for name, s := range map[string]func() dedup.Store{
+			"naive":  func() dedup.Store { return newNaive(noBug) },
+			"memory": func() dedup.Store { return dedup.NewMemoryStore() },
+		} {
+			notice := 50 * time.Millisecond // naive polls
+			if name == "memory" {
+				notice = 0 // woken at once
+			}
+			if v := violations(t, s, WithSeed(seed), WithNotice(notice)); len(v) > 0 {
+				t.Errorf("%s, seed %d: %d violations, the first: %s", name, seed, len(v), v[0].msg)
+			}
+		}
+	}
+}
+
+// TestCorrectStorePassesInRealTime: the same in real time, with short TTLs.
+func TestCorrectStorePassesInRealTime(t *testing.T) {
+	Run(t, func(*testing.T) dedup.Store { return newNaive(noBug) },
+		WithUnit(5*time.Millisecond), WithOps(40), WithSlack(100*time.Millisecond))
+	Run(t, func(*testing.T) dedup.Store { return dedup.NewMemoryStore() },
+		WithUnit(5*time.Millisecond), WithOps(40), WithSlack(100*time.Millisecond))
+}
+
+// TestBrokenStoresFail: the checker catches each way of breaking the contract.
+func TestBrokenStoresFail(t *testing.T) {
+	for _, b := range bugs {
+		var v []violation
+		found := false
+		for seed := uint64(1); seed <= 3 && !found; seed++ { // a seed may miss one, rarely
+			v = violations(t, func() dedup.Store { return newNaive(b.bug) }, WithSeed(seed))
+			for _, x := range v {
+				found = found || strings.Contains(x.msg, b.want)
+			}
+		}
+		if !found {
+			t.Errorf("%s: not caught (%d violations, want one saying %q)", b.name, len(v), b.want)
+			for i := range min(len(v), 3) {
+				t.Log(v[i].msg)
+			}
+		}
+	}
+	v := violations(t, func() dedup.Store { return newTokenBlind(t) }, WithSeed(1))
+	if len(v) == 0 {
+		t.Error("a MemoryStore whose Complete ignores the token: not caught")
+	} else {
+		t.Logf("a MemoryStore whose Complete ignores the token: %d violations, the first: %s", len(v), v[0].msg)
+	}
+}
+
+// TestRunFailsAndPrintsTheSeed runs Run on a broken store in a child process: it
+// must fail and print the seed it was given, with how to run it again.
+func TestRunFailsAndPrintsTheSeed(t *testing.T) {
+	if os.Getenv("STORECHECK_CHILD") == "1" {
+		Run(t, newTokenBlind, FakeTime())
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunFailsAndPrintsTheSeed$", "-test.v")
+	cmd.Env = append(os.Environ(), "STORECHECK_CHILD=1", SeedEnv+"=4242")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "seed 4242; run it again with STORECHECK_SEED=4242") ||
+		!strings.Contains(string(out), "succeeded with a token that holds no lease") {
+		t.Fatalf("a broken store under Run: err %v, output:\n%s", err, out)
+	}
+}

@@ -121,8 +121,9 @@
 //
 // A [Store] keeps one record per key: running (a lease with a token and an expiry) or
 // done (the encoded answer and its retention). [NewMemoryStore] is the embedded
-// default for one replica; package dedup/redisstore shares one table between
-// replicas. [Store] is small enough to write on SQL: see its documentation. When the
+// default for one replica, bounded as a whole ([WithMaxEntries], [WithMaxBytes]: no
+// answer is evicted while the store holds less than its bounds); package
+// dedup/redisstore shares one table between replicas. [Store] is small enough to write on SQL: see its documentation. When the
 // store cannot be reached, or does not answer before the request's deadline (a
 // stalled server), a keyed request is answered 503 / Unavailable and the handler
 // does not run, unless [WithRunWithoutStore] says otherwise; only a caller that left

@@ -233,7 +233,7 @@ func TestMemoryStoreBounds(t *testing.T) {
 	if st.Entries > 32*4 || st.Bytes > 32*1000 || st.Evicted == 0 {
 		t.Fatalf("stats %+v, want within bounds and evictions", st)
 	}
-	// An answer larger than a shard's share is refused.
+	// An answer larger than its share of the bytes is refused.
 	s.Acquire(ctx, "big", dedup.Lease{Token: "t", Fingerprint: "f", TTL: time.Minute})
 	if err := s.Complete(ctx, "big", "t", make([]byte, 2000), time.Hour); err != dedup.ErrAnswerTooLarge {
 		t.Fatalf("big answer: %v", err)

@@ -23,7 +23,8 @@ import (
 type Server struct {
 	Addr string
 	port int
-	dir  string // with persistence: the append-only file's directory
+	dir  string   // with persistence: the append-only file's directory
+	args []string // more arguments to redis-server (a Cluster node's)
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
@@ -56,22 +57,30 @@ func Run() (*Server, error) { return run("") }
 // written on every command (appendfsync always): a restart keeps what was written.
 func RunPersistent(dir string) (*Server, error) { return run(dir) }
 
-func run(dir string) (*Server, error) {
+func run(dir string, args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNotInstalled
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, args: args}
 	if err := s.start(bin); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) start(bin string) error {
@@ -81,6 +90,7 @@ func (s *Server) start(bin string) error {
 	} else {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir)
 	}
+	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
@@ -146,4 +156,21 @@ func (s *Server) RestartErr() error {
 		return ErrNotInstalled
 	}
 	return s.start(bin)
+}
+
+// signal sends sig to the running process; none running is no error.
+func (s *Server) signal(sig os.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// running reports whether the process was started and not stopped.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }

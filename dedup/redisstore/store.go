@@ -26,6 +26,9 @@ func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
+	// cluster is rdb when it is a Cluster client, whose slot map the store asks to
+	// reload after a failure.
+	cluster *redis.ClusterClient
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -36,6 +39,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		panic("redisstore: New with a nil client")
 	}
 	s := &Store{rdb: rdb, prefix: DefaultPrefix}
+	s.cluster, _ = rdb.(*redis.ClusterClient)
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -87,7 +91,7 @@ func ms(d time.Duration) string {
 func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
 	v, err := acquire.Run(ctx, s.rdb, []string{s.name(key)}, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
 	if err != nil {
-		return false, dedup.Entry{}, err
+		return false, dedup.Entry{}, s.failed(ctx, err)
 	}
 	if n, ok := v.(int64); ok && n == 1 {
 		return true, dedup.Entry{}, nil
@@ -100,7 +104,7 @@ func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, d
 func (s *Store) Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error {
 	n, err := complete.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token), answer, ms(retain)).Int()
 	if err != nil {
-		return err
+		return s.failed(ctx, err)
 	}
 	if n != 1 {
 		return dedup.ErrLeaseLost
@@ -115,7 +119,7 @@ func leasePrefix(token string) string { return "R" + token + "\n" }
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	n, err := release.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token)).Int()
 	if err != nil {
-		return err
+		return s.failed(ctx, err)
 	}
 	if n != 1 {
 		return dedup.ErrLeaseLost
@@ -127,7 +131,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
 	v, err := get.Run(ctx, s.rdb, []string{s.name(key)}).Result()
 	if err != nil {
-		return dedup.Entry{}, err
+		return dedup.Entry{}, s.failed(ctx, err)
 	}
 	return parse(v)
 }
@@ -135,6 +139,18 @@ func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
 // Wait implements [dedup.Store] by polling ([dedup.PollWait]).
 func (s *Store) Wait(ctx context.Context, key string) (dedup.Entry, error) {
 	return dedup.PollWait(ctx, s, key)
+}
+
+// failed returns err, a call's failure, after asking a Cluster client to reload
+// its slot map: go-redis reloads it on its own only after a MOVED answer or once a
+// minute, and a master that died answers nothing, so without this a failover goes
+// unseen, and every key of the dead master's slots fails, for up to a minute.
+// Reloads are asynchronous and go-redis runs at most one at a time.
+func (s *Store) failed(ctx context.Context, err error) error {
+	if s.cluster != nil && !errors.Is(err, context.Canceled) {
+		s.cluster.ReloadState(ctx)
+	}
+	return err
 }
 
 var errBadRecord = errors.New("redisstore: a record in Redis is not one this store wrote")

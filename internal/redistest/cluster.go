@@ -98,21 +98,27 @@ func (c *Cluster) startNode() (*Server, error) {
 		return nil, err
 	}
 	c.dirs = append(c.dirs, dir)
-	bus, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s, err := run("", "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-		"--cluster-config-file", dir+"/nodes.conf",
-		"--cluster-node-timeout", strconv.FormatInt(NodeTimeout.Milliseconds(), 10),
-		// A replica may always be promoted, however long its link has been down:
-		// the tests choose when a replica falls behind.
-		"--cluster-replica-validity-factor", "0",
-		// A replica's first sync starts at once (the default waits 5 s for more
-		// replicas to share one transfer).
-		"--repl-diskless-sync-delay", "0")
-	if err != nil {
-		return nil, err
+	var s *Server
+	for try := 0; s == nil; try++ {
+		bus, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s, err = run("", "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+			// Its files in its own directory: a replica's full sync writes
+			// dump.rdb, which a node started later in the same directory would
+			// load, and claim the slots of its keys.
+			"--dir", dir, "--cluster-config-file", dir+"/nodes.conf",
+			"--cluster-node-timeout", strconv.FormatInt(NodeTimeout.Milliseconds(), 10),
+			// A replica may always be promoted, however long its link has been
+			// down: the tests choose when a replica falls behind.
+			"--cluster-replica-validity-factor", "0",
+			// A replica's first sync starts at once (the default waits 5 s for
+			// more replicas to share one transfer).
+			"--repl-diskless-sync-delay", "0")
+		if err != nil && (!errors.Is(err, errPortTaken) || try == 4) {
+			return nil, err
+		}
 	}
 	c.nodes = append(c.nodes, s)
 	c.admin[s] = redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, PoolSize: 1,
@@ -353,4 +359,62 @@ func (c *Cluster) Stop() {
 		os.RemoveAll(d)
 	}
 	c.nodes, c.admin, c.dirs = nil, nil, nil
+}
+
+// WaitInSync waits until the replicas of every running master acknowledged all
+// that master wrote (their offset equals master_repl_offset), or fails tb after a
+// minute.
+func (c *Cluster) WaitInSync(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), formTimeout)
+	defer cancel()
+	for _, m := range c.nodes {
+		if !m.running() {
+			continue
+		}
+		err := c.waitAll(ctx, "the replicas of "+m.Addr+" are in sync", func(ctx context.Context, s *Server) error {
+			if s != m {
+				return nil
+			}
+			return c.inSync(ctx, m)
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// inSync: every replica of m (if m is a master) is at m's replication offset.
+func (c *Cluster) inSync(ctx context.Context, m *Server) error {
+	info, err := c.admin[m].Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if field(info, "role") != "master" {
+		return nil
+	}
+	offset := field(info, "master_repl_offset")
+	for i := range 16 {
+		line := field(info, "slave"+strconv.Itoa(i))
+		if line == "" {
+			break
+		}
+		if !strings.Contains(line, ",offset="+offset+",") {
+			return fmt.Errorf("%s at offset %s, its replica: %s", m.Addr, offset, line)
+		}
+	}
+	return nil
+}
+
+// Restart starts s again, on its port with its nodes.conf, and waits until the
+// cluster is whole again: a master that was replaced by its replica in a failover
+// comes back as that replica's replica. It fails tb after a minute.
+func (c *Cluster) Restart(tb testing.TB, s *Server) {
+	tb.Helper()
+	s.Restart(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), formTimeout)
+	defer cancel()
+	if err := c.waitAll(ctx, "the restarted "+s.Addr+" is back in the cluster", c.whole); err != nil {
+		tb.Fatal(err)
+	}
 }

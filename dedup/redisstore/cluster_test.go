@@ -31,20 +31,41 @@ func clusterClient(tb testing.TB, c *redistest.Cluster) *redis.ClusterClient {
 // runs counts a handler's executions per idempotency key; a first execution may
 // be held (it keeps its lease) until hold is closed.
 type runs struct {
-	mu   sync.Mutex
-	n    map[string]int
-	hold chan struct{}
+	mu      sync.Mutex
+	n       map[string]int
+	started map[string]func() // called once, when the key's handler first runs
+	hold    chan struct{}     // a first run waits for it while holding
+	holding bool
 }
 
-func newRuns() *runs { return &runs{n: map[string]int{}} }
+func newRuns() *runs { return &runs{n: map[string]int{}, started: map[string]func(){}} }
+
+// onStart registers f to be called when k's handler first runs; f nil calls the
+// registered one now if it was not called (the request returned without running).
+func (r *runs) onStart(k string, f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f != nil {
+		r.started[k] = f
+		return
+	}
+	if g := r.started[k]; g != nil {
+		delete(r.started, k)
+		g()
+	}
+}
 
 func (r *runs) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	k := req.Header.Get("Idempotency-Key")
 	r.mu.Lock()
 	r.n[k]++
-	first := r.n[k] == 1
+	first := r.n[k] == 1 && r.holding
+	if g := r.started[k]; g != nil {
+		delete(r.started, k)
+		g()
+	}
 	r.mu.Unlock()
-	if first && r.hold != nil {
+	if first {
 		<-r.hold
 	}
 	w.WriteHeader(http.StatusCreated)

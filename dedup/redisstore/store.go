@@ -29,6 +29,9 @@ type Store struct {
 	// cluster is rdb when it is a Cluster client, whose slot map the store asks to
 	// reload after a failure.
 	cluster *redis.ClusterClient
+	// replicas and waitFor: WithReplicaWait's (0: no waiting).
+	replicas int
+	waitFor  time.Duration
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -44,6 +47,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		if o != nil {
 			o(s)
 		}
+	}
+	if _, ring := rdb.(*redis.Ring); ring && s.replicas > 0 {
+		panic("redisstore: WithReplicaWait on a Ring, which has no replicas to wait for")
 	}
 	return s
 }
@@ -87,8 +93,13 @@ func ms(d time.Duration) string {
 	return strconv.FormatInt(max(int64((d+time.Millisecond-1)/time.Millisecond), 1), 10)
 }
 
-// Acquire implements [dedup.Store]: one round trip.
+// Acquire implements [dedup.Store]: one round trip. With [WithReplicaWait], a lease
+// that too few replicas acknowledged in time is given back, and Acquire returns a
+// [*ReplicaWaitError]: the handler does not run on a lease a failover may lose.
 func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	if s.replicas > 0 {
+		return s.acquireReplicated(ctx, key, l)
+	}
 	v, err := acquire.Run(ctx, s.rdb, []string{s.name(key)}, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
 	if err != nil {
 		return false, dedup.Entry{}, s.failed(ctx, err)
@@ -100,14 +111,27 @@ func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, d
 	return false, e, err
 }
 
-// Complete implements [dedup.Store]: one round trip.
+// Complete implements [dedup.Store]: one round trip. With [WithReplicaWait], an
+// answer that too few replicas acknowledged in time is still stored on the master,
+// and Complete returns a [*ReplicaWaitError]: a failover may lose it.
 func (s *Store) Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error {
-	n, err := complete.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token), answer, ms(retain)).Int()
+	keys, args := []string{s.name(key)}, []any{leasePrefix(token), answer, ms(retain)}
+	var v any
+	var err error
+	acked := s.replicas
+	if s.replicas > 0 {
+		v, acked, err = s.evalWait(ctx, complete, keys, args)
+	} else {
+		v, err = complete.Run(ctx, s.rdb, keys, args...).Result()
+	}
 	if err != nil {
 		return s.failed(ctx, err)
 	}
-	if n != 1 {
+	if n, _ := v.(int64); n != 1 {
 		return dedup.ErrLeaseLost
+	}
+	if acked < s.replicas {
+		return &ReplicaWaitError{Acked: acked, Want: s.replicas, Timeout: s.waitFor}
 	}
 	return nil
 }

@@ -327,19 +327,29 @@ func (c *Cluster) waitLive(ctx context.Context) error {
 	}
 }
 
-// servedByLive: in s's CLUSTER SLOTS, every range's master is a running node.
+// servedByLive: in s's CLUSTER SHARDS, every shard that holds slots has a master,
+// and it is a running node.
 func (c *Cluster) servedByLive(ctx context.Context, s *Server) error {
-	slots, err := c.admin[s].ClusterSlots(ctx).Result()
+	shards, err := c.admin[s].ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
-	for _, r := range slots {
-		if len(r.Nodes) == 0 {
-			return fmt.Errorf("%s: slots %d-%d have no master", s.Addr, r.Start, r.End)
+	for _, sh := range shards {
+		if len(sh.Slots) == 0 {
+			continue
+		}
+		var master *redis.Node
+		for i := range sh.Nodes {
+			if sh.Nodes[i].Role == "master" {
+				master = &sh.Nodes[i]
+			}
+		}
+		if master == nil {
+			return fmt.Errorf("%s: slots from %d have no master", s.Addr, sh.Slots[0].Start)
 		}
 		for _, n := range c.nodes {
-			if n.Addr == r.Nodes[0].Addr && !n.running() {
-				return fmt.Errorf("%s: slots %d-%d still on the stopped %s", s.Addr, r.Start, r.End, n.Addr)
+			if n.port == int(master.Port) && !n.running() {
+				return fmt.Errorf("%s: slots from %d still on the stopped %s", s.Addr, sh.Slots[0].Start, n.Addr)
 			}
 		}
 	}

@@ -22,4 +22,15 @@
 // with ContextTimeoutEnabled: true. Without it go-redis ignores the context's
 // deadline on the socket, and a call to a Redis that stopped answering blocks for the
 // client's ReadTimeout (3 s by default).
+//
+// On a Cluster, a call that fails makes the store ask the client to reload its slot
+// map (ClusterClient.ReloadState): go-redis reloads it on its own only after a MOVED
+// answer or once a minute, and a killed master answers nothing, so a failover would
+// otherwise go unseen, and every key of the dead master's slots answer 503, for up
+// to a minute.
+//
+// Redis replicates asynchronously: a master that dies just after granting a lease
+// may take it with it, and a repeat then finds the key Absent on the promoted
+// replica and runs the handler again. [WithReplicaWait] closes that gap for the
+// price of a replication round trip on each write (RELIABILITY.md has the figures).
 package redisstore

@@ -26,6 +26,12 @@ func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
+	// cluster is rdb when it is a Cluster client, whose slot map the store asks to
+	// reload after a failure.
+	cluster *redis.ClusterClient
+	// replicas and waitFor: WithReplicaWait's (0: no waiting).
+	replicas int
+	waitFor  time.Duration
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -36,10 +42,14 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		panic("redisstore: New with a nil client")
 	}
 	s := &Store{rdb: rdb, prefix: DefaultPrefix}
+	s.cluster, _ = rdb.(*redis.ClusterClient)
 	for _, o := range opts {
 		if o != nil {
 			o(s)
 		}
+	}
+	if _, ring := rdb.(*redis.Ring); ring && s.replicas > 0 {
+		panic("redisstore: WithReplicaWait on a Ring, which has no replicas to wait for")
 	}
 	return s
 }
@@ -83,11 +93,16 @@ func ms(d time.Duration) string {
 	return strconv.FormatInt(max(int64((d+time.Millisecond-1)/time.Millisecond), 1), 10)
 }
 
-// Acquire implements [dedup.Store]: one round trip.
+// Acquire implements [dedup.Store]: one round trip. With [WithReplicaWait], a lease
+// that too few replicas acknowledged in time is given back, and Acquire returns a
+// [*ReplicaWaitError]: the handler does not run on a lease a failover may lose.
 func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
+	if s.replicas > 0 {
+		return s.acquireReplicated(ctx, key, l)
+	}
 	v, err := acquire.Run(ctx, s.rdb, []string{s.name(key)}, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
 	if err != nil {
-		return false, dedup.Entry{}, err
+		return false, dedup.Entry{}, s.failed(ctx, err)
 	}
 	if n, ok := v.(int64); ok && n == 1 {
 		return true, dedup.Entry{}, nil
@@ -96,14 +111,27 @@ func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, d
 	return false, e, err
 }
 
-// Complete implements [dedup.Store]: one round trip.
+// Complete implements [dedup.Store]: one round trip. With [WithReplicaWait], an
+// answer that too few replicas acknowledged in time is still stored on the master,
+// and Complete returns a [*ReplicaWaitError]: a failover may lose it.
 func (s *Store) Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error {
-	n, err := complete.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token), answer, ms(retain)).Int()
-	if err != nil {
-		return err
+	keys, args := []string{s.name(key)}, []any{leasePrefix(token), answer, ms(retain)}
+	var v any
+	var err error
+	acked := s.replicas
+	if s.replicas > 0 {
+		v, acked, err = s.evalWait(ctx, complete, keys, args)
+	} else {
+		v, err = complete.Run(ctx, s.rdb, keys, args...).Result()
 	}
-	if n != 1 {
+	if err != nil {
+		return s.failed(ctx, err)
+	}
+	if n, _ := v.(int64); n != 1 {
 		return dedup.ErrLeaseLost
+	}
+	if acked < s.replicas {
+		return &ReplicaWaitError{Acked: acked, Want: s.replicas, Timeout: s.waitFor}
 	}
 	return nil
 }
@@ -115,7 +143,7 @@ func leasePrefix(token string) string { return "R" + token + "\n" }
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	n, err := release.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token)).Int()
 	if err != nil {
-		return err
+		return s.failed(ctx, err)
 	}
 	if n != 1 {
 		return dedup.ErrLeaseLost
@@ -127,7 +155,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
 	v, err := get.Run(ctx, s.rdb, []string{s.name(key)}).Result()
 	if err != nil {
-		return dedup.Entry{}, err
+		return dedup.Entry{}, s.failed(ctx, err)
 	}
 	return parse(v)
 }
@@ -135,6 +163,18 @@ func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
 // Wait implements [dedup.Store] by polling ([dedup.PollWait]).
 func (s *Store) Wait(ctx context.Context, key string) (dedup.Entry, error) {
 	return dedup.PollWait(ctx, s, key)
+}
+
+// failed returns err, a call's failure, after asking a Cluster client to reload
+// its slot map: go-redis reloads it on its own only after a MOVED answer or once a
+// minute, and a master that died answers nothing, so without this a failover goes
+// unseen, and every key of the dead master's slots fails, for up to a minute.
+// Reloads are asynchronous and go-redis runs at most one at a time.
+func (s *Store) failed(ctx context.Context, err error) error {
+	if s.cluster != nil && !errors.Is(err, context.Canceled) {
+		s.cluster.ReloadState(ctx)
+	}
+	return err
 }
 
 var errBadRecord = errors.New("redisstore: a record in Redis is not one this store wrote")

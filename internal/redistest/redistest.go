@@ -21,11 +21,13 @@ import (
 
 // Server is one redis-server process (or none, between Stop and Start).
 type Server struct {
-	Addr string
-	port int
-	dir  string // with persistence: the append-only file's directory
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	Addr   string
+	port   int
+	dir    string   // with persistence: the append-only file's directory
+	args   []string // more arguments to redis-server (a Cluster node's)
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd exited
 }
 
 // ErrNotInstalled is what Run returns when redis-server is not on the PATH.
@@ -56,22 +58,35 @@ func Run() (*Server, error) { return run("") }
 // written on every command (appendfsync always): a restart keeps what was written.
 func RunPersistent(dir string) (*Server, error) { return run(dir) }
 
-func run(dir string) (*Server, error) {
+func run(dir string, args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNotInstalled
 	}
+	for try := 0; ; try++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, args: args}
+		err = s.start(bin)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errPortTaken) || try == 4 {
+			return nil, err
+		}
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir}
-	if err := s.start(bin); err != nil {
-		return nil, err
-	}
-	return s, nil
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) start(bin string) error {
@@ -81,52 +96,89 @@ func (s *Server) start(bin string) error {
 	} else {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--dir", s.dir)
 	}
+	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		select {
+		case <-exited: // its port (or its cluster bus port) was taken
+			return fmt.Errorf("%w: redis-server on %s exited at start", errPortTaken, s.Addr)
+		default:
+		}
 		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 		if err == nil {
-			ok := ping(c)
+			pid, ok := processID(c)
 			c.Close()
-			if ok {
+			if ok && pid == cmd.Process.Pid {
 				break
+			}
+			if ok { // another process's server took the port first
+				cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("%w: %s answers for process %d", errPortTaken, s.Addr, pid)
 			}
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			cmd.Wait()
-			return fmt.Errorf("redis-server on %s did not answer PING within 10s", s.Addr)
+			<-exited
+			return fmt.Errorf("redis-server on %s did not answer within 10s", s.Addr)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	s.mu.Lock()
-	s.cmd = cmd
+	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
 	return nil
 }
 
-func ping(c net.Conn) bool {
+// errPortTaken: a free port was taken by another process before the server bound it.
+var errPortTaken = errors.New("redistest: port taken")
+
+// processID asks the server on c for its process id (INFO server), so that a
+// server another process started on the same port is not taken for ours.
+func processID(c net.Conn) (int, bool) {
 	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, false
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	rd := bufio.NewReader(c)
+	head, err := rd.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0, false // a LOADING error, or not yet a server
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil {
+		return 0, false
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			return pid, err == nil
+		}
+	}
+	return 0, false
 }
 
 // Stop kills the server (its data is gone: it persists nothing).
 func (s *Server) Stop() {
 	s.mu.Lock()
-	cmd := s.cmd
+	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
 	s.mu.Unlock()
 	if cmd != nil {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 	}
 }
 
@@ -146,4 +198,21 @@ func (s *Server) RestartErr() error {
 		return ErrNotInstalled
 	}
 	return s.start(bin)
+}
+
+// signal sends sig to the running process; none running is no error.
+func (s *Server) signal(sig os.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return nil
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// running reports whether the process was started and not stopped.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }

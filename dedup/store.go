@@ -119,6 +119,17 @@ func PollWait(ctx context.Context, s Store, key string) (Entry, error) {
 	}()
 	for {
 		e, err := s.Get(ctx, key)
+		if err != nil {
+			// A client bounded by ctx may fail with its own words (a socket's i/o
+			// timeout) when ctx ends, even a moment before ctx's timer marks it
+			// done: Wait's contract is ctx's error.
+			if err := ctx.Err(); err != nil {
+				return Entry{}, err
+			}
+			if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+				return Entry{}, context.DeadlineExceeded
+			}
+		}
 		if err != nil || e.State != Running {
 			return e, err
 		}

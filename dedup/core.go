@@ -108,63 +108,76 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 			t.leaseEnd = start.Add(ttl)
 			return vRun
 		}
-		if e.State != Absent && e.Fingerprint != t.fp {
-			return vMismatch
+		if v, ok := found(t, e); ok {
+			return v
 		}
-		switch e.State {
-		case Done:
-			t.answer = e.Answer
-			return vReplay
-		case Absent:
+		if e.State == Absent {
 			continue // ended between two looks: take it
 		}
-		// Running: wait for the first's answer within our budget.
-		leaseEnd := start.Add(e.Left) // the first's lease, as last seen
-		until, ok := ctx.Deadline()
-		if !ok {
-			until = start.Add(c.c.defaultBudget)
-		}
-		until = until.Add(-c.c.floor)
-		if !time.Now().Before(until) {
-			t.comeBack = e.Left
-			return vConflict
-		}
-		if waitStart.IsZero() {
-			waitStart = time.Now()
-		}
-		wctx, cancel := context.WithDeadline(ctx, until)
-		idle(ctx)
-		e, err = c.store.Wait(wctx, t.key)
-		cancel()
-		t.waited = time.Since(waitStart)
-		if err != nil {
-			if callerLeft(ctx) {
-				t.err = ctx.Err()
-				return vCanceled
-			}
-			if wctx.Err() != nil {
-				// Our budget for waiting ended; the first's lease has this left
-				// (from what was last seen: asking the store again could take
-				// the rest of our budget).
-				t.comeBack = max(time.Until(leaseEnd), time.Millisecond)
-				return vConflict
-			}
-			return c.failed(ctx, t, err)
-		}
-		if e.State == Done {
-			if e.Fingerprint != t.fp {
-				return vMismatch
-			}
-			t.answer = e.Answer
-			return vReplay
-		}
-		// Released or expired: take the lease over, if our budget allows.
-		if !time.Now().Before(until) {
-			t.comeBack = time.Millisecond
-			return vConflict
+		if v, ok := c.awaitFirst(ctx, t, start, e.Left, &waitStart); ok {
+			return v
 		}
 	}
 	return c.failed(ctx, t, errors.New("dedup: the key changed hands too often"))
+}
+
+// found is the verdict for a record another request holds or held, when it
+// decides one: the key was another request's, or its answer is stored.
+func found(t *ticket, e Entry) (verdict, bool) {
+	switch {
+	case e.State != Absent && e.Fingerprint != t.fp:
+		return vMismatch, true
+	case e.State == Done:
+		t.answer = e.Answer
+		return vReplay, true
+	}
+	return 0, false
+}
+
+// awaitFirst waits for the first request, which holds the key's lease (left of it
+// as seen at start), within our budget less the floor, holding no slot of the
+// guard's meanwhile. It returns the verdict, or false when the first was released
+// (or its lease ended) in time for us to try to take the key over.
+func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left time.Duration, waitStart *time.Time) (verdict, bool) {
+	leaseEnd := start.Add(left) // the first's lease, as last seen
+	until, ok := ctx.Deadline()
+	if !ok {
+		until = start.Add(c.c.defaultBudget)
+	}
+	until = until.Add(-c.c.floor)
+	if !time.Now().Before(until) {
+		t.comeBack = left
+		return vConflict, true
+	}
+	if waitStart.IsZero() {
+		*waitStart = time.Now()
+	}
+	wctx, cancel := context.WithDeadline(ctx, until)
+	idle(ctx)
+	e, err := c.store.Wait(wctx, t.key)
+	cancel()
+	t.waited = time.Since(*waitStart)
+	switch {
+	case err != nil && callerLeft(ctx):
+		t.err = ctx.Err()
+		return vCanceled, true
+	case err != nil && (wctx.Err() != nil || !time.Now().Before(until)):
+		// Our budget for waiting ended; the first's lease has this left (from what
+		// was last seen: asking the store again could take the rest of our budget).
+		t.comeBack = max(time.Until(leaseEnd), time.Millisecond)
+		return vConflict, true
+	case err != nil:
+		return c.failed(ctx, t, err), true
+	}
+	if v, ok := found(t, e); ok {
+		return v, true
+	}
+	// Released or expired: take the lease over, if our budget allows.
+	if !time.Now().Before(until) {
+		t.comeBack = time.Millisecond
+		return vConflict, true
+	}
+	return 0, false
 }
 
 // failed reads a store call that returned err. Only a caller that left (ctx

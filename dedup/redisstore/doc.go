@@ -6,7 +6,10 @@
 //		Addrs:                 []string{"redis:6379"},
 //		ContextTimeoutEnabled: true, // bound every call by the request's deadline
 //	})
-//	h = dedup.NewMiddleware(redisstore.New(rdb))(h)
+//	h = dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("payments:")))(h)
+//
+// Every replica of a service uses the same prefix; every service its own
+// ([WithPrefix]), when several share one Redis.
 //
 // Each key is one Redis string under prefix + "{" + key + "}" (the hash tag keeps a
 // key's record in one Cluster slot). A lease is SET NX PX in a script that returns

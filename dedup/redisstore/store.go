@@ -20,6 +20,11 @@ type Option func(*Store)
 
 // WithPrefix sets the start of every Redis key the store writes, so that several
 // services (or several stores) share one Redis. Default [DefaultPrefix].
+//
+// Give each service its own: on one prefix, a key a client sends to two services
+// (or that one forwards to another) is one record, and the second service's request
+// is refused as another's (422 / FailedPrecondition) or, when its method, path and
+// body are the first's, answered with the first service's answer.
 func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 
 // Store is a [dedup.Store] on Redis. It is safe for concurrent use.

@@ -287,3 +287,30 @@ func waitFor(t *testing.T, rdb *redis.Client) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTwoServicesOneRedis settles what two services sharing one Redis meet when a
+// client sends both the same key (or one forwards it): each service gives its store
+// its own prefix (WithPrefix), and then each runs its own request once and replays
+// only its own answer. On the shared default prefix the second service's request,
+// were its method, path and body the first's, would get the first service's answer:
+// redisstore's doc says so, and this test keeps the prefixes' isolation true.
+func TestTwoServicesOneRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, _ := client(t, srv)
+	var nOrders, nPayments atomic.Int64
+	orders := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("orders:")))(charge(&nOrders, nil))))
+	defer orders.Close()
+	payments := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("payments:")))(charge(&nPayments, nil))))
+	defer payments.Close()
+	for range 2 {
+		if r := post(t, orders.URL, "k", "1s"); r.status != 201 {
+			t.Fatalf("orders: %+v", r)
+		}
+		if r := post(t, payments.URL, "k", "1s"); r.status != 201 {
+			t.Fatalf("payments: %+v", r)
+		}
+	}
+	if nOrders.Load() != 1 || nPayments.Load() != 1 {
+		t.Fatalf("orders ran %d times, payments %d: want each once", nOrders.Load(), nPayments.Load())
+	}
+}

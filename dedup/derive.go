@@ -8,7 +8,7 @@ import (
 
 // runCtx is the context the handler of t's run gets: t itself (for [Forget]) and,
 // unless [WithoutKeyDerivation], the derivation of its downstream keys from t's key
-// in its scope ([DerivedKey], package retry's [retry.WithIdempotencyKeys]).
+// in its scope ([DerivedKey], package retry's WithIdempotencyKeys).
 func (c *core) runCtx(ctx context.Context, t *ticket) context.Context {
 	ctx = context.WithValue(ctx, runKey{}, t)
 	if c.c.noDerive {

@@ -43,10 +43,12 @@ func (b *keysB) run(body, key string) string {
 	return fmt.Sprintf("%s#%d", body, len(b.runs))
 }
 
-func (b *keysB) count() int {
+func (b *keysB) count() int { return len(b.seen()) }
+
+func (b *keysB) seen() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.runs)
+	return append([]string(nil), b.runs...)
 }
 
 func (b *keysB) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
@@ -252,7 +254,7 @@ func TestKeysTwoWrites(t *testing.T) {
 				t.Fatalf("the repeat got %q, want %q", again, first)
 			}
 			if n := b.count(); n != 2 {
-				t.Fatalf("B ran %d times, want 2: %q", n, b.runs)
+				t.Fatalf("B ran %d times, want 2: %q", n, b.seen())
 			}
 		})
 	}
@@ -290,7 +292,7 @@ func TestKeysCrashRerun(t *testing.T) {
 				t.Fatalf("the re-run answered %q, want B's stored answer", out)
 			}
 			if n := b.count(); n != 1 {
-				t.Fatalf("B ran %d times, want 1: %q", n, b.runs)
+				t.Fatalf("B ran %d times, want 1: %q", n, b.seen())
 			}
 		})
 	}
@@ -315,9 +317,9 @@ func TestKeysForwarded(t *testing.T) {
 			if out := mustCall(t, a, "order-1", ""); out != "reserve 1#1 reserve 1#2" {
 				t.Fatalf("A answered %q, want two reservations", out)
 			}
-			for _, r := range b.runs {
+			for _, r := range b.seen() {
 				if strings.Contains(r, "order-1") {
-					t.Fatalf("B saw the caller's key: %q", b.runs)
+					t.Fatalf("B saw the caller's key: %q", b.seen())
 				}
 			}
 		})
@@ -339,7 +341,7 @@ func TestKeysTenants(t *testing.T) {
 				t.Fatalf("globex got %q, want a charge of its own", out)
 			}
 			if n := b.count(); n != 2 {
-				t.Fatalf("B ran %d times, want 2: %q", n, b.runs)
+				t.Fatalf("B ran %d times, want 2: %q", n, b.seen())
 			}
 		})
 	}
@@ -365,8 +367,8 @@ func TestKeysOff(t *testing.T) {
 				return toB(ctx, "reserve 1", key)
 			}, dedup.WithoutKeyDerivation())
 			mustCall(t, fwd, "order-2", "")
-			if len(b2.runs) != 1 || b2.runs[0] != "reserve 1 order-2" {
-				t.Fatalf("B saw %q, want the forwarded key", b2.runs)
+			if r := b2.seen(); len(r) != 1 || r[0] != "reserve 1 order-2" {
+				t.Fatalf("B saw %q, want the forwarded key", r)
 			}
 		})
 	}

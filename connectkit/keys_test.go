@@ -133,11 +133,14 @@ func TestKeysTravelCopiedHeader(t *testing.T) {
 func TestKeysTravelOwnKeyKept(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
+			var mu sync.Mutex
 			var own []string
 			call, runs := keysChain(t, p.opt, func(b *connect.Client[msg, msg]) handlerFunc {
 				return func(ctx context.Context, _ *connect.Request[msg]) (*connect.Response[msg], error) {
 					key := dedup.DerivedKey(ctx, "reserve")
+					mu.Lock()
 					own = append(own, key)
+					mu.Unlock()
 					out, err := writeB(ctx, b, "reserve 1", key)
 					if err != nil {
 						return nil, err
@@ -152,6 +155,8 @@ func TestKeysTravelOwnKeyKept(t *testing.T) {
 				}
 			}
 			r := runs()
+			mu.Lock()
+			defer mu.Unlock()
 			if len(own) != 2 || own[0] == "" || own[0] != own[1] || len(r) != 1 || r[0] != "reserve 1 "+own[0] {
 				t.Fatalf("A chose %q, B saw %q", own, r)
 			}

@@ -242,6 +242,11 @@ type dedupConfig struct {
 // request the guard refuses records nothing. A repeat waits for the first's answer
 // until its deadline less the stack's floor ([WithFloor]); opts come after the
 // stack's own and take precedence. Default: off (no store).
+//
+// A handler under it that writes downstream through the stack with
+// retry.WithIdempotencyKeys sends keys derived from its request's key, so that a
+// re-run after a crash meets the downstream's stored answers (package dedup, "Keys
+// travel"); dedup.WithoutKeyDerivation among opts turns that off.
 func WithDedup(store dedup.Store, opts ...dedup.Option) Option {
 	return optionFunc(func(c *config) { c.dedup = dedupConfig{store: store, opts: opts} })
 }

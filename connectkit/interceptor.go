@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
@@ -80,12 +81,29 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 			return answer(resp, err)
 		}
 	}
-	a := i.client(ctx, &call, send)
+	a := i.client(withHeaderKey(ctx, req.Header()), &call, send)
 	if a.Err != nil {
 		return nil, clientError(a)
 	}
 	resp, _ := a.Resp.(connect.AnyResponse)
 	return resp, nil
+}
+
+// withHeaderKey returns ctx with the idempotency key the caller set in the request's
+// header h in its outgoing metadata, when that has none: the layers read a call's
+// key there (a keyed call may be retried; package retry keeps the caller's key, or
+// replaces one forwarded from the request a handler serves), and each attempt's
+// header is written from it ([attempt]).
+func withHeaderKey(ctx context.Context, h http.Header) context.Context {
+	vs := h.Values(idempotency.Header)
+	if len(vs) == 0 || len(metadata.ValueFromOutgoingContext(ctx, idempotency.Key)) > 0 {
+		return ctx
+	}
+	kv := make([]string, 0, 2*len(vs))
+	for _, v := range vs {
+		kv = append(kv, idempotency.Key, v)
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
 func (i *interceptor) unaryServer(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {

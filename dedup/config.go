@@ -42,6 +42,7 @@ type config struct {
 	defaultBudget   time.Duration
 	storeRetryAfter time.Duration
 	runWithoutStore bool
+	noDerive        bool // WithoutKeyDerivation
 }
 
 func newConfig(opts []Option) config {

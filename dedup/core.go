@@ -47,7 +47,8 @@ type core struct {
 // ticket carries one keyed request's state between begin and finish, on the
 // adapter's stack.
 type ticket struct {
-	key      string
+	key      string // in its scope (storeKey)
+	inbound  string // as the caller sent it, parsed
 	token    string
 	fp       string
 	leaseEnd time.Time

@@ -117,6 +117,40 @@
 // with the first's time left. If the first is released while a repeat waits (a panic,
 // Forget, its deadline), the repeat takes the lease over and runs.
 //
+// # Keys travel
+//
+// A handler serving a keyed request often writes downstream itself. So that a
+// re-run of it (its first run's replica died after the downstream write, its lease
+// ended, a repeat runs it again) meets each downstream's stored answer instead of
+// repeating the side effect, the run's context carries a derivation of keys from
+// the request's key in its scope: package retry (WithIdempotencyKeys, over
+// HTTP, gRPC and connect) gives the n-th keyed write the handler sends (a request
+// with a method that is not idempotent; gRPC: a method not declared idempotent) the
+// n-th key derived from the request's key, the same on every run, instead of a
+// random one. Every attempt and hedge of one write shares its key, as ever. A key is
+// "dk1." and 43 characters of a SHA-256 of the key in its scope: two tenants with
+// the same key derive different ones, and no derived key shows the scope. A
+// replay runs nothing and derives nothing.
+//
+// A handler that puts the request's own key on a downstream write (forwarded gRPC
+// metadata, metadata.NewOutgoingContext(ctx, incoming); an Idempotency-Key header
+// copied by hand) would send one key on two different writes, the second refused
+// as another request's (422 / FailedPrecondition) or, identical to the first,
+// silently answered with the first's answer: package retry sends the derived key in
+// its place, with or without WithIdempotencyKeys. Any other key the handler sets is
+// sent as it is.
+//
+// What it assumes of the handler: its keyed writes go out in the same order on
+// every run. Writes sent at once from goroutines may swap their keys between runs;
+// a downstream then refuses the swapped write (422 / FailedPrecondition, the key's
+// first request differs), never runs it twice. Give such writes keys of their own,
+// from [DerivedKey] with a label per write:
+//
+//	req.Header.Set("Idempotency-Key", dedup.DerivedKey(ctx, "reserve:"+itemID))
+//
+// [WithoutKeyDerivation] turns it off (the default is on): the handler's writes
+// get random keys, and a forwarded key goes out unchanged.
+//
 // # Stores
 //
 // A [Store] keeps one record per key: running (a lease with a token and an expiry) or

@@ -63,7 +63,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 		c.report(ctx, outMalformed, nil)
 		return nil, status.Error(codes.InvalidArgument, "idempotency-key: "+err.Error())
 	}
-	t := &ticket{key: c.storeKey(ctx, key)}
+	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
 	if err := fingerprintGRPC(method, req, t); err != nil {
 		c.report(ctx, outMalformed, nil)
 		return nil, status.Error(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error())
@@ -180,7 +180,7 @@ func (s *captureStream) seal() (header, trailer metadata.MD) {
 }
 
 func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.UnaryHandler) (resp any, err error) {
-	hctx := context.WithValue(ctx, runKey{}, t)
+	hctx := c.runCtx(ctx, t)
 	var cs *captureStream
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
 		cs = &captureStream{ServerTransportStream: st, ctx: ctx}

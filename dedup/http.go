@@ -61,7 +61,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	t := &ticket{key: c.storeKey(ctx, key)}
+	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
 	body, err := c.fingerprintHTTP(r, t)
 	if err != nil {
 		c.report(ctx, outMalformed, nil)
@@ -239,7 +239,7 @@ func (r *bodyReader) Close() error { return nil }
 func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, next http.Handler) {
 	ctx := r.Context()
 	rec := &recorder{ResponseWriter: w, max: c.c.maxResponse}
-	r2 := r.WithContext(context.WithValue(ctx, runKey{}, t))
+	r2 := r.WithContext(c.runCtx(ctx, t))
 	r2.Body = body
 	completed := false
 	defer func() {

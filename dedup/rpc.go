@@ -59,7 +59,7 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 		c.report(ctx, outMalformed, nil)
 		return nil, refusal(codes.InvalidArgument, err.Error(), nil)
 	}
-	t := &ticket{key: c.storeKey(ctx, key)}
+	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
 	if err := fingerprintGRPC(in.Procedure, in.Req, t); err != nil {
 		c.report(ctx, outMalformed, nil)
 		return nil, refusal(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error(), nil)
@@ -100,7 +100,7 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 	// What the layers outside set for the call before it came here, they set
 	// again for a repeat: the answer keeps what was set beneath.
 	outerH, outerT := in.Reply.CallMeta(ctx)
-	resp, err = c.workRPC(ctx, t, handle)(context.WithValue(ctx, runKey{}, t))
+	resp, err = c.workRPC(ctx, t, handle)(c.runCtx(ctx, t))
 	completed = true
 	callH, callT := in.Reply.CallMeta(ctx)
 	callH, callT = since(outerH, callH), since(outerT, callT)

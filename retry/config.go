@@ -151,13 +151,23 @@ func WithIdempotentMethods(methods ...string) Option {
 // one, generated once before the first attempt and sent unchanged on every attempt
 // (HTTP header Idempotency-Key, gRPC metadata idempotency-key). gen generates the key;
 // nil means a random UUID (version 4, from crypto/rand). gen runs on the caller's
-// goroutine; a panic in it goes through the layer to the caller. A key the caller set is always kept and sent, with or without
-// this option; a blank one (empty or white space) is no key, and is replaced.
+// goroutine; a panic in it goes through the layer to the caller. A key the caller
+// set is kept and sent, with or without this option (but for a handler's forwarded
+// inbound key: see below); a blank one (empty or white space) is no key, and is
+// replaced.
 //
 // On HTTP, keys are generated for methods that are not idempotent (POST, PATCH, …);
 // safe and idempotent methods need none. On gRPC, for every call. A key makes a
 // request that is not idempotent retryable after it was sent: the server is expected
 // to store the first result under the key and answer repeats with it.
+//
+// Keys travel: while a handler serves a keyed request under package dedup, its
+// calls' keys are not gen's. Each call that is not idempotent (over HTTP its method,
+// over gRPC and connect its declaration) gets the next key derived from the
+// request's key, the same on a re-run of the handler, so that a re-run after a crash
+// meets the downstream's stored answer; its idempotent gRPC calls get gen's. A key
+// the caller set that is the request's own (forwarded) is replaced by a derived one,
+// with or without this option. See "Keys travel" in package dedup.
 func WithIdempotencyKeys(gen func() string) Option {
 	return optionFunc(func(c *config) {
 		if gen == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/keychain"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
@@ -171,7 +172,7 @@ func (c *config) unary(ctx context.Context, method string, req, reply any, cc *g
 	}()
 	l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}
 	l.begin(ctx)
-	ctx = c.withCallKey(ctx)
+	ctx = c.withCallKey(ctx, method, false)
 	opts := cs.opts[:0]
 	if len(callOpts) >= len(cs.opts) {
 		opts = make([]grpc.CallOption, 0, len(callOpts)+1)
@@ -254,27 +255,27 @@ func (e *statusError) Unwrap() error { return e.err }
 // GRPCStatus lets status.FromError and status.Code report the mapped code.
 func (e *statusError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
 
-// withCallKey returns ctx with a new idempotency key in its outgoing metadata, for a
-// call of a layer with [WithIdempotencyKeys] whose caller set none (or a blank one);
-// every attempt of the call carries it.
-func (c *config) withCallKey(ctx context.Context) context.Context {
-	if c.keys == nil {
-		return ctx
+// withCallKey returns ctx with the call's idempotency key in its outgoing metadata
+// when the layer chooses one ([config.callKey]): a new one for a call of a layer
+// with [WithIdempotencyKeys] whose caller set none (or a blank one), a derived one
+// in place of a forwarded inbound key. idem says the method may safely run twice.
+// Every attempt of the call carries it.
+func (c *config) withCallKey(ctx context.Context, method string, idem bool) context.Context {
+	if c.keys == nil && keychain.From(ctx) == nil {
+		return ctx // nothing to choose: what the caller set goes as it is
 	}
 	vs := metadata.ValueFromOutgoingContext(ctx, idempotency.Key)
-	if idempotency.Keyed(vs) {
-		return ctx
-	}
-	if key := c.keys(); key != "" {
+	write := !idem && !c.idempotent[method] && !idempotency.Declared(method)
+	if key := c.callKey(ctx, vs, write); key != "" {
 		return withKey(ctx, key, len(vs) > 0)
 	}
 	return ctx
 }
 
 // withKey returns ctx with the idempotency key in its outgoing metadata, in place of
-// the caller's blank one when blank.
-func withKey(ctx context.Context, key string, blank bool) context.Context {
-	if !blank {
+// the caller's (a blank one, or the forwarded inbound one) when it set one.
+func withKey(ctx context.Context, key string, replace bool) context.Context {
+	if !replace {
 		return metadata.AppendToOutgoingContext(ctx, idempotency.Key, key)
 	}
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy of its own

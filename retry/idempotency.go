@@ -1,8 +1,12 @@
 package retry
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
+	"github.com/deadlinekit/deadlinekit/internal/keychain"
 )
 
 // newIdempotencyKey returns a new random UUID (version 4) in its text form, e.g.
@@ -24,4 +28,32 @@ func newIdempotencyKey() string {
 	b[23] = '-'
 	hex.Encode(b[24:], u[10:])
 	return string(b[:])
+}
+
+// callKey chooses the idempotency key of one logical call, whose caller set the
+// values vs (of its Idempotency-Key header or idempotency-key metadata); write says
+// the call is not idempotent. It returns the key to send in place of the caller's,
+// or "" to send what the caller set (nothing, when vs is empty or blank).
+//
+// Under the run of a keyed request (package dedup puts a [keychain.Chain] on the
+// handler's context), a write gets the next key derived from the request's key,
+// so that a re-run of the handler sends the same keys; and a caller's key that is
+// the request's own key (forwarded metadata, a copied header) is replaced by the
+// next derived key, with or without [WithIdempotencyKeys]: sent as is, it would make
+// the downstream take two writes for one. Any other key the caller set is kept.
+func (c *config) callKey(ctx context.Context, vs []string, write bool) string {
+	chain := keychain.From(ctx)
+	if idempotency.Keyed(vs) {
+		if chain != nil && chain.Forwarded(vs[0]) {
+			return chain.Next()
+		}
+		return ""
+	}
+	switch {
+	case c.keys == nil:
+		return ""
+	case chain != nil && write:
+		return chain.Next()
+	}
+	return c.keys()
 }

@@ -23,7 +23,7 @@ func init() {
 			ctx, span := record.StartCall(ctx, record.GRPC, call.Procedure)
 			l := loop[rpc.Answer, rpcCall]{c: c, proto: record.GRPC, method: call.Procedure}
 			l.begin(ctx)
-			ctx = c.withCallKey(ctx)
+			ctx = c.withCallKey(ctx, call.Procedure, call.Idempotent)
 			l.p = rpcCall{c: c, call: call, next: send}
 			a, err := l.run(ctx)
 			if err != nil {

@@ -258,10 +258,12 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if h.hasBody && req.GetBody == nil {
 		l.cut(record.StopNotRetryable)
 	}
-	h.hasKey = idempotency.Keyed(req.Header.Values(idempotency.Header))
-	if !h.hasKey && c.keys != nil && !h.idem {
-		h.key = c.keys()
-		h.hasKey = h.key != ""
+	vs := req.Header.Values(idempotency.Header)
+	h.hasKey = idempotency.Keyed(vs)
+	if h.hasKey || !h.idem { // safe and idempotent methods get no key
+		if h.key = c.callKey(ctx, vs, !h.idem); h.key != "" {
+			h.hasKey = true
+		}
 	}
 	h.traceSent = l.max > 1 && !h.idem && !h.hasKey
 	l.p = h

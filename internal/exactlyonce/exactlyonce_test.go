@@ -132,6 +132,18 @@ func runHistory(t *testing.T, store dedup.Store, seed uint64, n int, rate float6
 	h := newHistory()
 	c := startCluster(t, h, store, seed, rate)
 	r := &run{c: c, h: h, seed: seed}
+	r.drive(n)
+	c.store.off.Store(true)
+	r.probe()
+	c.close()
+	vs := h.check(maxResponse)
+	vs = append(vs, h.bad...)
+	vs = append(vs, leftLeases(c.store.Store, c.store.storeKeys())...)
+	return vs, h
+}
+
+// drive runs logical requests 0 to n-1, 24 at a time.
+func (r *run) drive(n int) {
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range 24 {
@@ -146,31 +158,18 @@ func runHistory(t *testing.T, store dedup.Store, seed uint64, n int, rate float6
 	}
 	close(work)
 	wg.Wait()
-	c.store.off.Store(true)
-	r.probe()
-	c.close()
-	vs := h.check(maxResponse)
-	vs = append(vs, c.store.bad...)
-	vs = append(vs, leftLeases(c.store)...)
-	return vs, h
 }
 
 // leftLeases waits, once every handler has returned, for every lease to end: by a
 // completion or a release (retried in the background), or with its deadline plus
 // the margin. One still running after the longest of those broke the lease's bound.
-func leftLeases(s *faultStore) []violation {
-	s.mu.Lock()
-	keys := make([]string, 0, len(s.keys))
-	for k := range s.keys {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
+func leftLeases(s dedup.Store, keys []string) []violation {
 	const longest = 1500*time.Millisecond + leaseMargin + time.Second // the longest client budget, the margin, slack
 	until := time.Now().Add(longest)
 	var vs []violation
 	for _, k := range keys {
 		for {
-			e, err := s.Store.Get(context.Background(), k)
+			e, err := s.Get(context.Background(), k)
 			if err == nil && e.State != dedup.Running {
 				break
 			}

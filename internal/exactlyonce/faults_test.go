@@ -96,6 +96,9 @@ func (f *faultRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	if fault == faultCutBefore || fault == faultCutAfter {
 		r.Header.Set("X-Fault", fault)
 	}
+	if fault != "" {
+		f.h.count("http " + fault)
+	}
 	f.h.event(ci.l.Scope, key, "logical #%d attempt %d → %s fault=%q previous=%q", ci.l.ID, n, host, fault, req.Header.Get("Grpc-Previous-Rpc-Attempts"))
 	resp, err := f.base.RoundTrip(r)
 	if fault == faultLose && err == nil {
@@ -125,6 +128,9 @@ func faultInterceptor(h *history, seed uint64, rate float64) grpc.UnaryClientInt
 		fault := attemptFault(rng, rate)
 		if fault == faultCutBefore || fault == faultCutAfter {
 			ctx = metadata.AppendToOutgoingContext(ctx, "x-fault", fault)
+		}
+		if fault != "" {
+			h.count("grpc " + fault)
 		}
 		h.event(ci.l.Scope, key, "logical #%d attempt %d fault=%q previous=%v", ci.l.ID, n, fault, md.Get("grpc-previous-rpc-attempts"))
 		err := invoker(ctx, method, req, reply, cc, opts...)
@@ -284,6 +290,7 @@ func (s *faultStore) inject(ctx context.Context, op, key string, stall bool) err
 		return nil
 	}
 	scope, k := splitKey(key)
+	s.h.count("store " + op + " " + f)
 	s.h.event(scope, k, "store %s: injected %s %v", op, f, d)
 	switch f {
 	case "delay":

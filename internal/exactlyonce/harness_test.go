@@ -37,6 +37,7 @@ type cluster struct {
 	store *faultStore
 	hosts []string // HTTP replicas' host:port
 	addrs []string // gRPC replicas' host:port
+	conns []string // connect replicas' host:port
 
 	stackHTTP *http.Client
 	rawHTTP   *http.Client

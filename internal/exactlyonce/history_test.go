@@ -127,6 +127,7 @@ type recorder interface {
 	leaseLost(scope, key string) // a completion found its lease lost
 	stored(scope, key string)    // a completion was stored
 	violated(v violation)        // a store call broke an invariant
+	count(kind string)           // a fault was injected
 }
 
 // storeRestart is one restart of the store: down from Stop until Back; Lossy when
@@ -159,6 +160,7 @@ type history struct {
 	// killed is when each killed replica process (by incarnation) was killed.
 	killed   map[int]time.Duration
 	restarts []storeRestart
+	probeAt  time.Duration // when the final probe began
 	faults   map[string]int // faults injected by the test's process, by kind
 }
 
@@ -276,7 +278,17 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 		if t < e.End {
 			continue
 		}
-		if t < e.LeaseEnd-25*time.Millisecond && !h.recordLost(e.Start, t) {
+		if h.recordLost(e.Start, t) {
+			return true // the store lost the lease with its records
+		}
+		if h.restartedIn(e.End, t) {
+			// A completion tried again after the store restarted: its first try
+			// may have landed before the restart (then the record is done, and
+			// the retry finds no lease of its token); which, the key's later
+			// executions and replays tell.
+			return false
+		}
+		if t < e.LeaseEnd-25*time.Millisecond {
 			bad("a lease holds until its deadline + margin", e.Scope, e.Key, "exec %d's completion at %v found its lease lost, before its end at %v", e.ID, t, e.LeaseEnd)
 		}
 		return true
@@ -370,13 +382,17 @@ func (h *history) checkKey(es []*execution, bad func(inv, scope, key, format str
 				}
 			case e.Start < p.End:
 				bad("executions of a key never overlap", e.Scope, e.Key, "exec %d began at %v, while exec %d ran (until %v)", e.ID, e.Start, p.ID, p.End)
-			case p.Released == "" && !h.neverStored(p, e):
+			case p.Released == "" && h.neverStored(p, e):
+				p.Released = "its answer was never stored (its process killed, or the store down)"
+			case p.Released == "":
 				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed", e.ID, p.ID)
 			}
 		}
 		if e.Released == "" && !e.Killed && h.overran(e, bad) {
 			e.Released = "lease ended before its completion"
 		}
+	}
+	for _, e := range es {
 		if e.Released == "" && !e.Killed {
 			completed = append(completed, e)
 		}
@@ -393,6 +409,16 @@ func (h *history) recordLost(from, to time.Duration) bool {
 	const acquired = 100 * time.Millisecond // a lease is taken before its handler begins
 	for _, r := range h.restarts {
 		if r.Lossy && r.Stop > from-acquired && r.Stop < to {
+			return true
+		}
+	}
+	return false
+}
+
+// restartedIn reports whether the store restarted between from and to.
+func (h *history) restartedIn(from, to time.Duration) bool {
+	for _, r := range h.restarts {
+		if r.Back >= from && r.Stop <= to {
 			return true
 		}
 	}
@@ -423,16 +449,6 @@ func (h *history) neverStored(p, e *execution) bool {
 	return false
 }
 
-// lostAfter reports whether a store restart without persistence came after t.
-func (h *history) lostAfter(t time.Duration) bool {
-	for _, r := range h.restarts {
-		if r.Lossy && r.Stop > t {
-			return true
-		}
-	}
-	return false
-}
-
 // checkSeen checks one answer a client saw.
 func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad func(inv, scope, key, format string, args ...any)) {
 	var c *execution // the last completion
@@ -444,7 +460,11 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 	if s.notKept() && s.Replayed {
 		bad("only the stored answer is marked replayed", s.Scope, s.Key, "logical #%d saw the not-kept refusal marked replayed: %v", s.Logical, s.Ans)
 	}
-	if s.Via == "probe" && !s.Replayed && !s.notKept() && (c == nil || !h.lostAfter(c.End)) {
+	// A probe answered by a new execution (one the store's lost records or a lease
+	// ended unstored allowed) is judged with the key's executions, in checkKey; after
+	// the store lost the key's records, a probe may meet anything a first request may.
+	fresh := s.ExecID != 0 && h.execs[s.ExecID] != nil && h.execs[s.ExecID].Start >= h.probeAt
+	if s.Via == "probe" && !s.Replayed && !s.notKept() && !fresh && c != nil && !h.recordLost(c.Start, h.probeAt) {
 		bad("a completed key's answer is kept and replayed", s.Scope, s.Key, "the final probe saw %v (exec %d), not a replay", s.Ans, s.ExecID)
 	}
 	if s.ExecID == 0 {
@@ -524,6 +544,48 @@ func (h *history) report(v violation) string {
 	}
 	for _, e := range evs {
 		fmt.Fprintf(&b, "  %9.3fms %s\n", float64(e.At.Microseconds())/1000, e.Line)
+	}
+	return b.String()
+}
+
+// summary is the run's figures: logical requests, faults injected by kind,
+// executions by outcome, answers seen and replays among them, violations.
+func (h *history) summary(violations int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var completed, released, killed int
+	for _, e := range h.execs {
+		switch {
+		case e.Killed:
+			killed++
+		case e.Released != "":
+			released++
+		default:
+			completed++
+		}
+	}
+	var answers, replays, errs int
+	for _, s := range h.seens {
+		switch {
+		case s.Err != "":
+			errs++
+		case s.Replayed:
+			replays++
+			answers++
+		default:
+			answers++
+		}
+	}
+	kinds := slices.Sorted(maps.Keys(h.faults))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d logical requests; %d calls seen: %d answers (%d replays), %d errors; "+
+		"%d executions: %d completed, %d released, %d killed; %d violations\nfaults:",
+		len(h.logs), len(h.seens), answers, replays, errs, len(h.execs), completed, released, killed, violations)
+	for _, k := range kinds {
+		fmt.Fprintf(&b, " %s %d;", k, h.faults[k])
+	}
+	for _, r := range h.restarts {
+		fmt.Fprintf(&b, "\nstore down from %v to %v (records lost: %v)", r.Stop, r.Back, r.Lossy)
 	}
 	return b.String()
 }

@@ -160,7 +160,7 @@ type history struct {
 	// killed is when each killed replica process (by incarnation) was killed.
 	killed   map[int]time.Duration
 	restarts []storeRestart
-	probeAt  time.Duration // when the final probe began
+	probeAt  time.Duration  // when the final probe began
 	faults   map[string]int // faults injected by the test's process, by kind
 }
 
@@ -406,7 +406,7 @@ const invKilledLease = "a killed execution's key runs again only once its lease 
 // recordLost reports whether a store restart without persistence happened between
 // from (an execution's start: its lease was taken a little before) and to.
 func (h *history) recordLost(from, to time.Duration) bool {
-	const acquired = 100 * time.Millisecond // a lease is taken before its handler begins
+	const acquired = 500 * time.Millisecond // a lease is taken before its handler begins (long under -race)
 	for _, r := range h.restarts {
 		if r.Lossy && r.Stop > from-acquired && r.Stop < to {
 			return true

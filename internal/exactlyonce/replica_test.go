@@ -155,9 +155,13 @@ func (r *fileRecorder) event(scope, key, format string, args ...any) {
 	r.write(logLine{T: "ev", Scope: scope, Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (r *fileRecorder) leaseLost(scope, key string) { r.write(logLine{T: "lost", Scope: scope, Key: key}) }
-func (r *fileRecorder) stored(scope, key string)    { r.write(logLine{T: "stored", Scope: scope, Key: key}) }
-func (r *fileRecorder) count(kind string)           { r.write(logLine{T: "fault", Msg: kind}) }
+func (r *fileRecorder) leaseLost(scope, key string) {
+	r.write(logLine{T: "lost", Scope: scope, Key: key})
+}
+func (r *fileRecorder) stored(scope, key string) {
+	r.write(logLine{T: "stored", Scope: scope, Key: key})
+}
+func (r *fileRecorder) count(kind string) { r.write(logLine{T: "fault", Msg: kind}) }
 func (r *fileRecorder) violated(v violation) {
 	r.write(logLine{T: "bad", Scope: v.Scope, Key: v.Key, Msg: v.Invariant + "\x00" + v.Detail})
 }

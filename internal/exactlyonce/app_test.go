@@ -44,7 +44,7 @@ func tenantOf(ctx context.Context) string {
 // service is one replica's handler, for both protocols.
 type service struct {
 	testgrpc.UnimplementedTestServiceServer
-	h       *history
+	h       recorder
 	replica string
 }
 

@@ -15,9 +15,27 @@
 //     trailers, body;
 //   - no lease outlives its request's deadline plus the lease margin.
 //
+// TestHistory/processes and TestHistory/processes-aof run the replicas in their own
+// processes (this test binary again, as TestReplicaProcess, on listeners the test
+// keeps open across kills), sharing one real Redis. Each process records every
+// handler execution to its own append-only file, one line per event, which survives
+// a SIGKILL. The test SIGKILLs replicas at times drawn from the seed (most often
+// mid-request) and restarts them, and restarts Redis too: without persistence
+// (processes: a restart loses every record and lease) or with an append-only file
+// (processes-aof). The checker knows when each kill and restart happened, and
+// allows exactly what they allow:
+//
+//   - an execution killed with its process may be followed by another once its
+//     lease (its deadline plus the margin) has ended, not before;
+//   - an execution that completed but whose answer the store never took (its
+//     process killed, or the store down, before the completion landed) may be
+//     followed by another once its lease has ended;
+//   - after a restart that lost the records, the key may run again at once.
+//
 // Run it with
 //
 //	go test ./internal/exactlyonce -run TestHistory -seed=N -requests=M
 //
-// -long runs 100,000 logical requests per store.
+// -long runs 100,000 logical requests per store (the process runs too; by default
+// they run 1,200 each).
 package exactlyonce

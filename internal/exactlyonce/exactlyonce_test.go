@@ -66,9 +66,31 @@ func TestHistory(t *testing.T) {
 			s := seed(t)
 			t.Logf("seed %d, %d logical requests", s, requests())
 			vs, h := runHistory(t, stores[name](t), s, requests(), *rateFlag)
-			reportViolations(t, name, s, vs, h)
+			t.Log(h.summary(len(vs)))
+			reportViolations(t, name, s, requests(), vs, h)
 		})
 	}
+	// Replicas in their own processes, killed and restarted, on one Redis that is
+	// restarted too, without persistence (its records lost) and with it.
+	for _, name := range []string{"processes", "processes-aof"} {
+		t.Run(name, func(t *testing.T) {
+			s, n := seed(t), processRequests()
+			t.Logf("seed %d, %d logical requests", s, n)
+			vs, h := runProcessHistory(t, s, n, *rateFlag, name == "processes-aof")
+			t.Log(h.summary(len(vs)))
+			reportViolations(t, name, s, n, vs, h)
+		})
+	}
+}
+
+// processRequests is the number of logical requests of a run with replica
+// processes: fewer by default (each process start costs), as many with -requests
+// or -long.
+func processRequests() int {
+	if *requestsFlag > 0 || *longFlag {
+		return requests()
+	}
+	return 1200
 }
 
 // redisStore is redisstore on a real redis-server, with go-redis's defaults and
@@ -82,7 +104,7 @@ func redisStore(t *testing.T) dedup.Store {
 
 // reportViolations fails t with the seed, each broken invariant once, and the
 // history of its first key.
-func reportViolations(t *testing.T, store string, seed uint64, vs []violation, h *history) {
+func reportViolations(t *testing.T, store string, seed uint64, n int, vs []violation, h *history) {
 	t.Helper()
 	byInv := map[string][]violation{}
 	for _, v := range vs {
@@ -104,9 +126,9 @@ func reportViolations(t *testing.T, store string, seed uint64, vs []violation, h
 	if len(byInv) == 0 {
 		return
 	}
-	n := 0
+	nv := 0
 	for _, ws := range byInv {
-		n += len(ws)
+		nv += len(ws)
 	}
 	invs := make([]string, 0, len(byInv))
 	for k := range byInv {
@@ -122,8 +144,8 @@ func reportViolations(t *testing.T, store string, seed uint64, vs []violation, h
 		}
 	}
 	t.Errorf("store %s, seed %d: %d violations of %d invariants; reproduce with\n"+
-		"  go test ./internal/exactlyonce -run 'TestHistory/%s' -seed=%d -requests=%d\n%s",
-		store, seed, n, len(invs), store, seed, requests(), b.String())
+		"  go test ./internal/exactlyonce -run 'TestHistory/%s$' -seed=%d -requests=%d\n%s",
+		store, seed, nv, len(invs), store, seed, n, b.String())
 }
 
 // runHistory runs n logical requests against a cluster on store, drawn from seed,
@@ -132,6 +154,18 @@ func runHistory(t *testing.T, store dedup.Store, seed uint64, n int, rate float6
 	h := newHistory()
 	c := startCluster(t, h, store, seed, rate)
 	r := &run{c: c, h: h, seed: seed}
+	r.drive(n)
+	c.store.off.Store(true)
+	r.probe()
+	c.close()
+	vs := h.check(maxResponse)
+	vs = append(vs, h.bad...)
+	vs = append(vs, leftLeases(c.store.Store, c.store.storeKeys(), func(string) time.Time { return time.Time{} })...)
+	return vs, h
+}
+
+// drive runs logical requests 0 to n-1, 24 at a time.
+func (r *run) drive(n int) {
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range 24 {
@@ -146,32 +180,29 @@ func runHistory(t *testing.T, store dedup.Store, seed uint64, n int, rate float6
 	}
 	close(work)
 	wg.Wait()
-	c.store.off.Store(true)
-	r.probe()
-	c.close()
-	vs := h.check(maxResponse)
-	vs = append(vs, c.store.bad...)
-	vs = append(vs, leftLeases(c.store)...)
-	return vs, h
 }
 
 // leftLeases waits, once every handler has returned, for every lease to end: by a
 // completion or a release (retried in the background), or with its deadline plus
 // the margin. One still running after the longest of those broke the lease's bound.
-func leftLeases(s *faultStore) []violation {
-	s.mu.Lock()
-	keys := make([]string, 0, len(s.keys))
-	for k := range s.keys {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
+//
+// held says until when a key's lease may rightly hold past that: the lease end of
+// an execution killed with its process (a request without a deadline on the wire
+// has the default budget's lease), the zero time for none.
+func leftLeases(s dedup.Store, keys []string, held func(key string) time.Time) []violation {
 	const longest = 1500*time.Millisecond + leaseMargin + time.Second // the longest client budget, the margin, slack
 	until := time.Now().Add(longest)
 	var vs []violation
 	for _, k := range keys {
 		for {
-			e, err := s.Store.Get(context.Background(), k)
+			e, err := s.Get(context.Background(), k)
 			if err == nil && e.State != dedup.Running {
+				break
+			}
+			// A killed execution's lease, ending when it should: its history's end
+			// is the handler's deadline, which the stack sets a little before the
+			// one dedup leases with.
+			if err == nil && !time.Now().Add(e.Left).After(held(k).Add(100*time.Millisecond)) {
 				break
 			}
 			if time.Now().After(until) {

@@ -3,7 +3,7 @@ package exactlyonce_test
 import (
 	"context"
 	"errors"
-	"hash/maphash"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -27,19 +27,16 @@ import (
 )
 
 // rngFor is the random source of one decision, from the seed and the decision's
-// coordinates: the same seed makes the same decisions, whatever the interleaving.
+// coordinates: the same seed makes the same decisions, whatever the interleaving,
+// in every process (a fixed hash: replica processes draw as their parent does).
 func rngFor(seed uint64, parts ...string) *rand.Rand {
-	var h maphash.Hash
-	h.SetSeed(hashSeed)
+	h := fnv.New64a()
 	for _, p := range parts {
-		h.WriteString(p)
-		h.WriteByte(0)
+		h.Write([]byte(p))
+		h.Write([]byte{0})
 	}
 	return rand.New(rand.NewPCG(seed, h.Sum64()))
 }
-
-// hashSeed is fixed for the process; rngFor's streams depend on the run's seed.
-var hashSeed = maphash.MakeSeed()
 
 // Fault names, on the wire in X-Fault / x-fault.
 const (
@@ -99,6 +96,9 @@ func (f *faultRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	if fault == faultCutBefore || fault == faultCutAfter {
 		r.Header.Set("X-Fault", fault)
 	}
+	if fault != "" {
+		f.h.count("http " + fault)
+	}
 	f.h.event(ci.l.Scope, key, "logical #%d attempt %d → %s fault=%q previous=%q", ci.l.ID, n, host, fault, req.Header.Get("Grpc-Previous-Rpc-Attempts"))
 	resp, err := f.base.RoundTrip(r)
 	if fault == faultLose && err == nil {
@@ -128,6 +128,9 @@ func faultInterceptor(h *history, seed uint64, rate float64) grpc.UnaryClientInt
 		fault := attemptFault(rng, rate)
 		if fault == faultCutBefore || fault == faultCutAfter {
 			ctx = metadata.AppendToOutgoingContext(ctx, "x-fault", fault)
+		}
+		if fault != "" {
+			h.count("grpc " + fault)
 		}
 		h.event(ci.l.Scope, key, "logical #%d attempt %d fault=%q previous=%v", ci.l.ID, n, fault, md.Get("grpc-previous-rpc-attempts"))
 		err := invoker(ctx, method, req, reply, cc, opts...)
@@ -221,7 +224,7 @@ var errInjected = errors.New("exactlyonce: injected store failure")
 // lost for good. It also checks every lease it grants against its request's deadline.
 type faultStore struct {
 	dedup.Store
-	h      *history
+	h      recorder
 	seed   uint64
 	rate   float64
 	margin time.Duration
@@ -230,12 +233,22 @@ type faultStore struct {
 	n      map[string]int  // calls per key and operation
 	failed map[string]bool // tokens whose completion or release failed once
 	keys   map[string]bool // every store key acquired
-	bad    []violation
 }
 
-func newFaultStore(s dedup.Store, h *history, seed uint64, rate float64, margin time.Duration) *faultStore {
+func newFaultStore(s dedup.Store, h recorder, seed uint64, rate float64, margin time.Duration) *faultStore {
 	return &faultStore{Store: s, h: h, seed: seed, rate: rate, margin: margin,
 		n: map[string]int{}, failed: map[string]bool{}, keys: map[string]bool{}}
+}
+
+// storeKeys returns every store key a lease was asked for.
+func (s *faultStore) storeKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.keys))
+	for k := range s.keys {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // splitKey reads dedup's store key, "len(scope):scope:key".
@@ -277,6 +290,7 @@ func (s *faultStore) inject(ctx context.Context, op, key string, stall bool) err
 		return nil
 	}
 	scope, k := splitKey(key)
+	s.h.count("store " + op + " " + f)
 	s.h.event(scope, k, "store %s: injected %s %v", op, f, d)
 	switch f {
 	case "delay":
@@ -318,10 +332,8 @@ func (s *faultStore) checkLease(ctx context.Context, key string, l dedup.Lease) 
 	const slack = 250 * time.Millisecond // the time between the middleware's reading and ours
 	if l.TTL > most+slack {
 		scope, k := splitKey(key)
-		s.mu.Lock()
-		s.bad = append(s.bad, violation{"no lease outlives its deadline + margin", scope, k,
+		s.h.violated(violation{"no lease outlives its deadline + margin", scope, k,
 			"lease of " + l.TTL.String() + " for a request with " + (most - s.margin).String() + " left"})
-		s.mu.Unlock()
 	}
 }
 
@@ -331,7 +343,10 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 	}
 	err := s.Store.Complete(ctx, key, token, answer, retain)
 	scope, k := splitKey(key)
-	if errors.Is(err, dedup.ErrLeaseLost) {
+	switch {
+	case err == nil:
+		s.h.stored(scope, k)
+	case errors.Is(err, dedup.ErrLeaseLost):
 		s.h.leaseLost(scope, k)
 	}
 	s.h.event(scope, k, "store complete (%d bytes): %v", len(answer), err)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -38,6 +37,7 @@ type cluster struct {
 	store *faultStore
 	hosts []string // HTTP replicas' host:port
 	addrs []string // gRPC replicas' host:port
+	conns []string // connect replicas' host:port
 
 	stackHTTP *http.Client
 	rawHTTP   *http.Client
@@ -52,32 +52,41 @@ var schemes atomic.Int64
 // startCluster starts the replicas on store and the clients; t's cleanup stops them.
 func startCluster(t testing.TB, h *history, store dedup.Store, seed uint64, rate float64) *cluster {
 	c := &cluster{h: h, store: newFaultStore(store, h, seed, rate, leaseMargin)}
-	dopts := []dedup.Option{dedup.WithScope(tenantOf), dedup.WithMaxResponseSize(maxResponse), dedup.WithLeaseMargin(leaseMargin)}
-	quiet := log.New(io.Discard, "", 0)
 	for i := range replicas {
-		svc := &service{h: h, replica: "http-" + strconv.Itoa(i)}
-		srv := httptest.NewUnstartedServer(faultHandler(deadlinekit.NewHandler(svc, deadlinekit.WithDedup(c.store, dopts...))))
-		srv.Config.ErrorLog = quiet
-		srv.Start()
-		u, _ := url.Parse(srv.URL)
-		c.hosts = append(c.hosts, u.Host)
-		c.closers = append(c.closers, srv.Close)
-
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		hl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl := &conns{Listener: l, m: map[string]net.Conn{}}
-		gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(serverFaults(cl))},
-			deadlinekit.ServerOptions(deadlinekit.WithDedup(c.store, dopts...))...)...)
-		testgrpc.RegisterTestServiceServer(gs, &service{h: h, replica: "grpc-" + strconv.Itoa(i)})
-		go func() { _ = gs.Serve(cl) }()
-		c.addrs = append(c.addrs, l.Addr().String())
-		c.closers = append(c.closers, gs.GracefulStop)
+		gl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.hosts = append(c.hosts, hl.Addr().String())
+		c.addrs = append(c.addrs, gl.Addr().String())
+		c.closers = append(c.closers, serveReplica(h, c.store, strconv.Itoa(i), hl, gl)...)
 	}
 	c.clients(t, seed, rate)
 	t.Cleanup(c.close)
 	return c
+}
+
+// serveReplica serves replica i's HTTP and gRPC servers on hl and gl, with dedup on
+// store, and returns what stops them.
+func serveReplica(h recorder, store dedup.Store, i string, hl, gl net.Listener) []func() {
+	dopts := []dedup.Option{dedup.WithScope(tenantOf), dedup.WithMaxResponseSize(maxResponse), dedup.WithLeaseMargin(leaseMargin)}
+	svc := &service{h: h, replica: "http-" + i}
+	srv := &httptest.Server{Listener: hl, Config: &http.Server{
+		Handler:  faultHandler(deadlinekit.NewHandler(svc, deadlinekit.WithDedup(store, dopts...))),
+		ErrorLog: log.New(io.Discard, "", 0),
+	}}
+	srv.Start()
+
+	cl := &conns{Listener: gl, m: map[string]net.Conn{}}
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(serverFaults(cl))},
+		deadlinekit.ServerOptions(deadlinekit.WithDedup(store, dopts...))...)...)
+	testgrpc.RegisterTestServiceServer(gs, &service{h: h, replica: "grpc-" + i})
+	go func() { _ = gs.Serve(cl) }()
+	return []func(){srv.Close, gs.GracefulStop}
 }
 
 // clients builds the stack's clients (retry with generated keys, hedging after a

@@ -77,7 +77,12 @@ type execution struct {
 	Nth      int // executions of the key that began before this one
 	// LeaseEnd is when the lease of the request ends: its deadline plus the margin.
 	LeaseEnd time.Duration
-	ended    bool
+	// Inc is the replica process (its incarnation) that ran it, 0 in the test's own.
+	Inc int
+	// Killed: it never returned, because its process was killed (End is then the
+	// kill's time). Its lease holds until LeaseEnd.
+	Killed bool
+	ended  bool
 }
 
 // seen is what a client saw for one call: an answer or an error.
@@ -112,6 +117,32 @@ type logical struct {
 	Body       []byte
 }
 
+// recorder is where a replica records its handler's executions and what its store
+// saw: the history itself in the test's process, a replica process's log file in a
+// replica process (merged into the history by the test).
+type recorder interface {
+	beginExec(ctx context.Context, scope, key, proto, replica string) *execution
+	endExec(e *execution, a answer, released string)
+	event(scope, key, format string, args ...any)
+	leaseLost(scope, key string) // a completion found its lease lost
+	stored(scope, key string)    // a completion was stored
+	violated(v violation)        // a store call broke an invariant
+	count(kind string)           // a fault was injected
+}
+
+// storeRestart is one restart of the store: down from Stop until Back; Lossy when
+// it kept nothing (no persistence), so that every record written before Stop is gone.
+type storeRestart struct {
+	Stop, Back time.Duration
+	Lossy      bool
+}
+
+// keyEvent is a line of a key's history, at its time.
+type keyEvent struct {
+	At   time.Duration
+	Line string
+}
+
 // history records everything, and the events of each key for the report.
 type history struct {
 	start time.Time
@@ -122,13 +153,21 @@ type history struct {
 	logs  map[int]*logical
 	nth   map[string]int             // scope + "\x00" + key → executions so far
 	byKey map[string]int             // scope + "\x00" + key → logical (the first of a shared key's)
-	evs   map[string][]string        // scope + "\x00" + key → events
+	evs   map[string][]keyEvent      // scope + "\x00" + key → events
 	lost  map[string][]time.Duration // scope + "\x00" + key → completions refused for a lost lease
+	saved map[string][]time.Duration // scope + "\x00" + key → completions stored
+	bad   []violation                // broken by a store call
+	// killed is when each killed replica process (by incarnation) was killed.
+	killed   map[int]time.Duration
+	restarts []storeRestart
+	probeAt  time.Duration  // when the final probe began
+	faults   map[string]int // faults injected by the test's process, by kind
 }
 
 func newHistory() *history {
 	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
-		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]string{}}
+		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]keyEvent{},
+		saved: map[string][]time.Duration{}, killed: map[int]time.Duration{}, faults: map[string]int{}}
 }
 
 func sk(scope, key string) string { return scope + "\x00" + key }
@@ -137,12 +176,23 @@ func (h *history) since() time.Duration { return time.Since(h.start) }
 
 // event notes what happened to a key, for the report of a failing key.
 func (h *history) event(scope, key, format string, args ...any) {
+	h.eventAt(h.since(), scope, key, fmt.Sprintf(format, args...))
+}
+
+// eventAt notes a key's event at a given time (a replica process's).
+func (h *history) eventAt(at time.Duration, scope, key, line string) {
 	if key == "" {
 		return
 	}
-	line := fmt.Sprintf("%8.3fms ", float64(h.since().Microseconds())/1000) + fmt.Sprintf(format, args...)
 	h.mu.Lock()
-	h.evs[sk(scope, key)] = append(h.evs[sk(scope, key)], line)
+	h.evs[sk(scope, key)] = append(h.evs[sk(scope, key)], keyEvent{at, line})
+	h.mu.Unlock()
+}
+
+// count counts an injected fault.
+func (h *history) count(kind string) {
+	h.mu.Lock()
+	h.faults[kind]++
 	h.mu.Unlock()
 }
 
@@ -205,6 +255,20 @@ func (h *history) leaseLost(scope, key string) {
 	h.mu.Unlock()
 }
 
+// stored notes a completion the store took.
+func (h *history) stored(scope, key string) {
+	h.mu.Lock()
+	h.saved[sk(scope, key)] = append(h.saved[sk(scope, key)], h.since())
+	h.mu.Unlock()
+}
+
+// violated notes an invariant a store call broke.
+func (h *history) violated(v violation) {
+	h.mu.Lock()
+	h.bad = append(h.bad, v)
+	h.mu.Unlock()
+}
+
 // overran reports whether e completed after its lease ended, as its store said: the
 // handler ran past its deadline plus the margin (a process paused, a loaded
 // machine), and deduplication does not promise to keep its answer. A lease lost
@@ -213,6 +277,16 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 	for _, t := range h.lost[sk(e.Scope, e.Key)] {
 		if t < e.End {
 			continue
+		}
+		if h.recordLost(e.Start, t) {
+			return true // the store lost the lease with its records
+		}
+		if h.restartedIn(e.End, t) {
+			// A completion tried again after the store restarted: its first try
+			// may have landed before the restart (then the record is done, and
+			// the retry finds no lease of its token); which, the key's later
+			// executions and replays tell.
+			return false
 		}
 		if t < e.LeaseEnd-25*time.Millisecond {
 			bad("a lease holds until its deadline + margin", e.Scope, e.Key, "exec %d's completion at %v found its lease lost, before its end at %v", e.ID, t, e.LeaseEnd)
@@ -266,27 +340,13 @@ func (h *history) check(maxResponse int) []violation {
 	perKey := map[string][]*execution{}
 	for _, e := range h.execs {
 		perKey[sk(e.Scope, e.Key)] = append(perKey[sk(e.Scope, e.Key)], e)
-		if !e.ended {
+		if !e.ended && !e.Killed {
 			bad("every execution ends", e.Scope, e.Key, "exec %d never returned", e.ID)
 		}
 	}
-	completed := map[string]*execution{}
+	completed := map[string][]*execution{}
 	for k, es := range perKey {
-		sort.Slice(es, func(i, j int) bool { return es[i].Start < es[j].Start })
-		for i, e := range es {
-			if i > 0 && e.Start < es[i-1].End {
-				bad("executions of a key never overlap", e.Scope, e.Key, "exec %d began at %v, while exec %d ran (until %v)", e.ID, e.Start, es[i-1].ID, es[i-1].End)
-			}
-			if c := completed[k]; c != nil {
-				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed", e.ID, c.ID)
-			}
-			if e.Released == "" && h.overran(e, bad) {
-				e.Released = "lease ended before its completion"
-			}
-			if e.Released == "" && completed[k] == nil {
-				completed[k] = e
-			}
-		}
+		completed[k] = h.checkKey(es, bad)
 	}
 	for _, s := range h.seens {
 		if s.StatusAsError != 0 {
@@ -295,28 +355,123 @@ func (h *history) check(maxResponse int) []violation {
 		if s.Err != "" {
 			continue
 		}
-		h.checkSeen(s, completed, maxResponse, bad)
+		h.checkSeen(s, completed[sk(s.Scope, s.Key)], maxResponse, bad)
 	}
 	return vs
 }
 
+// killSlack is how far a key's execution may begin before its killed predecessor's
+// lease end as the history computes it (the request's deadline plus the margin): the
+// store's lease was computed a moment before, and ends a little earlier.
+const killSlack = 5 * time.Millisecond
+
+// checkKey checks the executions of one key against each other, and returns those
+// that completed: more than one only when the store lost the records between them.
+func (h *history) checkKey(es []*execution, bad func(inv, scope, key, format string, args ...any)) []*execution {
+	sort.Slice(es, func(i, j int) bool { return es[i].Start < es[j].Start })
+	var completed []*execution
+	for i, e := range es {
+		for _, p := range es[:i] {
+			if h.recordLost(p.Start, e.Start) {
+				continue // p's lease or answer went with the store's records
+			}
+			switch {
+			case p.Killed:
+				if e.Start < p.LeaseEnd-killSlack {
+					bad(invKilledLease, e.Scope, e.Key, "exec %d began at %v; exec %d was killed at %v, its lease held until %v", e.ID, e.Start, p.ID, p.End, p.LeaseEnd)
+				}
+			case e.Start < p.End:
+				bad("executions of a key never overlap", e.Scope, e.Key, "exec %d began at %v, while exec %d ran (until %v)", e.ID, e.Start, p.ID, p.End)
+			case p.Released == "" && h.neverStored(p, e):
+				p.Released = "its answer was never stored (its process killed, or the store down)"
+			case p.Released == "":
+				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed", e.ID, p.ID)
+			}
+		}
+		if e.Released == "" && !e.Killed && h.overran(e, bad) {
+			e.Released = "lease ended before its completion"
+		}
+	}
+	for _, e := range es {
+		if e.Released == "" && !e.Killed {
+			completed = append(completed, e)
+		}
+	}
+	return completed
+}
+
+// invKilledLease: a killed execution's key runs again only once its lease ended.
+const invKilledLease = "a killed execution's key runs again only once its lease ended"
+
+// recordLost reports whether a store restart without persistence happened between
+// from (an execution's start: its lease was taken a little before) and to.
+func (h *history) recordLost(from, to time.Duration) bool {
+	const acquired = 500 * time.Millisecond // a lease is taken before its handler begins (long under -race)
+	for _, r := range h.restarts {
+		if r.Lossy && r.Stop > from-acquired && r.Stop < to {
+			return true
+		}
+	}
+	return false
+}
+
+// restartedIn reports whether the store restarted between from and to.
+func (h *history) restartedIn(from, to time.Duration) bool {
+	for _, r := range h.restarts {
+		if r.Back >= from && r.Stop <= to {
+			return true
+		}
+	}
+	return false
+}
+
+// neverStored reports whether p, which completed, may legitimately be followed by
+// e: its answer was never stored (no completion of its key was taken between its end
+// and e's start) because its process was killed or the store was down before the
+// answer could be, and e began once p's lease had ended.
+func (h *history) neverStored(p, e *execution) bool {
+	for _, t := range h.saved[sk(p.Scope, p.Key)] {
+		if t >= p.End && t <= e.Start {
+			return false
+		}
+	}
+	if e.Start < p.LeaseEnd-killSlack {
+		return false
+	}
+	if k, ok := h.killed[p.Inc]; ok && p.Inc != 0 && k >= p.End && k <= p.LeaseEnd {
+		return true
+	}
+	for _, r := range h.restarts {
+		if r.Stop <= p.LeaseEnd && r.Back >= p.End {
+			return true
+		}
+	}
+	return false
+}
+
 // checkSeen checks one answer a client saw.
-func (h *history) checkSeen(s seen, completed map[string]*execution, maxResponse int, bad func(inv, scope, key, format string, args ...any)) {
-	c := completed[sk(s.Scope, s.Key)]
+func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad func(inv, scope, key, format string, args ...any)) {
+	var c *execution // the last completion
+	big := false     // some completion's answer was above the limit
+	for _, e := range completed {
+		c = e
+		big = big || len(e.Ans.Body) > maxResponse
+	}
 	if s.notKept() && s.Replayed {
 		bad("only the stored answer is marked replayed", s.Scope, s.Key, "logical #%d saw the not-kept refusal marked replayed: %v", s.Logical, s.Ans)
 	}
-	// The probe may run the key itself when every execution before it was released
-	// (a lease that ended before its completion, on a loaded machine): its own
-	// execution is then the completed one.
-	if s.Via == "probe" && !s.Replayed && !s.notKept() && (c == nil || s.ExecID != c.ID) {
+	// A probe answered by a new execution (one the store's lost records or a lease
+	// ended unstored allowed) is judged with the key's executions, in checkKey; after
+	// the store lost the key's records, a probe may meet anything a first request may.
+	fresh := s.ExecID != 0 && h.execs[s.ExecID] != nil && h.execs[s.ExecID].Start >= h.probeAt
+	if s.Via == "probe" && !s.Replayed && !s.notKept() && !fresh && c != nil && !h.recordLost(c.Start, h.probeAt) {
 		bad("a completed key's answer is kept and replayed", s.Scope, s.Key, "the final probe saw %v (exec %d), not a replay", s.Ans, s.ExecID)
 	}
 	if s.ExecID == 0 {
 		ok := (s.Proto == "http" && s.Ans.Status/100 == 2) || (s.Proto == "grpc" && s.Ans.Status == 0)
 		switch {
 		case s.notKept():
-			if c == nil || len(c.Ans.Body) <= maxResponse {
+			if !big {
 				bad("a not-kept replay follows a completed answer above the limit", s.Scope, s.Key, "logical #%d saw %v; completed: %v", s.Logical, s.Ans, c)
 			}
 		case s.Replayed:
@@ -336,7 +491,7 @@ func (h *history) checkSeen(s seen, completed map[string]*execution, maxResponse
 		return
 	}
 	if s.Replayed {
-		if c == nil || c.ID != e.ID {
+		if !slices.Contains(completed, e) {
 			bad("a replay is the completed execution's answer", s.Scope, s.Key, "logical #%d saw a replay of exec %d (released %q)", s.Logical, e.ID, e.Released)
 			return
 		}
@@ -380,14 +535,57 @@ func (h *history) report(v violation) string {
 	defer h.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "VIOLATION %q on scope %q key %q: %s\n", v.Invariant, v.Scope, v.Key, v.Detail)
-	evs := h.evs[sk(v.Scope, v.Key)]
+	evs := slices.Clone(h.evs[sk(v.Scope, v.Key)])
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
 	const most = 60
 	if len(evs) > most {
 		fmt.Fprintf(&b, "  (%d events; the first %d)\n", len(evs), most)
 		evs = evs[:most]
 	}
 	for _, e := range evs {
-		b.WriteString("  " + e + "\n")
+		fmt.Fprintf(&b, "  %9.3fms %s\n", float64(e.At.Microseconds())/1000, e.Line)
+	}
+	return b.String()
+}
+
+// summary is the run's figures: logical requests, faults injected by kind,
+// executions by outcome, answers seen and replays among them, violations.
+func (h *history) summary(violations int) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var completed, released, killed int
+	for _, e := range h.execs {
+		switch {
+		case e.Killed:
+			killed++
+		case e.Released != "":
+			released++
+		default:
+			completed++
+		}
+	}
+	var answers, replays, errs int
+	for _, s := range h.seens {
+		switch {
+		case s.Err != "":
+			errs++
+		case s.Replayed:
+			replays++
+			answers++
+		default:
+			answers++
+		}
+	}
+	kinds := slices.Sorted(maps.Keys(h.faults))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d logical requests; %d calls seen: %d answers (%d replays), %d errors; "+
+		"%d executions: %d completed, %d released, %d killed; %d violations\nfaults:",
+		len(h.logs), len(h.seens), answers, replays, errs, len(h.execs), completed, released, killed, violations)
+	for _, k := range kinds {
+		fmt.Fprintf(&b, " %s %d;", k, h.faults[k])
+	}
+	for _, r := range h.restarts {
+		fmt.Fprintf(&b, "\nstore down from %v to %v (records lost: %v)", r.Stop, r.Back, r.Lossy)
 	}
 	return b.String()
 }

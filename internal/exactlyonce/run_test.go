@@ -324,6 +324,7 @@ func (r *run) sendGRPC(ctx context.Context, l *logical, key, via string) seen {
 // it must be replayed.
 func (r *run) probe() {
 	r.h.mu.Lock()
+	r.h.probeAt = r.h.since()
 	var ls []*logical
 	done := map[string]bool{}
 	for _, e := range r.h.execs {

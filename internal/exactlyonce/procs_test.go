@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"net"
 	"os"
 	"os/exec"
@@ -309,16 +310,29 @@ func (h *history) storeKeys() []string {
 }
 
 // killedLease returns when the lease of the last execution of store key k killed
-// with its process ends, or the zero time.
+// with its process ends, or the zero time. An execution that completed counts too
+// when its process was killed before its lease ended: its answer may never have
+// reached the store (a completion that failed once is tried again in the
+// background, which the kill ends), and its lease then holds to its end.
 func (h *history) killedLease(k string) time.Time {
 	scope, key := splitKey(k)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var end time.Duration
 	for _, e := range h.execs {
-		if e.Killed && e.Scope == scope && e.Key == key {
+		if e.Scope != scope || e.Key != key {
+			continue
+		}
+		kill, ok := h.killed[e.Inc]
+		if e.Killed || ok && e.Inc != 0 && kill >= e.End && kill <= e.LeaseEnd {
 			end = max(end, e.LeaseEnd)
 		}
+	}
+	// A lease granted just before its process was killed, to a request whose
+	// handler had not begun (so no execution names it), holds for the request's
+	// budget: at most the default budget plus the margin past the last kill.
+	for _, kill := range h.killed {
+		end = max(end, kill+deadline.DefaultBudget+leaseMargin)
 	}
 	if end == 0 {
 		return time.Time{}

@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -28,12 +29,15 @@ const Prefix = "dk1."
 const domain = "deadlinekit/keychain/v1\x00"
 
 // Chain is the derivation state of one run of a keyed request: the hash of its
-// scoped key, its key as the caller sent it, and the count of keys derived so far.
+// scoped key (computed on the first key derived), its key as the caller sent it,
+// and the count of keys derived so far.
 // Safe for concurrent use.
 type Chain struct {
-	seed    [sha256.Size]byte
+	scoped  string
 	inbound string
 	n       atomic.Uint64
+	once    sync.Once // seed is computed on the first derivation: most runs write nothing
+	seed    [sha256.Size]byte
 }
 
 type ctxKey struct{}
@@ -42,7 +46,7 @@ type ctxKey struct{}
 // (the key in its scope) is scoped and whose key, as parsed from the wire, is
 // inbound.
 func With(ctx context.Context, scoped, inbound string) context.Context {
-	c := &Chain{seed: sha256.Sum256([]byte(domain + scoped)), inbound: inbound}
+	c := &Chain{scoped: scoped, inbound: inbound}
 	return context.WithValue(ctx, ctxKey{}, c)
 }
 
@@ -68,6 +72,7 @@ func (c *Chain) Labelled(label string) string {
 // derive hashes the seed, a tag that keeps the two families apart, and s: 47
 // characters, "dk1." then 43 of unpadded base64url.
 func (c *Chain) derive(tag byte, s string) string {
+	c.once.Do(func() { c.seed = sha256.Sum256([]byte(domain + c.scoped)) })
 	h := sha256.New()
 	h.Write(c.seed[:])
 	h.Write([]byte{tag})

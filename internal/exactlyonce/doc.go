@@ -16,7 +16,7 @@
 //   - no lease outlives its request's deadline plus the lease margin.
 //
 // TestHistory/processes and TestHistory/processes-aof run the replicas in their own
-// processes (this test binary again, as TestReplicaProcess, on listeners the test
+// processes (this test binary again, as runReplica, on listeners the test
 // keeps open across kills), sharing one real Redis. Each process records every
 // handler execution to its own append-only file, one line per event, which survives
 // a SIGKILL. The test SIGKILLs replicas at times drawn from the seed (most often

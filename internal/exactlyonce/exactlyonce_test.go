@@ -3,6 +3,8 @@ package exactlyonce_test
 import (
 	"context"
 	"flag"
+	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +36,14 @@ var known = map[string]string{
 }
 
 func TestMain(m *testing.M) {
+	if replica := os.Getenv(envReplica); replica != "" {
+		// A replica process of TestHistory/processes, not a test run.
+		if err := runReplica(replica); err != nil {
+			fmt.Fprintln(os.Stderr, "replica:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
 }
 

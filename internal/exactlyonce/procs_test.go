@@ -32,7 +32,7 @@ type proc struct {
 }
 
 // replicaProcs runs the replicas as processes of this test binary
-// (TestReplicaProcess) on listeners it keeps open, and kills and restarts them.
+// (runReplica) on listeners it keeps open, and kills and restarts them.
 type replicaProcs struct {
 	t     testing.TB
 	h     *history
@@ -98,7 +98,7 @@ func (p *replicaProcs) start(i int) error {
 	defer p.mu.Unlock()
 	pr := &proc{inc: len(p.all) + 1, replica: i, done: make(chan struct{})}
 	pr.log = filepath.Join(p.dir, fmt.Sprintf("replica-%d.%d.log", i, pr.inc))
-	pr.cmd = exec.Command(os.Args[0], "-test.run=^TestReplicaProcess$", "-test.count=1")
+	pr.cmd = exec.Command(os.Args[0])
 	pr.cmd.Env = append(append(os.Environ(), p.env...), envReplica+"="+strconv.Itoa(i), envInc+"="+strconv.Itoa(pr.inc), envLog+"="+pr.log)
 	pr.cmd.ExtraFiles = p.files[i]
 	pr.cmd.Stdout, pr.cmd.Stderr = &pr.out, &pr.out

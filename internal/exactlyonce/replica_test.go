@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,17 +39,14 @@ const (
 	fdConnect
 )
 
-// TestReplicaProcess is one replica in its own process, started by
-// TestHistory/processes with the environment above: it serves HTTP, gRPC and connect
-// on its inherited listeners with dedup on the shared Redis, and records each
-// execution to its log file, one line per event, written as it happens (a line
-// written before a SIGKILL is in the page cache, and the parent reads it). Once it
-// has written "ready", SIGUSR1 turns its store faults off and SIGTERM stops it.
-func TestReplicaProcess(t *testing.T) {
-	replica := os.Getenv(envReplica)
-	if replica == "" {
-		t.Skip("a replica process of TestHistory/processes, started by it with its environment")
-	}
+// runReplica is one replica in its own process: this test binary started again by
+// TestHistory/processes with the environment above (TestMain runs it instead of the
+// tests when envReplica is set). It serves HTTP, gRPC and connect on its inherited
+// listeners with dedup on the shared Redis, and records each execution to its log
+// file, one line per event, written as it happens (a line written before a SIGKILL
+// is in the page cache, and the parent reads it). Once it has written "ready",
+// SIGUSR1 turns its store faults off and SIGTERM stops it.
+func runReplica(replica string) error {
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -59,7 +55,7 @@ func TestReplicaProcess(t *testing.T) {
 	rate, _ := strconv.ParseFloat(os.Getenv(envRate), 64)
 	f, err := os.OpenFile(os.Getenv(envLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer f.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis), ContextTimeoutEnabled: true})
@@ -70,7 +66,7 @@ func TestReplicaProcess(t *testing.T) {
 	for i, name := range []string{"http", "grpc", "connect"} {
 		ls[i], err = net.FileListener(os.NewFile(uintptr(fdHTTP+i), name))
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 	stops := serveReplica(rec, store, replica, ls[0], ls[1])
@@ -86,6 +82,7 @@ func TestReplicaProcess(t *testing.T) {
 	for _, stop := range slices.Backward(stops) {
 		stop()
 	}
+	return nil
 }
 
 // logLine is one event in a replica process's log.

@@ -1,7 +1,6 @@
 package retry_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -233,60 +232,6 @@ func TestLoopbackDeadlineStopThroughClient(t *testing.T) {
 	}
 }
 
-// cutServer is a raw loopback server that reads each request's header and the first
-// KiB of its body, then resets the connection without answering: a server that died
-// (or was cut off) after the request reached it. It counts the requests whose header
-// it read, that is, the ones whose handler may have run.
-type cutServer struct {
-	ln       net.Listener
-	arrivals atomic.Int32
-	wg       sync.WaitGroup
-}
-
-func newCutServer(t *testing.T) *cutServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &cutServer{ln: ln}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				s.serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.wg.Wait()
-	})
-	return s
-}
-
-func (s *cutServer) serve(c net.Conn) {
-	defer c.Close()
-	req, err := http.ReadRequest(bufio.NewReader(c))
-	if err != nil {
-		return
-	}
-	s.arrivals.Add(1)
-	io.CopyN(io.Discard, req.Body, 1<<10)
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0) // close with RST: the client's write of the rest fails
-	}
-}
-
-func (s *cutServer) URL() string { return "http://" + s.ln.Addr().String() + "/" }
-
 // A POST without an Idempotency-Key whose header and part of its body reached the
 // server before the connection was cut may have started the handler: it is sent
 // once, as net/http alone sends it. A GET and a keyed POST are retried.
@@ -303,7 +248,7 @@ func TestLoopbackCutWhileSendingBody(t *testing.T) {
 		{"GET", "", nil, 3},
 	}
 	for _, c := range cases {
-		s := newCutServer(t)
+		s := testkit.NewCutServer(t)
 		client := newClient(t, fast, retry.WithBudget(nil))
 		var rd io.Reader = http.NoBody
 		if c.body != nil {
@@ -318,7 +263,7 @@ func TestLoopbackCutWhileSendingBody(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("%s key=%q to a server that cuts the connection succeeded", c.method, c.key)
 		}
-		if got := s.arrivals.Load(); got != c.want {
+		if got := s.Arrivals.Load(); got != c.want {
 			t.Errorf("%s key=%q: the server got the request %d times; want %d (err %v)", c.method, c.key, got, c.want, err)
 		}
 	}

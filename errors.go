@@ -170,9 +170,9 @@ func (e *WireError) derive() (int, codes.Code) {
 //   - a malformed inbound deadline header ([propagate.ErrMalformedTimeout]): 400;
 //   - a gRPC status: the status of its code (ResourceExhausted with a wait, also one
 //     beside a "do not retry": 503, without: 429; see [GRPCError] for the rest);
-//   - a [*retry.StatusError] (the answer a retry layer stopped on, its budget spent
-//     say): its status, with its header's pushback and Retry-After, as [FromHTTP]
-//     reads them;
+//   - a [*retry.StatusError] (an HTTP answer as an error: a retry observer's event;
+//     retry.NewTransport itself returns the response, never one): its status, with
+//     its header's pushback and Retry-After, as [FromHTTP] reads them;
 //   - a transport error reaching the downstream ([net.Error], [*url.Error]): 502;
 //   - anything else: 500.
 //

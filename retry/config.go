@@ -91,7 +91,7 @@ func WithAttemptTimeout(d time.Duration) Option {
 
 // WithFloor sets the least time worth starting an attempt with (the floor, as in
 // propagate, shortcircuit and hedge): before waiting for a retry, the layer stops
-// with a [*StopError] (the deadline rule) when the time left is not more than the
+// (a [*StopError], the deadline rule, or over HTTP the response) when the time left is not more than the
 // wait plus d. Default [deadline.DefaultFloor] (20 ms).
 func WithFloor(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.floor = max(d, 0) })

@@ -30,6 +30,15 @@ type protocol[T any] interface {
 	// deliver hands the last attempt's result to the caller; cancel is released when
 	// the caller is done with it.
 	deliver(v T, err error, cancel context.CancelFunc) (T, error)
+	// answered reports whether v is the downstream's answer (an HTTP response), which
+	// the call returns in place of a stop error of the layer: a RoundTripper returns
+	// the response it got, whatever its status.
+	answered(v T) bool
+	// keep disposes of v, an answer about to be retried, as discard does, and returns
+	// a copy of it that holds nothing open (an HTTP response with its body read into
+	// memory, within bounds), for the call to return should it stop before another
+	// attempt is sent; ok is false when v cannot be kept.
+	keep(v T, cancel context.CancelFunc) (kept T, ok bool)
 	// stopped gives a stop error of the layer its protocol's form (a gRPC code).
 	stopped(ctx context.Context, err error) error
 }
@@ -93,26 +102,42 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 		}
 	}()
 	var last error // the previous attempt's failure
+	var kept T     // the previous attempt's answer, kept while the layer waits
+	haveKept := false
 	for n := 1; ; n++ {
 		a = l.attempt(ctx, n)
 		if !a.sent {
-			return zero, l.unsent(ctx, a, n, last)
+			err := l.unsent(ctx, a, n, last)
+			if haveKept {
+				return l.p.deliver(kept, nil, nil)
+			}
+			return zero, err
 		}
+		haveKept = false
 		held = true
 		e := Event{Attempt: n, Method: l.method, Took: a.took, TimedOut: a.timedOut}
 		d := l.judge(ctx, a, &e)
 		fail := e.Err
 		action, wait, stopErr := l.after(ctx, a, e, d)
 		held = false
-		if action == Return {
+		if action == Return || (action == Stop && l.p.answered(a.v)) {
+			// An answer is returned as it came, whyever the layer stopped: the stop
+			// reason is on the span and in the last event.
 			return l.p.deliver(a.v, a.err, a.cancel)
 		}
-		l.p.discard(a.v, a.cancel)
+		if action == Retry && l.p.answered(a.v) {
+			kept, haveKept = l.p.keep(a.v, a.cancel)
+		} else {
+			l.p.discard(a.v, a.cancel)
+		}
 		if action == Stop {
 			return zero, stopErr
 		}
 		if err := l.c.waitToRetry(ctx, n, wait, fail); err != nil {
 			l.gaveUp()
+			if haveKept {
+				return l.p.deliver(kept, nil, nil)
+			}
 			return zero, l.p.stopped(ctx, err)
 		}
 		last = fail

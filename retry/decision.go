@@ -41,7 +41,8 @@ const (
 	// Retry: the layer waits Event.Wait, then makes another attempt.
 	Retry
 	// Stop: a retryable failure, but the layer gives up before its attempts ran out;
-	// the call ends with the [*StopError] in Event.Err.
+	// Event.Err is a [*StopError] saying why. The call ends with it, or over HTTP
+	// with the attempt's response ([NewTransport]).
 	Stop
 )
 
@@ -70,7 +71,7 @@ type Event struct {
 	Took time.Duration
 	// Err is the attempt's failure: the transport's error, the gRPC status error, or
 	// for an HTTP answer with status ≥ 400 a [*StatusError]; nil for other answers.
-	// When Action is Stop, it is the [*StopError] the call returns.
+	// When Action is Stop, it is the layer's [*StopError], wrapping that failure.
 	Err error
 	// Idempotent reports whether the call may safely run twice: an idempotent HTTP
 	// method (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or a gRPC method

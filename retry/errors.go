@@ -20,7 +20,9 @@ import (
 var ErrBudgetExhausted = errors.New("retry budget exhausted")
 
 // StopError is returned when the layer gives up on a retryable failure before its
-// attempts ran out. Cause says why:
+// attempts ran out; over HTTP only when there is no response to return ([NewTransport]
+// returns the last response it got, and the StopError is its last [Event]'s Err).
+// Cause says why:
 //
 //   - the deadline rule: the time left (Remaining) was not more than the wait before
 //     the next attempt (Wait: the backoff, or the server's pushback when Pushback)
@@ -35,7 +37,7 @@ var ErrBudgetExhausted = errors.New("retry budget exhausted")
 //   - nil: the server's pushback was longer than the cap ([WithMaxPushback]).
 //
 // It unwraps to Cause and to Last, the last attempt's failure, so that a gRPC caller
-// still sees the last attempt's code, and an HTTP one its [*StatusError].
+// still sees the last attempt's code, and an observer the HTTP answer's [*StatusError].
 type StopError struct {
 	Attempts int    // attempts made
 	Reason   string // why the layer stopped, in a few words
@@ -112,7 +114,8 @@ func (noTimeError) Is(target error) bool {
 }
 
 // StatusError is an HTTP answer with a failure status (≥ 400) as an error: in
-// events ([Event].Err), and as the last failure a [*StopError] wraps.
+// events ([Event].Err), and as the last failure a [*StopError] in an event wraps.
+// [NewTransport] returns the answer itself, never a StatusError.
 type StatusError struct {
 	StatusCode int
 	Status     string      // e.g. "503 Service Unavailable"

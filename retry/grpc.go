@@ -230,6 +230,14 @@ func (grpcCall) deliver(_ struct{}, err error, cancel context.CancelFunc) (struc
 
 func (grpcCall) stopped(ctx context.Context, err error) error { return grpcStop(ctx, err) }
 
+// answered is false: a gRPC failure is its status, which a stop error keeps.
+func (grpcCall) answered(struct{}) bool { return false }
+
+func (g grpcCall) keep(v struct{}, cancel context.CancelFunc) (struct{}, bool) {
+	g.discard(v, cancel)
+	return v, false
+}
+
 // grpcStop gives the layer's own stop errors their gRPC code: DEADLINE_EXCEEDED for
 // the deadline rule, the context's code when the context ended. Others keep the last
 // attempt's code through Unwrap.

@@ -91,3 +91,11 @@ func (rpcCall) deliver(a rpc.Answer, err error, cancel context.CancelFunc) (rpc.
 }
 
 func (rpcCall) stopped(ctx context.Context, err error) error { return grpcStop(ctx, err) }
+
+// answered is false: a failure is its status, which a stop error keeps.
+func (rpcCall) answered(rpc.Answer) bool { return false }
+
+func (r rpcCall) keep(a rpc.Answer, cancel context.CancelFunc) (rpc.Answer, bool) {
+	r.discard(a, cancel)
+	return a, false
+}

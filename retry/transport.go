@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -204,13 +206,18 @@ func dialFailure(err error) bool {
 //
 // The caller's request is never modified: each attempt after the first is a shallow
 // copy with its own header map (grpc-previous-rpc-attempts, the idempotency key) and
-// a fresh body from GetBody. The body of every response that is retried is drained
-// and closed, within bounds (64 KiB, 100 ms), so that a body that stalls cannot hold
-// the retry up.
+// a fresh body from GetBody. The body of every response that is retried is read
+// into memory and closed, within bounds (64 KiB, 100 ms), so that a body that stalls
+// cannot hold the retry up.
 //
-// The response returned is that of the last attempt. When the layer stops before its
-// attempts ran out, it returns a [*StopError] instead, wrapping the last failure (a
-// [*StatusError] for an answer).
+// The response returned is the last one the server gave, whatever its status, with
+// a nil error: also when the layer stops before its attempts ran out (the deadline
+// rule, the retry budget, a pushback over the cap, the caller's context ending
+// during the wait before a retry, whose response was kept in memory with its body).
+// Why it stopped is on the call's span (deadlinekit.retry.stop_reason) and in the
+// last [Event] (Action [Stop], Err a [*StopError] wrapping a [*StatusError]). A
+// [*StopError] is returned only when there is no response to return: the last
+// attempt failed without one, or the response waited on had a body beyond the bounds.
 func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -370,6 +377,40 @@ func (httpCall) deliver(v httpResult, err error, cancel context.CancelFunc) (htt
 }
 
 func (httpCall) stopped(_ context.Context, err error) error { return err }
+
+func (httpCall) answered(v httpResult) bool { return v.resp != nil }
+
+// keep reads the body of a response about to be retried into memory, within the
+// bounds of package drain (64 KiB, 100 ms), so that the call can return it, body
+// and all, should it stop before another attempt is sent. A body larger or slower
+// than that is cut off, its connection dropped, and the response not kept.
+func (httpCall) keep(v httpResult, cancel context.CancelFunc) (httpResult, bool) {
+	resp := v.resp
+	if resp.Body == nil || resp.Body == http.NoBody {
+		if cancel != nil {
+			cancel()
+		}
+		return v, true
+	}
+	body := safeClose{resp.Body}
+	var cut atomic.Bool
+	end := sync.OnceFunc(func() {
+		_ = body.Close()
+		if cancel != nil {
+			cancel()
+		}
+	})
+	t := time.AfterFunc(drain.Timeout, func() { cut.Store(true); end() })
+	b, err := io.ReadAll(io.LimitReader(body, drain.Limit+1))
+	t.Stop()
+	end()
+	if err != nil || cut.Load() || len(b) > drain.Limit {
+		return httpResult{}, false
+	}
+	kept := *resp
+	kept.Body = io.NopCloser(bytes.NewReader(b))
+	return httpResult{resp: &kept}, true
+}
 
 func getBody(req *http.Request) (body io.ReadCloser, err error) {
 	body, err = req.GetBody()

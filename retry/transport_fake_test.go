@@ -140,60 +140,78 @@ func TestBackoffSequenceSeeded(t *testing.T) {
 	})
 }
 
-// Before waiting, the layer stops when time left ≤ backoff + floor.
+// Before waiting, the layer stops when time left ≤ backoff + floor, and returns the
+// last answer; the last event carries the deadline rule's StopError.
 func TestDeadlineRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{fn: func(int, *http.Request) (*http.Response, error) {
 			time.Sleep(30 * time.Millisecond)
 			return httpStatus(503), nil
 		}}
+		var last retry.Event
 		rt := retry.NewTransport(f, retry.WithMaxAttempts(5), retry.WithBudget(nil),
-			retry.WithBackoff(retry.Backoff{Base: 20 * time.Millisecond, Max: time.Second}))
+			retry.WithBackoff(retry.Backoff{Base: 20 * time.Millisecond, Max: time.Second}),
+			retry.WithObserver(func(_ context.Context, e retry.Event) { last = e }))
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
 		start := time.Now()
 		resp, err := rt.RoundTrip(req)
 		// attempt 1: 0–30 ms, 70 left > 20+20: wait 20; attempt 2: 50–80 ms, 20 left ≤ 40+20: stop.
-		if resp != nil {
-			t.Fatalf("got a response %d; want the deadline error", resp.StatusCode)
+		if err != nil || resp == nil || resp.StatusCode != 503 {
+			t.Fatalf("got %v, %v; want the last answer, 503", resp, err)
 		}
 		var de *retry.StopError
-		if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, new(*retry.StopError)) {
-			t.Fatalf("err = %v; want a *StopError (the deadline rule) matching context.DeadlineExceeded", err)
+		if last.Action != retry.Stop || !errors.As(last.Err, &de) || !errors.Is(last.Err, context.DeadlineExceeded) {
+			t.Fatalf("last event %+v; want a *StopError (the deadline rule) matching context.DeadlineExceeded", last)
 		}
 		if de.Attempts != 2 || de.Remaining != 20*time.Millisecond || de.Wait != 40*time.Millisecond || de.Floor != deadline.DefaultFloor {
 			t.Fatalf("StopError = %+v", de)
 		}
 		var se *retry.StatusError
-		if !errors.As(err, &se) || se.StatusCode != 503 {
-			t.Fatalf("err %v does not wrap the last failure (503)", err)
+		if !errors.As(last.Err, &se) || se.StatusCode != 503 {
+			t.Fatalf("err %v does not wrap the last failure (503)", last.Err)
 		}
 		if took := time.Since(start); took != 80*time.Millisecond {
 			t.Fatalf("returned after %v; want 80ms (at once, no useless wait)", took)
 		}
-		if f.closed.Load() != 2 {
-			t.Fatalf("%d bodies closed; want 2", f.closed.Load())
+		if f.closed.Load() != 1 {
+			t.Fatalf("%d bodies closed; want 1 (the retried one)", f.closed.Load())
 		}
-		t.Logf("error: %v", err)
+		resp.Body.Close()
+		if f.closed.Load() != 2 {
+			t.Fatalf("the returned body's Close did not reach the base's")
+		}
+		t.Logf("stop: %v", last.Err)
 	})
 }
 
-// A wait ends at once when the context ends.
+// A wait ends at once when the context ends; the answer kept during the wait is
+// returned, and without one (a transport failure) the stop error.
 func TestWaitEndsWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeRT{fn: always(503)}
-		rt := retry.NewTransport(f, retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{Base: time.Second}))
-		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(100*time.Millisecond, cancel)
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
-		start := time.Now()
-		_, err := rt.RoundTrip(req)
-		if !errors.Is(err, context.Canceled) || !errors.As(err, new(*retry.StopError)) {
-			t.Fatalf("err = %v; want context.Canceled", err)
-		}
-		if took := time.Since(start); took != 100*time.Millisecond {
-			t.Fatalf("returned after %v; want 100ms", took)
+		for _, fn := range []func(int, *http.Request) (*http.Response, error){
+			always(503),
+			func(int, *http.Request) (*http.Response, error) { return nil, errRefused },
+		} {
+			f := &fakeRT{fn: fn}
+			rt := retry.NewTransport(f, retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{Base: time.Second}))
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
+			start := time.Now()
+			resp, err := rt.RoundTrip(req)
+			if resp != nil {
+				if err != nil || resp.StatusCode != 503 {
+					t.Fatalf("got %v, %v; want the kept 503", resp, err)
+				}
+				resp.Body.Close()
+			} else if !errors.Is(err, context.Canceled) || !errors.As(err, new(*retry.StopError)) {
+				t.Fatalf("err = %v; want context.Canceled", err)
+			}
+			if took := time.Since(start); took != 100*time.Millisecond {
+				t.Fatalf("returned after %v; want 100ms", took)
+			}
 		}
 	})
 }
@@ -213,8 +231,8 @@ func TestPushbackHTTP(t *testing.T) {
 			return httpStatus(503, "Retry-After", time.Now().Add(2*time.Second).UTC().Format(http.TimeFormat))
 		}, "GET", 5 * time.Second, 2, 2 * time.Second, nil},
 		{"grpc-retry-pushback-ms on HTTP", func() *http.Response { return httpStatus(503, "grpc-retry-pushback-ms", "250") }, "GET", 5 * time.Second, 2, 250 * time.Millisecond, nil},
-		{"Retry-After past the deadline", func() *http.Response { return httpStatus(429, "Retry-After", "3") }, "GET", 2 * time.Second, 1, 0, context.DeadlineExceeded},
-		{"Retry-After over the cap", func() *http.Response { return httpStatus(429, "Retry-After", "3600") }, "GET", 0, 1, 0, errStopped},
+		{"Retry-After past the deadline", func() *http.Response { return httpStatus(429, "Retry-After", "3") }, "GET", 2 * time.Second, 1, 0, nil},
+		{"Retry-After over the cap", func() *http.Response { return httpStatus(429, "Retry-After", "3600") }, "GET", 0, 1, 0, nil},
 		{"negative pushback", func() *http.Response { return httpStatus(503, "grpc-retry-pushback-ms", "-1") }, "GET", 5 * time.Second, 1, 0, nil},
 		{"malformed Retry-After", func() *http.Response { return httpStatus(429, "Retry-After", "soon") }, "GET", 5 * time.Second, 1, 0, nil},
 	}
@@ -394,7 +412,7 @@ func TestHTTPClassificationEndToEnd(t *testing.T) {
 	}
 }
 
-// An empty budget stops with a clear error that wraps the last failure.
+// An empty budget stops: the answer is returned, the last event says why.
 func TestBudgetExhaustedHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{fn: always(503)}
@@ -406,15 +424,18 @@ func TestBudgetExhaustedHTTP(t *testing.T) {
 			t.Fatalf("first call: %v, %v, %d attempts", resp, err, f.attempts())
 		}
 		resp.Body.Close()
+		var last retry.Event
+		rt = retry.NewTransport(f, retry.WithBudget(b), retry.WithObserver(func(_ context.Context, e retry.Event) { last = e }))
 		resp, err = rt.RoundTrip(req)
-		if resp != nil || !errors.Is(err, retry.ErrBudgetExhausted) || f.attempts() != 4 {
-			t.Fatalf("second call: %v, %v, %d attempts; want ErrBudgetExhausted after 1", resp, err, f.attempts())
+		if err != nil || resp.StatusCode != 503 || f.attempts() != 4 {
+			t.Fatalf("second call: %v, %v, %d attempts; want the 503 after 1", resp, err, f.attempts())
 		}
+		resp.Body.Close()
 		var se *retry.StatusError
-		if !errors.As(err, &se) || se.StatusCode != 503 || !strings.Contains(err.Error(), "budget exhausted") {
-			t.Fatalf("err %q does not say why nor wrap the 503", err)
+		if !errors.Is(last.Err, retry.ErrBudgetExhausted) || !errors.As(last.Err, &se) || se.StatusCode != 503 || !strings.Contains(last.Err.Error(), "budget exhausted") {
+			t.Fatalf("last event's error %q does not say why nor wrap the 503", last.Err)
 		}
-		t.Logf("error: %v", err)
+		t.Logf("stop: %v", last.Err)
 	})
 }
 

@@ -3,7 +3,6 @@ package retry_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -207,28 +206,6 @@ func TestLoopbackConnectionReused(t *testing.T) {
 	resp.Body.Close()
 	if f.hits != 3 || conns.Load() != 1 {
 		t.Fatalf("%d hits over %d connections; want 3 over 1", f.hits, conns.Load())
-	}
-}
-
-// A deadline-rule StopError surfaces through http.Client as a *url.Error that still matches.
-func TestLoopbackDeadlineStopThroughClient(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Retry-After", "5")
-		w.WriteHeader(http.StatusTooManyRequests)
-	}))
-	defer srv.Close()
-	client := newClient(t, retry.WithBudget(nil))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-	_, err := client.Do(req)
-	var de *retry.StopError
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &de) || !de.Pushback {
-		t.Fatalf("err = %v; want a pushback StopError (the deadline rule)", err)
-	}
-	// At once: the rule stops before waiting, not when the deadline has passed.
-	if ctx.Err() != nil {
-		t.Fatalf("the call returned after its deadline (%v); want an answer at once", ctx.Err())
 	}
 }
 

@@ -136,7 +136,8 @@ func found(t *ticket, e Entry) (verdict, bool) {
 }
 
 // awaitFirst waits for the first request, which holds the key's lease (left of it
-// as seen at start), within our budget less the floor, holding no slot of the
+// as seen at start), within our budget less the floor (at least
+// MinRefusalReserve, the refusal's way back to our caller), holding no slot of the
 // guard's meanwhile. It returns the verdict, or false when the first was released
 // (or its lease ended) in time for us to try to take the key over.
 func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left time.Duration, waitStart *time.Time) (verdict, bool) {
@@ -145,7 +146,7 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	if !ok {
 		until = start.Add(c.c.defaultBudget)
 	}
-	until = until.Add(-c.c.floor)
+	until = until.Add(-max(c.c.floor, MinRefusalReserve))
 	if !time.Now().Before(until) {
 		t.comeBack = left
 		return vConflict, true

@@ -113,7 +113,8 @@
 //
 // A repeat that arrives while the first still runs waits for the first's answer, but
 // never past its own deadline less the floor ([WithFloor], default
-// [deadline.DefaultFloor]); if the first is still running then, it gets 409 / Aborted
+// [deadline.DefaultFloor]; at least [MinRefusalReserve], so that its refusal reaches
+// its caller in time); if the first is still running then, it gets 409 / Aborted
 // with the first's time left. If the first is released while a repeat waits (a panic,
 // Forget, its deadline), the repeat takes the lease over and runs.
 //

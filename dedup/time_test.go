@@ -119,6 +119,27 @@ func TestRepeatNeverWaitsPastItsDeadline(t *testing.T) {
 	})
 }
 
+// TestRepeatKeepsTheRefusalReserve: a floor below dedup.MinRefusalReserve (the
+// root stack gives 1 ms) still keeps the reserve for the refusal's way back.
+func TestRepeatKeepsTheRefusalReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(dedup.NewMemoryStore(), dedup.WithFloor(time.Millisecond))(b)
+		go call(h, "k", 10*time.Second)
+		synctest.Wait()
+		start := time.Now()
+		r := call(h, "k", time.Second)
+		if w := time.Since(start); w != time.Second-dedup.MinRefusalReserve {
+			t.Errorf("repeat waited %v, want its budget less dedup.MinRefusalReserve (990ms)", w)
+		}
+		if r.Code != http.StatusConflict {
+			t.Errorf("repeat: %d, want 409", r.Code)
+		}
+		close(b.release)
+		synctest.Wait()
+	})
+}
+
 func TestWaitingRepeatTakesOver(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -58,6 +58,9 @@ type ticket struct {
 	err      error
 	forgot   atomic.Bool
 	outcome  string
+
+	// holderLeft is what the first's lease had left when a conflict was decided.
+	holderLeft time.Duration
 }
 
 // storeKey is key in scope: the scope's length first, so that no scope's keys can
@@ -148,8 +151,7 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	}
 	until = until.Add(-max(c.c.floor, MinRefusalReserve))
 	if !time.Now().Before(until) {
-		t.comeBack = left
-		return vConflict, true
+		return c.conflict(t, leaseEnd), true
 	}
 	if waitStart.IsZero() {
 		*waitStart = time.Now()
@@ -164,10 +166,9 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 		t.err = ctx.Err()
 		return vCanceled, true
 	case err != nil && (wctx.Err() != nil || !time.Now().Before(until)):
-		// Our budget for waiting ended; the first's lease has this left (from what
-		// was last seen: asking the store again could take the rest of our budget).
-		t.comeBack = max(time.Until(leaseEnd), time.Millisecond)
-		return vConflict, true
+		// Our budget for waiting ended; the first's lease ends as last seen (asking
+		// the store again could take the rest of our budget).
+		return c.conflict(t, leaseEnd), true
 	case err != nil:
 		return c.failed(ctx, t, err), true
 	}
@@ -176,10 +177,20 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	}
 	// Released or expired: take the lease over, if our budget allows.
 	if !time.Now().Before(until) {
-		t.comeBack = time.Millisecond
-		return vConflict, true
+		return c.conflict(t, time.Now()), true
 	}
 	return 0, false
+}
+
+// conflict refuses a repeat whose budget ends before the first request, whose lease
+// ends at leaseEnd: come back when the first's deadline has passed (the lease's end
+// less the margin, which is there for a late answer to be stored, not for a repeat
+// to wait out; at least 1 ms). A first on another replica is taken to have the same
+// margin.
+func (c *core) conflict(t *ticket, leaseEnd time.Time) verdict {
+	t.holderLeft = max(time.Until(leaseEnd), 0)
+	t.comeBack = max(t.holderLeft-c.c.margin, time.Millisecond)
+	return vConflict
 }
 
 // failed reads a store call that returned err. Only a caller that left (ctx

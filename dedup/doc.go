@@ -42,9 +42,10 @@
 //	repeat of a completed request              the stored answer, with   the stored answer, with
 //	                                           Idempotent-Replayed: true idempotent-replayed: true (header)
 //
-// The pushback of a 409 / Aborted is the first request's time left: package retry
+// The pushback of a 409 / Aborted is the first request's time left until its
+// deadline (its lease's end less [WithLeaseMargin], at least 1 ms): package retry
 // comes back after it when the caller's deadline allows, and then meets the stored
-// answer.
+// answer (or runs, once the first has given its key up).
 //
 // # What a key means
 //

@@ -240,8 +240,9 @@ type dedupConfig struct {
 // dedup) on store into [NewHandler], [ServerOptions] (unary calls) and connectkit's
 // HandlerOption, innermost: after the guard, just before the handler, so that a
 // request the guard refuses records nothing. A repeat waits for the first's answer
-// until its deadline less the stack's floor ([WithFloor]); opts come after the
-// stack's own and take precedence. Default: off (no store).
+// until its deadline less the stack's floor ([WithFloor]), or less
+// dedup.MinRefusalReserve (10 ms) when that is more; opts come after the stack's own
+// and take precedence. Default: off (no store).
 //
 // A handler under it that writes downstream through the stack with
 // retry.WithIdempotencyKeys sends keys derived from its request's key, so that a

@@ -58,6 +58,9 @@ type ticket struct {
 	err      error
 	forgot   atomic.Bool
 	outcome  string
+
+	// holderLeft is what the first's lease had left when a conflict was decided.
+	holderLeft time.Duration
 }
 
 // storeKey is key in scope: the scope's length first, so that no scope's keys can
@@ -136,7 +139,8 @@ func found(t *ticket, e Entry) (verdict, bool) {
 }
 
 // awaitFirst waits for the first request, which holds the key's lease (left of it
-// as seen at start), within our budget less the floor, holding no slot of the
+// as seen at start), within our budget less the floor (at least
+// MinRefusalReserve, the refusal's way back to our caller), holding no slot of the
 // guard's meanwhile. It returns the verdict, or false when the first was released
 // (or its lease ended) in time for us to try to take the key over.
 func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left time.Duration, waitStart *time.Time) (verdict, bool) {
@@ -145,10 +149,9 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	if !ok {
 		until = start.Add(c.c.defaultBudget)
 	}
-	until = until.Add(-c.c.floor)
+	until = until.Add(-max(c.c.floor, MinRefusalReserve))
 	if !time.Now().Before(until) {
-		t.comeBack = left
-		return vConflict, true
+		return c.conflict(t, leaseEnd), true
 	}
 	if waitStart.IsZero() {
 		*waitStart = time.Now()
@@ -163,10 +166,9 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 		t.err = ctx.Err()
 		return vCanceled, true
 	case err != nil && (wctx.Err() != nil || !time.Now().Before(until)):
-		// Our budget for waiting ended; the first's lease has this left (from what
-		// was last seen: asking the store again could take the rest of our budget).
-		t.comeBack = max(time.Until(leaseEnd), time.Millisecond)
-		return vConflict, true
+		// Our budget for waiting ended; the first's lease ends as last seen (asking
+		// the store again could take the rest of our budget).
+		return c.conflict(t, leaseEnd), true
 	case err != nil:
 		return c.failed(ctx, t, err), true
 	}
@@ -175,10 +177,20 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	}
 	// Released or expired: take the lease over, if our budget allows.
 	if !time.Now().Before(until) {
-		t.comeBack = time.Millisecond
-		return vConflict, true
+		return c.conflict(t, time.Now()), true
 	}
 	return 0, false
+}
+
+// conflict refuses a repeat whose budget ends before the first request, whose lease
+// ends at leaseEnd: come back when the first's deadline has passed (the lease's end
+// less the margin, which is there for a late answer to be stored, not for a repeat
+// to wait out; at least 1 ms). A first on another replica is taken to have the same
+// margin.
+func (c *core) conflict(t *ticket, leaseEnd time.Time) verdict {
+	t.holderLeft = max(time.Until(leaseEnd), 0)
+	t.comeBack = max(t.holderLeft-c.c.margin, time.Millisecond)
+	return vConflict
 }
 
 // failed reads a store call that returned err. Only a caller that left (ctx

@@ -42,9 +42,10 @@
 //	repeat of a completed request              the stored answer, with   the stored answer, with
 //	                                           Idempotent-Replayed: true idempotent-replayed: true (header)
 //
-// The pushback of a 409 / Aborted is the first request's time left: package retry
+// The pushback of a 409 / Aborted is the first request's time left until its
+// deadline (its lease's end less [WithLeaseMargin], at least 1 ms): package retry
 // comes back after it when the caller's deadline allows, and then meets the stored
-// answer.
+// answer (or runs, once the first has given its key up).
 //
 // # What a key means
 //
@@ -113,7 +114,8 @@
 //
 // A repeat that arrives while the first still runs waits for the first's answer, but
 // never past its own deadline less the floor ([WithFloor], default
-// [deadline.DefaultFloor]); if the first is still running then, it gets 409 / Aborted
+// [deadline.DefaultFloor]; at least [MinRefusalReserve], so that its refusal reaches
+// its caller in time); if the first is still running then, it gets 409 / Aborted
 // with the first's time left. If the first is released while a repeat waits (a panic,
 // Forget, its deadline), the repeat takes the lease over and runs.
 //

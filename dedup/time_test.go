@@ -107,12 +107,84 @@ func TestRepeatNeverWaitsPastItsDeadline(t *testing.T) {
 		if r.Code != http.StatusConflict {
 			t.Errorf("repeat: %d, want 409", r.Code)
 		}
-		// The first's lease (10s + the margin of 1s) has 11s − 2.98s left.
-		if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); got != "8020" {
-			t.Errorf("pushback %q, want 8020", got)
+		// The first's deadline (10s) is 10s − 2.98s away: come back then, not at
+		// the end of its lease (the margin past it is for a late answer to be
+		// stored, not for the repeat to wait out).
+		if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); got != "7020" {
+			t.Errorf("pushback %q, want 7020", got)
 		}
-		if got := r.Header().Get("Retry-After"); got != "9" {
-			t.Errorf("Retry-After %q, want 9", got)
+		if got := r.Header().Get("Retry-After"); got != "8" {
+			t.Errorf("Retry-After %q, want 8", got)
+		}
+		close(b.release)
+		synctest.Wait()
+	})
+}
+
+// TestComeBackIsTheFirstsTimeLeft: the come-back of a 409 is the first request's
+// time left until its deadline, whether the repeat waited or had no time to, and
+// at least 1 ms once that deadline has passed (the first still runs within its
+// lease's margin).
+func TestComeBackIsTheFirstsTimeLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		first      time.Duration // the first's budget
+		after      time.Duration // when the repeat comes
+		budget     time.Duration // the repeat's
+		took       time.Duration // the repeat's wait
+		pushback   string
+		retryAfter string
+	}{
+		{"no time to wait", 3 * time.Second, 500 * time.Millisecond, 15 * time.Millisecond, 0, "2500", "3"},
+		{"waited", 3 * time.Second, 500 * time.Millisecond, 500 * time.Millisecond, 480 * time.Millisecond, "2020", "3"},
+		{"first past its deadline", time.Second, 1100 * time.Millisecond, 500 * time.Millisecond, 480 * time.Millisecond, "1", "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				stuck := make(chan struct{}) // the first ignores its deadline
+				var n atomic.Int64
+				h := dedup.NewMiddleware(dedup.NewMemoryStore(), dedup.WithLeaseMargin(time.Second))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if n.Add(1) == 1 {
+						<-stuck
+					}
+					w.WriteHeader(http.StatusCreated)
+				}))
+				go call(h, "k", tc.first)
+				synctest.Wait()
+				time.Sleep(tc.after)
+				start := time.Now()
+				r := call(h, "k", tc.budget)
+				if took := time.Since(start); r.Code != http.StatusConflict || took != tc.took {
+					t.Errorf("repeat: %d after %v, want 409 after %v", r.Code, took, tc.took)
+				}
+				if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); got != tc.pushback {
+					t.Errorf("pushback %q, want %s", got, tc.pushback)
+				}
+				if got := r.Header().Get("Retry-After"); got != tc.retryAfter {
+					t.Errorf("Retry-After %q, want %s", got, tc.retryAfter)
+				}
+				close(stuck)
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+// TestRepeatKeepsTheRefusalReserve: a floor below dedup.MinRefusalReserve (the
+// root stack gives 1 ms) still keeps the reserve for the refusal's way back.
+func TestRepeatKeepsTheRefusalReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(dedup.NewMemoryStore(), dedup.WithFloor(time.Millisecond))(b)
+		go call(h, "k", 10*time.Second)
+		synctest.Wait()
+		start := time.Now()
+		r := call(h, "k", time.Second)
+		if w := time.Since(start); w != time.Second-dedup.MinRefusalReserve {
+			t.Errorf("repeat waited %v, want its budget less dedup.MinRefusalReserve (990ms)", w)
+		}
+		if r.Code != http.StatusConflict {
+			t.Errorf("repeat: %d, want 409", r.Code)
 		}
 		close(b.release)
 		synctest.Wait()
@@ -193,8 +265,8 @@ func TestNoDeadlineHoldsTheDefaultBudget(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(time.Second)
 		r := call(h, "k", 100*time.Millisecond)
-		if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); r.Code != 409 || got != "29920" {
-			t.Errorf("%d pushback %q, want 409 with 30s + 1s − 1.08s", r.Code, got)
+		if got := r.Header().Get("Grpc-Retry-Pushback-Ms"); r.Code != 409 || got != "28920" {
+			t.Errorf("%d pushback %q, want 409 with 30s − 1.08s", r.Code, got)
 		}
 		close(b.release)
 		synctest.Wait()

@@ -58,6 +58,7 @@ type ticket struct {
 	err      error
 	forgot   atomic.Bool
 	outcome  string
+	run      runContext // the handler's context ([core.runCtx])
 }
 
 // storeKey is key in scope: the scope's length first, so that no scope's keys can

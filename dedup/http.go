@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -135,7 +134,8 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 		body = &bodyReader{b: b}
 	}
 	var sum [sha256.Size]byte
-	t.fp = hex.EncodeToString(h.Sum(sum[:0]))
+	h.Sum(sum[:0])
+	t.setFingerprint(&sum)
 	return body, nil
 }
 

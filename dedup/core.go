@@ -239,6 +239,10 @@ func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept f
 		err = c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
 	}
 	record.DedupStore(ctx, "complete", time.Since(start))
+	if err == nil { // the common case, without the closure settle would need
+		cancel()
+		return
+	}
 	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
 }
 

@@ -58,6 +58,7 @@ type ticket struct {
 	err      error
 	forgot   atomic.Bool
 	outcome  string
+	run      runContext // the handler's context ([core.runCtx])
 
 	// holderLeft is what the first's lease had left when a conflict was decided.
 	holderLeft time.Duration
@@ -75,12 +76,22 @@ func (c *core) storeKey(ctx context.Context, key string) string {
 
 // newToken returns a token no other lease holds: 128 random bits.
 func newToken() string {
-	var b [16]byte
+	var b [tokenLen]byte
+	putToken(&b)
+	return string(b[:])
+}
+
+// tokenLen is the length of a token: 128 bits in hex.
+const tokenLen = 32
+
+// putToken writes a new token into b.
+func putToken(b *[tokenLen]byte) {
+	var r [16]byte
 	u, v := rand.Uint64(), rand.Uint64()
 	for i := range 8 {
-		b[i], b[8+i] = byte(u>>(8*i)), byte(v>>(8*i))
+		r[i], r[8+i] = byte(u>>(8*i)), byte(v>>(8*i))
 	}
-	return hex.EncodeToString(b[:])
+	hex.Encode(b[:], r[:])
 }
 
 // leaseTTL is the lease of a request with ctx: its time left plus the margin, or the
@@ -98,7 +109,9 @@ func (c *core) leaseTTL(ctx context.Context) time.Duration {
 
 // begin takes the lease for (key, fp), or finds what the request gets instead.
 func (c *core) begin(ctx context.Context, t *ticket) verdict {
-	t.token = newToken()
+	if t.token == "" { // setFingerprint gives one with the fingerprint
+		t.token = newToken()
+	}
 	var waitStart time.Time
 	for range 8 {
 		ttl := c.leaseTTL(ctx)
@@ -238,6 +251,10 @@ func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept f
 		err = c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
 	}
 	record.DedupStore(ctx, "complete", time.Since(start))
+	if err == nil { // the common case, without the closure settle would need
+		cancel()
+		return
+	}
 	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
 }
 

@@ -8,13 +8,37 @@ import (
 
 // runCtx is the context the handler of t's run gets: t itself (for [Forget]) and,
 // unless [WithoutKeyDerivation], the derivation of its downstream keys from t's key
-// in its scope ([DerivedKey], package retry's WithIdempotencyKeys).
+// in its scope ([DerivedKey], package retry's WithIdempotencyKeys). It is t's own
+// [runContext]: a run adds no allocation for its context. Called once per ticket.
 func (c *core) runCtx(ctx context.Context, t *ticket) context.Context {
-	ctx = context.WithValue(ctx, runKey{}, t)
-	if c.c.noDerive {
-		return ctx
+	rc := &t.run
+	rc.Context, rc.t, rc.derive = ctx, t, !c.c.noDerive
+	if rc.derive {
+		rc.chain.Init(t.key, t.inbound)
 	}
-	return keychain.With(ctx, t.key, t.inbound)
+	return rc
+}
+
+// runContext is the context of a keyed run: its parent's, answering runKey with the
+// run's ticket and, when derive, [keychain.Key] with the run's chain.
+type runContext struct {
+	context.Context
+	t      *ticket
+	derive bool
+	chain  keychain.Chain
+}
+
+// Value implements [context.Context].
+func (rc *runContext) Value(key any) any {
+	switch key.(type) {
+	case runKey:
+		return rc.t
+	case keychain.Key:
+		if rc.derive {
+			return &rc.chain
+		}
+	}
+	return rc.Context.Value(key)
 }
 
 // WithoutKeyDerivation turns off the keys that travel: the handler's downstream

@@ -3,7 +3,6 @@ package dedup
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"sync"
 
@@ -107,7 +106,8 @@ func fingerprintGRPC(method string, req any, t *ticket) error {
 		h.Write(b)
 	}
 	var sum [sha256.Size]byte
-	t.fp = hex.EncodeToString(h.Sum(sum[:0]))
+	h.Sum(sum[:0])
+	t.setFingerprint(&sum)
 	return nil
 }
 

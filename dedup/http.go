@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -135,7 +134,8 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 		body = &bodyReader{b: b}
 	}
 	var sum [sha256.Size]byte
-	t.fp = hex.EncodeToString(h.Sum(sum[:0]))
+	h.Sum(sum[:0])
+	t.setFingerprint(&sum)
 	return body, nil
 }
 
@@ -271,7 +271,11 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	if rec.status == 0 {
 		rec.snapshot(http.StatusOK)
 	}
-	ans, notKept := rec.answer(r.Method == http.MethodHead)
+	ans, total, keepable := rec.answer(r.Method == http.MethodHead)
+	var notKept func() []byte // on the stack: complete does not keep it
+	if keepable {
+		notKept = func() []byte { return encodeNotKept(rec.status, total) }
+	}
 	c.complete(ctx, t, ans, notKept)
 	c.report(ctx, outFirst, t)
 }
@@ -453,33 +457,32 @@ func (w *recorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// answer returns the answer to store when the handler returned, and the record to
-// store instead if the store refuses it for its size. An answer whose delivery
+// answer returns the answer to store when the handler returned; when keepable, a
+// store that refuses it for its size gets the record of an answer of total bytes
+// not kept instead. An answer whose delivery
 // failed is stored only when it is provably whole (its body matches the
 // Content-Length the handler set: a handler that stops writing at the first error,
 // as most do, leaves a shorter body); one whose body does not match its
 // Content-Length was cut short as well. Neither is the answer: a record saying it
 // was not kept is stored instead, so that a repeat is refused, never run again.
-func (w *recorder) answer(head bool) (ans []byte, notKept func() []byte) {
+func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
 	whole := !w.failed
 	if w.declared >= 0 && !head && bodyAllowed(w.status) {
 		whole = int64(w.size) == w.declared
 	}
 	trailer := trailersOf(w.ResponseWriter.Header())
-	total := w.head + w.size
+	total = w.head + w.size
 	if len(trailer) > 0 && !w.over {
 		w.ans = withTrailers(w.ans, w.head, trailer)
 		total = len(w.ans)
 	}
-	status := w.status
-	tooLarge := func() []byte { return encodeNotKept(status, total) }
 	switch {
 	case !whole:
-		return encodeNotKeptWhy(status, w.size, whyIncomplete), nil
+		return encodeNotKeptWhy(w.status, w.size, whyIncomplete), 0, false
 	case w.over || total > w.max:
-		return tooLarge(), nil
+		return encodeNotKept(w.status, total), 0, false
 	}
-	return w.ans, tooLarge
+	return w.ans, total, true
 }
 
 // bodyAllowed reports whether a response with status has a body.

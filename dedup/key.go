@@ -1,6 +1,8 @@
 package dedup
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strconv"
 )
@@ -123,4 +125,15 @@ func quotedKey(v string) (string, error) {
 		b = append(b, v[j])
 	}
 	return string(b), nil
+}
+
+// setFingerprint sets t.fp to sum in hex and gives t its lease token, both in one
+// string: a store's record keeps them together. The formats are [newToken]'s and
+// a SHA-256 in hex, as ever (a shared Redis holds records of older versions).
+func (t *ticket) setFingerprint(sum *[sha256.Size]byte) {
+	var b [2*sha256.Size + tokenLen]byte
+	hex.Encode(b[:2*sha256.Size], sum[:])
+	putToken((*[tokenLen]byte)(b[2*sha256.Size:]))
+	s := string(b[:])
+	t.fp, t.token = s[:2*sha256.Size], s[2*sha256.Size:]
 }

@@ -40,19 +40,30 @@ type Chain struct {
 	seed    [sha256.Size]byte
 }
 
-type ctxKey struct{}
+// Key is the context key of a run's chain: ctx.Value(Key{}) is the *Chain [From]
+// returns. A context of its own may answer it (package dedup's run context does, so
+// that a keyed run costs one context, not one per value).
+type Key struct{}
 
 // With returns ctx carrying a new chain for the run of the request whose store key
 // (the key in its scope) is scoped and whose key, as parsed from the wire, is
 // inbound.
 func With(ctx context.Context, scoped, inbound string) context.Context {
-	c := &Chain{scoped: scoped, inbound: inbound}
-	return context.WithValue(ctx, ctxKey{}, c)
+	c := &Chain{}
+	c.Init(scoped, inbound)
+	return context.WithValue(ctx, Key{}, c)
+}
+
+// Init makes c, a zero Chain (one embedded in a larger value, never copied after),
+// the chain of the run of the request whose store key is scoped and whose key, as
+// parsed from the wire, is inbound: as [With]'s chain.
+func (c *Chain) Init(scoped, inbound string) {
+	c.scoped, c.inbound = scoped, inbound
 }
 
 // From returns the chain of ctx, or nil when ctx is not a keyed request's run.
 func From(ctx context.Context) *Chain {
-	c, _ := ctx.Value(ctxKey{}).(*Chain)
+	c, _ := ctx.Value(Key{}).(*Chain)
 	return c
 }
 

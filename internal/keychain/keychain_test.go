@@ -59,3 +59,35 @@ func TestForwarded(t *testing.T) {
 		}
 	}
 }
+
+// runCtx answers Key itself, as package dedup's run context does.
+type runCtx struct {
+	context.Context
+	c keychain.Chain
+}
+
+func (r *runCtx) Value(key any) any {
+	if _, ok := key.(keychain.Key); ok {
+		return &r.c
+	}
+	return r.Context.Value(key)
+}
+
+func TestInitIsWith(t *testing.T) {
+	rc := &runCtx{Context: context.Background()}
+	rc.c.Init("0::k", "k")
+	c := keychain.From(keychain.With(context.Background(), "0::k", "k"))
+	e := keychain.From(rc)
+	if e != &rc.c {
+		t.Fatal("From does not find the chain a context answers Key with")
+	}
+	if a, b := c.Next(), e.Next(); a != b {
+		t.Fatalf("Next: %q from With, %q from Init", a, b)
+	}
+	if a, b := c.Labelled("x"), e.Labelled("x"); a != b {
+		t.Fatalf("Labelled: %q from With, %q from Init", a, b)
+	}
+	if !e.Forwarded("k") || e.Forwarded("0::k") {
+		t.Fatal("Init's chain does not know its inbound key")
+	}
+}

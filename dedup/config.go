@@ -146,8 +146,9 @@ func WithDefaultTimeout(d time.Duration) Option {
 }
 
 // WithStoreRetryAfter sets the pushback sent with the 503 / Unavailable that answers
-// a keyed request while the store cannot be reached. Default
-// [DefaultStoreRetryAfter] (1 s).
+// a keyed request while the store cannot be reached, when the store's error does
+// not say when it will try again ([UnavailableError.RetryIn] does); either is capped
+// at the request's time left. Default [DefaultStoreRetryAfter] (1 s).
 func WithStoreRetryAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d > 0 {

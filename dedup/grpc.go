@@ -84,8 +84,10 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 		if c.c.runWithoutStore {
 			return c.workGRPC(ctx, t, handler)(ctx, req)
 		}
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
-		return nil, status.Error(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error())
+		// The store's failure, not this server's: the caller's breaker stays neutral.
+		comeBack := c.storeDown(ctx, t.err)
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushback.Key, pushbackMs(comeBack), pushback.RelayedKey, pushback.Yes))
+		return nil, status.Error(codes.Unavailable, storeDownMessage(t.err, comeBack))
 	default: // vCanceled
 		c.report(ctx, outCanceled, t)
 		return nil, status.FromContextError(t.err).Err()

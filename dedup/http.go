@@ -92,10 +92,13 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 			c.workHTTP(r, t, next).ServeHTTP(w, r)
 			return
 		}
+		// The store's failure, not this server's: the caller's breaker stays neutral.
+		comeBack := c.storeDown(ctx, t.err)
 		h := w.Header()
-		h.Set(pushback.Key, pushbackMs(c.c.storeRetryAfter))
-		h.Set("Retry-After", retryAfter(c.c.storeRetryAfter))
-		http.Error(w, "dedup: the idempotency store cannot be reached: "+t.err.Error(), http.StatusServiceUnavailable)
+		h.Set(pushback.Key, pushbackMs(comeBack))
+		h.Set("Retry-After", retryAfter(comeBack))
+		h.Set(pushback.RelayedKey, pushback.Yes)
+		http.Error(w, storeDownMessage(t.err, comeBack), http.StatusServiceUnavailable)
 	case vCanceled:
 		c.report(ctx, outCanceled, t)
 		w.Header().Set(pushback.Key, pushback.DoNotRetry)

@@ -81,8 +81,10 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 		if c.c.runWithoutStore {
 			return c.workRPC(ctx, t, handle)(ctx)
 		}
-		return nil, refusal(codes.Unavailable, "dedup: the idempotency store cannot be reached: "+t.err.Error(),
-			metadata.Pairs(pushback.Key, pushbackMs(c.c.storeRetryAfter)))
+		// The store's failure, not this server's: the caller's breaker stays neutral.
+		comeBack := c.storeDown(ctx, t.err)
+		return nil, refusal(codes.Unavailable, storeDownMessage(t.err, comeBack),
+			metadata.Pairs(pushback.Key, pushbackMs(comeBack), pushback.RelayedKey, pushback.Yes))
 	default:
 		c.report(ctx, outCanceled, t)
 		return nil, status.FromContextError(t.err).Err()

@@ -281,10 +281,10 @@ func (c *Cluster) Kill(s *Server) { s.Stop() }
 
 // Pause stops s with SIGSTOP: it reads and answers nothing, on any connection,
 // until Resume. (The kernel still accepts what is sent to it.)
-func (c *Cluster) Pause(s *Server) error { return s.signal(syscall.SIGSTOP) }
+func (c *Cluster) Pause(s *Server) error { return s.Pause() }
 
 // Resume continues s after Pause.
-func (c *Cluster) Resume(s *Server) error { return s.signal(syscall.SIGCONT) }
+func (c *Cluster) Resume(s *Server) error { return s.Resume() }
 
 // Admin returns a client on s alone (one connection, no retries), for commands
 // a test sends to one node, such as CLIENT KILL or INFO.

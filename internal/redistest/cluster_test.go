@@ -82,3 +82,44 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("the replica was not promoted:\n%s", nodes)
 	}
 }
+
+// TestServerKillPauseRestart: a paused server answers nothing until resumed, a
+// killed one refuses connections, and a restart serves again on the same address.
+func TestServerKillPauseRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	ping := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		defer cancel()
+		return rdb.Ping(ctx).Err()
+	}
+	if err := ping(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(100 * time.Millisecond); err == nil {
+		t.Fatal("a paused server answered")
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(10 * time.Second); err != nil {
+		t.Fatalf("resumed: %v", err)
+	}
+	addr := srv.Addr
+	srv.Kill()
+	if err := ping(10 * time.Second); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("killed: %v, want connection refused", err)
+	}
+	srv.Kill() // twice: nothing
+	srv.Restart(t)
+	if srv.Addr != addr {
+		t.Fatalf("restarted on %s, was %s", srv.Addr, addr)
+	}
+	if err := ping(10 * time.Second); err != nil {
+		t.Fatalf("restarted: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -181,6 +182,21 @@ func (s *Server) Stop() {
 		<-exited
 	}
 }
+
+// Kill kills the server with SIGKILL, as a crash would: it answers nothing more,
+// and a connection to its port is refused until [Server.Restart] starts it again on
+// the same port (its data is gone: it persists nothing, unless [RunPersistent]).
+// Killing a killed server does nothing.
+func (s *Server) Kill() { s.Stop() }
+
+// Pause stops the server with SIGSTOP, as a stalled host would: it reads and
+// answers nothing, on any connection, until [Server.Resume], while the kernel still
+// accepts connections and what is sent on them. A killed server is not paused.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues the server after [Server.Pause]: it reads what waited and
+// answers it.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
 // Restart stops the server and starts a new one on the same port.
 func (s *Server) Restart(tb testing.TB) {

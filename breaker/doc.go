@@ -5,7 +5,8 @@
 // A circuit opens on a run of failures or a failure (or slow-call) ratio in a sliding
 // window; open, it refuses calls at once with [ErrOpen], nothing sent; after a sleep
 // that grows with each failed probe ([Sleep]), a few probes go through and close it
-// again. Use it on the client side, below the retry layer and above hedging, with a
+// again (a probe that timed out is lost, not failed: [MaxLostProbes] of them re-open
+// it for the same sleep). Use it on the client side, below the retry layer and above hedging, with a
 // [Breaker] shared by the adapters that should share circuits:
 //
 //	b := breaker.New()

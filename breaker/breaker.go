@@ -88,9 +88,10 @@ type key struct {
 }
 
 const (
-	keyHTTP   uint8 = iota // a: scheme, b: host as in the URL
-	keyGRPC                // b: the ClientConn's target
-	keyCustom              // b: WithKey's result
+	keyHTTP     uint8 = iota // a: scheme, b: host as in the URL
+	keyGRPC                  // b: the ClientConn's target
+	keyCustom                // b: WithKey's result
+	keyEndpoint              // a: the ClientConn's target, b: an endpoint's address
 )
 
 // maxKeys bounds the lookup map: a circuit can be reached by a few spellings of its

@@ -15,6 +15,11 @@
 //		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor()),
 //		grpc.WithChainStreamInterceptor(b.StreamClientInterceptor()))
 //
+// A gRPC client of a service with several replicas gives each replica (endpoint) a
+// circuit of its own with the [BalancerName] policy (grpc.WithDefaultServiceConfig
+// with [ServiceConfig]): an open replica is skipped while the others serve, and the
+// call is refused only when every replica's circuit is open.
+//
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe
 // comes before its deadline.

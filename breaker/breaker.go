@@ -88,9 +88,10 @@ type key struct {
 }
 
 const (
-	keyHTTP   uint8 = iota // a: scheme, b: host as in the URL
-	keyGRPC                // b: the ClientConn's target
-	keyCustom              // b: WithKey's result
+	keyHTTP     uint8 = iota // a: scheme, b: host as in the URL
+	keyGRPC                  // b: the ClientConn's target
+	keyCustom                // b: WithKey's result
+	keyEndpoint              // a: the ClientConn's target, b: an endpoint's address
 )
 
 // maxKeys bounds the lookup map: a circuit can be reached by a few spellings of its
@@ -130,6 +131,7 @@ type circuit struct {
 	sleep    int64  // the current sleep, ns
 	inflight int    // half-open: probes sent, not yet back
 	passed   int    // half-open: probes that succeeded
+	lost     int    // half-open: probes lost (MaxLostProbes) since it left open
 	lease    int64  // half-open: the time (ns since epoch) after which probes in flight are given up on
 }
 
@@ -291,12 +293,21 @@ func (b *Breaker) admitSlow(ctx context.Context, c *circuit, t *ticket, sg uint6
 		}
 		sg = next(sg, HalfOpen)
 		c.sg.Store(sg)
-		c.inflight, c.passed = 0, 0
+		c.inflight, c.passed, c.lost = 0, 0, 0
 		moved = true
 	case HalfOpen:
 		if c.inflight > 0 && ns >= c.lease {
 			// The probes in flight have been out for a whole sleep: they are given
-			// up on (their outcomes will not count), and new ones may go.
+			// up on as lost (their outcomes will not count), and new ones may go,
+			// unless too many were lost.
+			c.lost += c.inflight
+			if c.lost >= MaxLostProbes {
+				b.rest(c, sg, ns)
+				wait := c.until.Load() - ns
+				c.mu.Unlock()
+				b.transition(ctx, c, HalfOpen, Open)
+				return b.refuse(ctx, c, Open, wait)
+			}
 			sg = next(sg, HalfOpen)
 			c.sg.Store(sg)
 			c.inflight, c.passed = 0, 0
@@ -344,6 +355,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	o := b.cfg.classify(*r)
 	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
 	b.count(ctx, c, o, slow)
+	lost := t.probe && o == Failure && !slow && lostAnswer(r)
 	if o == Success && !t.stream {
 		if s := c.seen.Add(1); s%sampleEvery == 0 || samples < denseSamples {
 			c.lat.AddAt(ns, r.Took)
@@ -362,7 +374,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 		}
 		return
 	}
-	b.settle(ctx, t, o, slow, ns)
+	b.settle(ctx, t, o, slow, lost, ns)
 }
 
 // describe fills in what the circuit knows of the call that t admitted and that
@@ -384,9 +396,10 @@ func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
 }
 
 // settle moves t's circuit on outcome o under its lock: counted in the window when
-// closed (and tripping it), or deciding a probe when half-open. An outcome of a
-// generation that has ended is stale and dropped.
-func (b *Breaker) settle(ctx context.Context, t *ticket, o Outcome, slow bool, ns int64) {
+// closed (and tripping it), or deciding a probe when half-open (lost: its answer
+// never came, see MaxLostProbes). An outcome of a generation that has ended is stale
+// and dropped.
+func (b *Breaker) settle(ctx context.Context, t *ticket, o Outcome, slow, lost bool, ns int64) {
 	c := t.c
 	c.mu.Lock()
 	sg := c.sg.Load()
@@ -401,6 +414,11 @@ func (b *Breaker) settle(ctx context.Context, t *ticket, o Outcome, slow bool, n
 		to = b.countClosed(c, sg, o, slow, ns)
 	case o == Neutral:
 		c.inflight--
+	case lost:
+		c.inflight--
+		if c.lost++; c.lost >= MaxLostProbes {
+			to = b.rest(c, sg, ns)
+		}
 	case o == Failure || slow:
 		to = b.open(c, sg, ns)
 	default:
@@ -442,6 +460,12 @@ func (b *Breaker) countClosed(c *circuit, sg uint64, o Outcome, slow bool, ns in
 // c.mu is held.
 func (b *Breaker) open(c *circuit, sg uint64, ns int64) State {
 	c.opened++
+	return b.rest(c, sg, ns)
+}
+
+// rest moves c, in state and generation sg, to open at time ns for the sleep of its
+// current opening: open's, or, after lost probes, the same again. c.mu is held.
+func (b *Breaker) rest(c *circuit, sg uint64, ns int64) State {
 	c.sleep = int64(b.cfg.sleep.Delay(c.opened, b.cfg.random()))
 	c.until.Store(ns + c.sleep)
 	c.win.reset()

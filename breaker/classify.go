@@ -191,3 +191,15 @@ func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
 }
+
+// lostAnswer reports whether r is a call whose answer never came: a timeout
+// (context.DeadlineExceeded, a net timeout, gRPC DEADLINE_EXCEEDED).
+func lostAnswer(r *Result) bool {
+	if r.Err == nil {
+		return false
+	}
+	if st, ok := status.FromError(r.Err); ok && r.GRPC {
+		return st.Code() == codes.DeadlineExceeded
+	}
+	return isTimeout(r.Err) || errors.Is(r.CallerErr, context.DeadlineExceeded)
+}

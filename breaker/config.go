@@ -33,6 +33,16 @@ const (
 	// DefaultProbes is the number of calls let through in half-open: all of them must
 	// succeed to close the breaker, one failure opens it again.
 	DefaultProbes = 3
+	// MaxLostProbes is the number of lost probes that re-open a half-open breaker. A
+	// probe is lost when its answer never came: it timed out (a failure by [Classify]
+	// and by every timeout rule), or it was still out a whole sleep after it was
+	// sent and was given up on. A lost answer may be the network's or the caller's
+	// loss as well as the target's, so it does not lengthen the sleep: each lost
+	// probe frees its slot for another, and the MaxLostProbes-th of one half-open
+	// spell re-opens the breaker for the same sleep as the last one, where a probe
+	// that fails outright (refused, UNAVAILABLE, 503) re-opens it for the next,
+	// longer one. A target that hangs is thus probed once per sleep, without growth.
+	MaxLostProbes = 3
 	// MaxTargets bounds the number of targets a [Breaker] keeps a circuit for. Calls
 	// to further targets are sent unbroken and counted in [Stats].Untracked: a shared
 	// circuit for the overflow would let a dead target open a healthy one's breaker.

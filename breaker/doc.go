@@ -5,7 +5,8 @@
 // A circuit opens on a run of failures or a failure (or slow-call) ratio in a sliding
 // window; open, it refuses calls at once with [ErrOpen], nothing sent; after a sleep
 // that grows with each failed probe ([Sleep]), a few probes go through and close it
-// again. Use it on the client side, below the retry layer and above hedging, with a
+// again (a probe that timed out is lost, not failed: [MaxLostProbes] of them re-open
+// it for the same sleep). Use it on the client side, below the retry layer and above hedging, with a
 // [Breaker] shared by the adapters that should share circuits:
 //
 //	b := breaker.New()
@@ -13,6 +14,11 @@
 //	conn, err := grpc.NewClient(addr,
 //		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor()),
 //		grpc.WithChainStreamInterceptor(b.StreamClientInterceptor()))
+//
+// A gRPC client of a service with several replicas gives each replica (endpoint) a
+// circuit of its own with the [BalancerName] policy (grpc.WithDefaultServiceConfig
+// with [ServiceConfig]): an open replica is skipped while the others serve, and the
+// call is refused only when every replica's circuit is open.
 //
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -44,6 +45,7 @@ type unaryCall struct {
 	trailer metadata.MD
 	topt    grpc.TrailerCallOption
 	opts    [4]grpc.CallOption
+	note    note // for the endpoints' circuits (BalancerName)
 }
 
 func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -57,9 +59,28 @@ func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *
 	}
 	u := new(unaryCall)
 	u.topt.TrailerAddr = &u.trailer
+	var n *note
+	if endpointsInUse.Load() {
+		n = &u.note
+		n.b, n.target = b, cc.Target()
+		ctx = context.WithValue(ctx, noteKey{}, n)
+	}
 	err := invoker(ctx, method, req, reply, cc, append(append(u.opts[:0], opts...), &u.topt)...)
+	if n != nil && n.judged.Load() {
+		b.judged(ctx, &tk)
+		return err
+	}
 	b.done(ctx, &tk, &Result{Method: method, GRPC: true, Err: err, Trailer: u.trailer})
 	return err
+}
+
+// judged releases the target circuit's ticket of a call that its endpoint's
+// circuit judged (BalancerName): it counts nothing, except that a target circuit
+// left half-open (from when the target had one endpoint) closes with its probes.
+func (b *Breaker) judged(ctx context.Context, t *ticket) {
+	if t.probe {
+		b.settle(ctx, t, Success, false, false, int64(time.Since(t.c.epoch)))
+	}
 }
 
 // refusal is the gRPC form of an admission's refusal: its pushback on the error and
@@ -113,6 +134,10 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 	if err := b.admit(ctx, c, &s.st.t); err != nil {
 		return nil, refusal(err, opts)
 	}
+	if endpointsInUse.Load() {
+		s.note = &note{b: b, target: cc.Target(), stream: true, serverStreams: desc.ServerStreams}
+		ctx = context.WithValue(ctx, noteKey{}, s.note)
+	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
 		s.finish(err, nil)
@@ -140,6 +165,18 @@ type clientStream struct {
 	st            streamTicket
 	stop          atomic.Pointer[func() bool] // context.AfterFunc's
 	finished      atomic.Bool
+	note          *note // for the endpoints' circuits (BalancerName); nil when unused
+}
+
+// answered takes an answer of the stream, for its target's circuit and the
+// endpoint's probe.
+func (s *clientStream) answered() {
+	s.b.streamAnswered(s.ctx, &s.st)
+	if s.note != nil {
+		if p := s.note.probe.Load(); p != nil {
+			s.b.streamAnswered(s.ctx, p)
+		}
+	}
 }
 
 // finish reports the stream's outcome, once.
@@ -150,6 +187,12 @@ func (s *clientStream) finish(err error, trailer metadata.MD) {
 	if stop := s.stop.Load(); stop != nil {
 		(*stop)()
 	}
+	if s.note != nil && s.note.judged.Load() {
+		if s.st.reported.CompareAndSwap(false, true) {
+			s.b.judged(s.ctx, &s.st.t)
+		}
+		return
+	}
 	s.b.streamEnded(s.ctx, &s.st, err, trailer)
 }
 
@@ -157,7 +200,7 @@ func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	switch {
 	case err == nil:
-		s.b.streamAnswered(s.ctx, &s.st)
+		s.answered()
 		if !s.serverStreams {
 			s.finish(nil, nil) // a single answer: the stream is done
 		}
@@ -174,7 +217,7 @@ func (s *clientStream) RecvMsg(m any) error {
 func (s *clientStream) Header() (metadata.MD, error) {
 	md, err := s.ClientStream.Header()
 	if err == nil && md != nil {
-		s.b.streamAnswered(s.ctx, &s.st)
+		s.answered()
 	}
 	return md, err
 }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 var (
@@ -562,5 +565,66 @@ func TestProbeStreamJudgedAtFirstAnswer(t *testing.T) {
 		}
 		b.streamEnded(ctx, dead, errFail, nil)
 		wantState(t, b, "a", Open)
+	})
+}
+
+// lostAnswer is a call whose answer never came: its deadline passed with a fair
+// budget (no deadline at all here), which Classify counts as a failure.
+var lostAnswers = []Result{
+	{Err: context.DeadlineExceeded},
+	{GRPC: true, Err: status.Error(codes.DeadlineExceeded, "context deadline exceeded")},
+}
+
+func TestLostProbeDoesNotLengthenTheSleep(t *testing.T) {
+	for _, lost := range lostAnswers {
+		synctest.Test(t, func(t *testing.T) {
+			b := halfOpen(t, WithClassifier(Classify), WithProbes(1))
+			c := b.circuit(key{kind: keyCustom, b: "a"})
+			for i := range MaxLostProbes {
+				var tk ticket
+				if err := b.admit(context.Background(), c, &tk); err != nil {
+					t.Fatalf("probe %d: %v", i+1, err)
+				}
+				r := lost
+				b.done(context.Background(), &tk, &r)
+				if i < MaxLostProbes-1 {
+					// A lost answer says nothing of the target: the next probe may go.
+					wantState(t, b, "a", HalfOpen)
+				}
+			}
+			// The MaxLostProbes-th lost answer re-opens it, for the same sleep.
+			if cs, _ := b.Circuit("a"); cs.State != Open || cs.RetryAfter != time.Second {
+				t.Fatalf("after %d lost probes: %+v, want open for 1s (the same sleep)", MaxLostProbes, cs)
+			}
+			// A probe that fails outright still lengthens it.
+			time.Sleep(time.Second)
+			if err := do(b, "a", 0, errFail); err != nil {
+				t.Fatal(err)
+			}
+			if cs, _ := b.Circuit("a"); cs.State != Open || cs.RetryAfter != 2*time.Second {
+				t.Fatalf("after a failed probe: %+v, want open for 2s", cs)
+			}
+		})
+	}
+}
+
+func TestGivenUpProbesAreLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := halfOpen(t, WithProbes(1))
+		c := b.circuit(key{kind: keyCustom, b: "a"})
+		for i := range MaxLostProbes {
+			var tk ticket // never comes back
+			if err := b.admit(context.Background(), c, &tk); err != nil {
+				t.Fatalf("probe %d: %v", i+1, err)
+			}
+			time.Sleep(time.Second)
+		}
+		// The third given up re-opens the circuit for the same sleep.
+		var tk ticket
+		err := b.admit(context.Background(), c, &tk)
+		var oe *OpenError
+		if !errors.As(err, &oe) || oe.State != Open || oe.RetryAfter != time.Second {
+			t.Fatalf("after %d probes given up: %v, want open for 1s", MaxLostProbes, err)
+		}
 	})
 }

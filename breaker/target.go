@@ -28,8 +28,11 @@ type KeyFunc func(ctx context.Context, c Call) string
 
 // name is the circuit name of k.
 func (k key) name() string {
-	if k.kind == keyHTTP {
+	switch k.kind {
+	case keyHTTP:
 		return TargetName(k.a, k.b)
+	case keyEndpoint:
+		return k.a + "@" + k.b
 	}
 	return k.b
 }

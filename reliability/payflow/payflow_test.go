@@ -94,29 +94,34 @@ func TestPayflow(t *testing.T) {
 
 // figures are a scenario's readings.
 type figures struct {
-	name                  string
-	sent, answered        int
-	charged, twice        int
-	twiceIDs, uncharged   []string
-	attempts, dropped     int
-	refusals              map[string]int // by status, or the client's error
-	outage                bool
-	down, back            time.Time
-	refusedBefore         int           // refusals that came before the outage
-	refusedDuring         int           // refusals that came while Redis was down or paused
-	refusedAfter          int           // refusals that came after it
-	lastAfter             time.Duration // the last refusal after the outage, after its end
-	sentDuring, sentAfter int           // refusals of payments sent during the outage, after it
-	lastSentAfter         time.Duration // the last refused payment sent after the outage, after its end
-	p50, p99              time.Duration // of the answered payments, arrival to answer
-	faultNote             string
+	name                     string
+	sent, answered           int
+	charged, twice           int
+	twiceIDs, uncharged      []string
+	attempts, dropped        int
+	refusals                 map[string]int // by status, or the client's error
+	outage                   bool
+	down, back               time.Time
+	refusedBefore            int           // refusals that came before the outage
+	refusedDuring            int           // refusals that came while Redis was down or paused
+	refusedAfter             int           // refusals that came after it
+	lastAfter                time.Duration // the last refusal after the outage, after its end
+	sentDuring, sentAfter    int           // refusals of payments sent during the outage, after it
+	lastSentAfter            time.Duration // the last refused payment sent after the outage, after its end
+	p50, p99                 time.Duration // of the answered payments, arrival to answer
+	faultNote                string
+	resent, answeredOnResend int // payments the client sent again (same key, fresh budget), and answered so
+	ledgerRepeats            int // requests to charge that repeated a key, met by the ledger's dedup
 }
 
 func (f figures) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d sent, %d answered (%.1f%%), %d charged, %d charged twice; %d attempts, %d answers dropped; answered p50 %v, p99 %v",
-		f.name, f.sent, f.answered, 100*float64(f.answered)/float64(max(f.sent, 1)), f.charged, f.twice, f.attempts, f.dropped,
+	fmt.Fprintf(&b, "%s: %d sent, %d answered (%.1f%%), %d charged, %d charged twice; %d attempts, %d answers dropped, %d repeated charges met the ledger's dedup; answered p50 %v, p99 %v",
+		f.name, f.sent, f.answered, 100*float64(f.answered)/float64(max(f.sent, 1)), f.charged, f.twice, f.attempts, f.dropped, f.ledgerRepeats,
 		f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond))
+	if f.resent > 0 {
+		fmt.Fprintf(&b, "; resent %d unanswered with the same key once their lease had ended, %d answered then", f.resent, f.answeredOnResend)
+	}
 	if f.faultNote != "" {
 		fmt.Fprintf(&b, "; %s", f.faultNote)
 	}
@@ -187,13 +192,14 @@ func runScenario(t *testing.T, sc scenario, rate float64) figures {
 	if client.err != nil {
 		t.Fatalf("client: %v\n%s", client.err, client.output())
 	}
-	charges := c.charges(ledgerURL + "/charges")
+	ledger := c.charges(ledgerURL + "/charges")
 	c.stopAll()
 	recs := readRecords(t, out)
 	if len(recs) != n {
 		t.Fatalf("the client recorded %d payments of %d", len(recs), n)
 	}
-	f.count(recs, charges)
+	f.count(recs, ledger.Charges)
+	f.ledgerRepeats = ledger.Repeats
 	return f
 }
 
@@ -204,18 +210,24 @@ func (f *figures) count(recs []record, charges map[string]int) {
 	for _, r := range recs {
 		f.attempts += r.Attempts
 		f.dropped += r.Dropped
-		done := time.Unix(0, r.Done)
-		if r.Status == http.StatusOK && r.Err == "" {
-			f.answered++
-			lat = append(lat, time.Duration(r.Done-r.Sent))
-			if charges[r.ID] == 0 {
-				f.uncharged = append(f.uncharged, r.ID)
+		if r.Resend != nil {
+			f.resent++
+			if r.Resend.answered() {
+				f.answeredOnResend++
 			}
+		}
+		if (r.First.answered() || r.Resend != nil && r.Resend.answered()) && charges[r.ID] == 0 {
+			f.uncharged = append(f.uncharged, r.ID)
+		}
+		o := r.First
+		if o.answered() {
+			f.answered++
+			lat = append(lat, time.Duration(o.Done-o.Sent))
 			continue
 		}
-		f.refusals[refusal(r)]++
+		f.refusals[refusal(o)]++
 		if f.outage {
-			switch {
+			switch done := time.Unix(0, o.Done); {
 			case done.Before(f.down):
 				f.refusedBefore++
 			case done.Before(f.back):
@@ -224,7 +236,7 @@ func (f *figures) count(recs []record, charges map[string]int) {
 				f.refusedAfter++
 				f.lastAfter = max(f.lastAfter, done.Sub(f.back))
 			}
-			switch sent := time.Unix(0, r.Sent); {
+			switch sent := time.Unix(0, o.Sent); {
 			case sent.Before(f.down):
 			case sent.Before(f.back):
 				f.sentDuring++
@@ -252,7 +264,7 @@ func (f *figures) count(recs []record, charges map[string]int) {
 
 // refusal names the way a payment ended without an answer, its figures blanked
 // ("503 downstream unavailable, retry in N s"), so that like ends count together.
-func refusal(r record) string {
+func refusal(r outcome) string {
 	k := strconv.Itoa(r.Status) + " " + strings.TrimSpace(r.Body)
 	if r.Status == 0 {
 		k = r.Err
@@ -450,18 +462,18 @@ func (c *chain) waitHTTP(url, name string) {
 }
 
 // charges asks the ledger how many times it charged each payment.
-func (c *chain) charges(url string) map[string]int {
+func (c *chain) charges(url string) ledgerState {
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	resp, err := hc.Get(url)
 	if err != nil {
 		c.t.Fatalf("the ledger's charges: %v", err)
 	}
 	defer resp.Body.Close()
-	m := map[string]int{}
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+	var st ledgerState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		c.t.Fatalf("the ledger's charges: %v", err)
 	}
-	return m
+	return st
 }
 
 func readRecords(t *testing.T, path string) []record {

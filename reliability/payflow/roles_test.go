@@ -134,12 +134,33 @@ func ledger() http.Handler {
 		mu.Unlock()
 		writeJSON(w, map[string]any{"payment": c.Payment, "charge": n})
 	})
+	keys := map[string]int{} // requests to POST /charge per Idempotency-Key, replays included
 	mux.HandleFunc("GET /charges", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
-		writeJSON(w, charges)
+		repeats := 0
+		for _, n := range keys {
+			repeats += n - 1
+		}
+		writeJSON(w, ledgerState{Charges: charges, Repeats: repeats})
 	})
-	return deadlinekit.NewHandler(mux, deadlinekit.WithDedup(dedup.NewMemoryStore()))
+	h := deadlinekit.NewHandler(mux, deadlinekit.WithDedup(dedup.NewMemoryStore()))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k := r.Header.Get("Idempotency-Key"); k != "" && r.Method == http.MethodPost {
+			mu.Lock()
+			keys[k]++
+			mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ledgerState is the ledger's answer to GET /charges: the charges of each payment,
+// and the requests to charge that repeated a key already seen (a payments replica's
+// retry, or its re-run of a payment after a crash, each meeting the stored answer).
+type ledgerState struct {
+	Charges map[string]int `json:"charges"`
+	Repeats int            `json:"repeats"`
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -281,15 +302,36 @@ func gateway() (http.Handler, func(), error) {
 
 // record is what the client saw of one payment.
 type record struct {
-	ID       string `json:"id"`
-	Sent     int64  `json:"sent"` // Unix ns
-	Done     int64  `json:"done"` // Unix ns: the answer, or the failure
-	Status   int    `json:"status,omitempty"`
-	Err      string `json:"err,omitempty"`
-	Body     string `json:"body,omitempty"` // of a refusal, cut short
-	Attempts int    `json:"attempts"`       // requests that reached the transport
-	Dropped  int    `json:"dropped"`        // answers the transport dropped
+	ID    string  `json:"id"`
+	First outcome `json:"first"`
+	// Resend is the payment sent again with the same key and a fresh budget, once
+	// the first send's lease has surely ended (resendAfter after its budget), when
+	// the first ended without an answer the user may retry: a transport failure,
+	// 409, or a 5xx.
+	Resend   *outcome `json:"resend,omitempty"`
+	Attempts int      `json:"attempts"` // requests that reached the transport
+	Dropped  int      `json:"dropped"`  // answers the transport dropped
 }
+
+// outcome is the end of one send of a payment.
+type outcome struct {
+	Sent   int64  `json:"sent"` // Unix ns
+	Done   int64  `json:"done"` // Unix ns: the answer, or the failure
+	Status int    `json:"status,omitempty"`
+	Err    string `json:"err,omitempty"`
+	Body   string `json:"body,omitempty"` // of a refusal, cut short
+}
+
+func (o outcome) answered() bool { return o.Status == http.StatusOK && o.Err == "" }
+
+// retryable reports whether a user would send the payment again after o.
+func (o outcome) retryable() bool {
+	return !o.answered() && (o.Status == 0 || o.Status == http.StatusConflict || o.Status >= 500)
+}
+
+// resendAfter is how long after a send's budget the client resends it: past the
+// lease margin (dedup.DefaultLeaseMargin, 1 s) of a replica that died holding it.
+const resendAfter = 1500 * time.Millisecond
 
 // runClient sends payments at a fixed arrival rate (open loop), each with its own
 // Idempotency-Key and a 3 s budget, through the root client stack, whose retries
@@ -329,37 +371,47 @@ func runClient() error {
 	return err
 }
 
+// pay sends one payment, and once more if the first send ended in a way the user
+// may retry.
 func pay(client *http.Client, url, id, key string) record {
-	rec := record{ID: id, Sent: time.Now().UnixNano()}
-	defer func() { rec.Done = time.Now().UnixNano() }()
+	rec := record{ID: id, First: send(client, url, id, key)}
+	if rec.First.retryable() {
+		time.Sleep(time.Until(time.Unix(0, rec.First.Sent).Add(budget + resendAfter)))
+		o := send(client, url, id, key)
+		rec.Resend = &o
+	}
+	return rec
+}
+
+func send(client *http.Client, url, id, key string) outcome {
+	o := outcome{Sent: time.Now().UnixNano()}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	body, _ := json.Marshal(charge{Payment: id, Amount: 100})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/pay", bytes.NewReader(body))
 	if err != nil {
-		rec.Err = err.Error()
-		return rec
+		o.Err, o.Done = err.Error(), time.Now().UnixNano()
+		return o
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("X-Payment", id) // for the dropper's counts
 	resp, err := client.Do(req)
 	if err != nil {
-		rec.Err = err.Error()
-		rec.Done = time.Now().UnixNano()
-		return rec
+		o.Err, o.Done = err.Error(), time.Now().UnixNano()
+		return o
 	}
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	rec.Status = resp.StatusCode
+	o.Status = resp.StatusCode
 	if err != nil {
-		rec.Err = err.Error()
+		o.Err = err.Error()
 	}
 	if resp.StatusCode != http.StatusOK {
-		rec.Body = string(b[:min(len(b), 120)])
+		o.Body = string(b[:min(len(b), 120)])
 	}
-	rec.Done = time.Now().UnixNano()
-	return rec
+	o.Done = time.Now().UnixNano()
+	return o
 }
 
 // errDropped is a dropped answer: the request reached the gateway, its answer was lost.

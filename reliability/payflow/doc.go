@@ -35,9 +35,17 @@
 //
 // It fails when a payment is charged twice (in any scenario), when an answered
 // payment was never charged, and when fewer than 95% of the payments are answered
-// across the 2 s Redis outage (the goals of issue 36). RELIABILITY.md, "The payments
+// across the 2 s Redis outage (the goals of issue 36). That last bound is relative
+// to the same run: 95% of the share answered of the payments sent more than 500 ms
+// before the fault (all of them on a machine with time to spare), so that a machine
+// too loaded to answer in 3 s without any fault does not fail it. RELIABILITY.md, "The payments
 // chain", has the figures.
 //
 //	go test ./reliability/payflow -run TestPayflow -v           # 150 payments/s
 //	go test ./reliability/payflow -run TestPayflow -v -short    # 50 payments/s
+//
+// With PAYFLOW_OTLP set (to a host:port, or to anything else for 127.0.0.1:4317),
+// every process exports its traces over OTLP (otelhttp and otelgrpc around the
+// stack, as the README shows), under the service names payflow-client,
+// payflow-gateway, payflow-payments and payflow-ledger, for a look in Jaeger.
 package payflow

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -72,8 +75,13 @@ func runRole(role string) error {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM)
 	defer signal.Stop(stop)
+	tp, stopTracing, err := tracing(role)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if role == "client" {
-		return runClient()
+		return runClient(tp)
 	}
 	l, err := net.FileListener(os.NewFile(fdListen, "listener"))
 	if err != nil {
@@ -81,18 +89,34 @@ func runRole(role string) error {
 	}
 	switch role {
 	case "ledger":
-		return serveHTTP(l, stop, ledger())
+		return serveHTTP(l, stop, tracedHandler(tp, ledger(), "ledger"))
 	case "payments":
-		return runPayments(l, stop)
+		return runPayments(l, stop, tp)
 	case "gateway":
-		h, closeConn, err := gateway()
+		h, closeConn, err := gateway(tp)
 		if err != nil {
 			return err
 		}
 		defer closeConn()
-		return serveHTTP(l, stop, h)
+		return serveHTTP(l, stop, tracedHandler(tp, h, "gateway"))
 	}
 	return fmt.Errorf("unknown role %q", role)
+}
+
+// tracedHandler is h under otelhttp when tracing is on (tp not nil).
+func tracedHandler(tp trace.TracerProvider, h http.Handler, name string) http.Handler {
+	if tp == nil {
+		return h
+	}
+	return otelhttp.NewHandler(h, name, otelhttp.WithTracerProvider(tp))
+}
+
+// tracedTransport is rt under otelhttp when tracing is on (tp not nil).
+func tracedTransport(tp trace.TracerProvider, rt http.RoundTripper) http.RoundTripper {
+	if tp == nil {
+		return rt
+	}
+	return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp))
 }
 
 func serveHTTP(l net.Listener, stop <-chan os.Signal, h http.Handler) error {
@@ -172,14 +196,18 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // runPayments serves the payments service over gRPC: the root stack with dedup on a
 // redisstore over a go-redis client with its default options, as the README shows.
-func runPayments(l net.Listener, stop <-chan os.Signal) error {
+func runPayments(l net.Listener, stop <-chan os.Signal, tp trace.TracerProvider) error {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	defer rdb.Close()
 	p := &payments{
 		ledger: os.Getenv(envLedger),
-		client: &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil)))},
+		client: &http.Client{Transport: tracedTransport(tp, deadlinekit.NewTransport(nil, deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))))},
 	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(redisstore.New(rdb)))...)
+	opts := deadlinekit.ServerOptions(deadlinekit.WithDedup(redisstore.New(rdb)))
+	if tp != nil {
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+	}
+	gs := grpc.NewServer(opts...)
 	gs.RegisterService(&paymentsService, p)
 	done := make(chan error, 1)
 	go func() { done <- gs.Serve(l) }()
@@ -264,17 +292,21 @@ var paymentsService = grpc.ServiceDesc{
 // Idempotency-Key into the gateway's gRPC calls (it derives keys only under dedup,
 // which the gateway does not run), so the gateway copies it into the call's
 // metadata, as the user had to.
-func gateway() (http.Handler, func(), error) {
+func gateway(tp trace.TracerProvider) (http.Handler, func(), error) {
 	r := manual.NewBuilderWithScheme("payflow")
 	var addrs []resolver.Address
 	for a := range strings.SplitSeq(os.Getenv(envReplicas), ",") {
 		addrs = append(addrs, resolver.Address{Addr: a})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
-	conn, err := grpc.NewClient("payflow:///payments", append(deadlinekit.DialOptions(deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))),
+	opts := append(deadlinekit.DialOptions(deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))),
 		grpc.WithResolvers(r),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if tp != nil {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
+	}
+	conn, err := grpc.NewClient("payflow:///payments", opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -333,11 +365,14 @@ func (o outcome) retryable() bool {
 // lease margin (dedup.DefaultLeaseMargin, 1 s) of a replica that died holding it.
 const resendAfter = 1500 * time.Millisecond
 
+// clientStarted is the line the client writes as it sends its first payment.
+const clientStarted = "payflow client: sending"
+
 // runClient sends payments at a fixed arrival rate (open loop), each with its own
 // Idempotency-Key and a 3 s budget, through the root client stack, whose retries
 // resend a payment whose answer was lost or refused. A share of the answers is
 // dropped after the gateway sent them, as a broken connection would.
-func runClient() error {
+func runClient(tp trace.TracerProvider) error {
 	rate, _ := strconv.ParseFloat(os.Getenv(envRate), 64)
 	n, _ := strconv.Atoi(os.Getenv(envCount))
 	drop, _ := strconv.ParseFloat(os.Getenv(envDrop), 64)
@@ -350,9 +385,10 @@ func runClient() error {
 	defer f.Close()
 	d := &dropper{base: http.DefaultTransport.(*http.Transport).Clone(), p: drop, rng: rand.New(rand.NewPCG(seed, 36)),
 		attempts: map[string]int{}, dropped: map[string]int{}}
-	client := &http.Client{Transport: deadlinekit.NewTransport(d)}
+	client := &http.Client{Transport: tracedTransport(tp, deadlinekit.NewTransport(d))}
 	recs := make([]record, n)
 	var wg sync.WaitGroup
+	fmt.Println(clientStarted) // the test times its fault from here
 	start := time.Now()
 	for i := range n {
 		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))

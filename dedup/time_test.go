@@ -256,6 +256,32 @@ func TestLeaseEndsWithTheDeadline(t *testing.T) {
 	})
 }
 
+// TestLeaseHoldsTheMarginPastTheDeadline: the lease of a first request that never
+// returns ends the default margin (250 ms) after its deadline; a repeat that
+// waits for it then takes the key over and runs.
+func TestLeaseHoldsTheMarginPastTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := make(chan struct{})
+		var n atomic.Int64
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				<-stuck
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		go call(h, "k", time.Second)
+		synctest.Wait()
+		time.Sleep(time.Second) // the first's deadline
+		start := time.Now()
+		r := call(h, "k", time.Second)
+		if took := time.Since(start); r.Code != http.StatusCreated || took != 250*time.Millisecond {
+			t.Errorf("repeat: %d after %v, want 201 after the margin (250ms)", r.Code, took)
+		}
+		close(stuck)
+		synctest.Wait()
+	})
+}
+
 func TestNoDeadlineHoldsTheDefaultBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := dedup.NewMemoryStore()
@@ -278,7 +304,7 @@ func TestCompletedAfterTheDeadlineIsStored(t *testing.T) {
 		var n atomic.Int64
 		h := dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n.Add(1)
-			time.Sleep(1500 * time.Millisecond) // past its 1s deadline, within the lease's margin
+			time.Sleep(1200 * time.Millisecond) // past its 1s deadline, within the lease's margin (250 ms)
 			w.WriteHeader(201)
 		}))
 		call(h, "k", time.Second)

@@ -12,8 +12,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // call runs one keyed POST through h in-process, with timeout on its context (zero:
@@ -399,4 +403,57 @@ func TestMemoryStoreConcurrency(t *testing.T) {
 			t.Fatalf("key %d acquired %d times", i, won[i].Load())
 		}
 	}
+}
+
+// TestTheWaitOnTheSpan: a repeat that waited for the first request tells it on its
+// server span, with an event "waited for the first request" and how long; one
+// refused because the first outlasted it names when the first's lease ends
+// (deadlinekit.dedup.holder_left_ms).
+func TestTheWaitOnTheSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(b)
+		traced := func(key string, timeout time.Duration) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			ctx, span := tp.Tracer("test").Start(ctx, "server "+key)
+			defer span.End()
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", strings.NewReader("100"))
+			req.Header.Set("Idempotency-Key", key)
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
+		go call(h, "k", 10*time.Second)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		traced("k", 2*time.Second) // refused at 2.98s: the lease ends at 10.25s
+		go func() { time.Sleep(time.Second); close(b.release) }()
+		traced("k", 5*time.Second) // waits 1s, then gets the answer
+
+		spans := sr.Ended()
+		if len(spans) != 2 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		testkit.WantAttrs(t, spans[0], otelattr.DedupOutcomeKey.String("conflict"), otelattr.DedupHolderLeftKey.Float64(7270))
+		testkit.WantAttrs(t, spans[1], otelattr.DedupOutcomeKey.String("waited"))
+		if _, ok := testkit.Attrs(spans[1])[otelattr.DedupHolderLeftKey]; ok {
+			t.Errorf("a repeat that got the answer names the holder's lease")
+		}
+		for i, want := range []float64{1980, 1000} {
+			var waits []float64
+			for _, e := range spans[i].Events() {
+				if e.Name == otelattr.DedupWaitedEvent {
+					for _, kv := range e.Attributes {
+						if kv.Key == otelattr.DedupWaitKey {
+							waits = append(waits, kv.Value.AsFloat64())
+						}
+					}
+				}
+			}
+			if len(waits) != 1 || waits[0] != want {
+				t.Errorf("span %d: waits %v on %q events, want one of %v ms", i, waits, otelattr.DedupWaitedEvent, want)
+			}
+		}
+	})
 }

@@ -14,6 +14,11 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
@@ -454,6 +459,66 @@ func TestTheWaitOnTheSpan(t *testing.T) {
 			if len(waits) != 1 || waits[0] != want {
 				t.Errorf("span %d: waits %v on %q events, want one of %v ms", i, waits, otelattr.DedupWaitedEvent, want)
 			}
+		}
+	})
+}
+
+// trailerStream is the server stream grpc.SetTrailer writes to, for an interceptor
+// called in-process.
+type trailerStream struct {
+	mu      sync.Mutex
+	trailer metadata.MD
+}
+
+func (s *trailerStream) Method() string               { return "/grpc.testing.TestService/UnaryCall" }
+func (s *trailerStream) SetHeader(metadata.MD) error  { return nil }
+func (s *trailerStream) SendHeader(metadata.MD) error { return nil }
+func (s *trailerStream) SetTrailer(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trailer = metadata.Join(s.trailer, md)
+	return nil
+}
+
+// TestGRPCAbortedInsideItsBudget: over gRPC too, a waiting repeat is refused
+// Aborted dedup.MinRefusalReserve before its deadline (under a floor of 1 ms), with
+// the pushback of the first's time left until its deadline.
+func TestGRPCAbortedInsideItsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var n atomic.Int64
+		handler := func(ctx context.Context, req any) (any, error) {
+			if n.Add(1) == 1 {
+				<-release
+			}
+			return &testgrpc.SimpleResponse{Username: "charged"}, nil
+		}
+		icpt := dedup.UnaryServerInterceptor(dedup.NewMemoryStore(), dedup.WithFloor(time.Millisecond))
+		info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
+		send := func(timeout time.Duration) (metadata.MD, time.Duration, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			st := &trailerStream{}
+			ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", "k")), st)
+			start := time.Now()
+			_, err := icpt(ctx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("100")}}, info, handler)
+			return st.trailer, time.Since(start), err
+		}
+		first := make(chan error)
+		go func() { _, _, err := send(3 * time.Second); first <- err }()
+		synctest.Wait()
+		time.Sleep(500 * time.Millisecond)
+		trailer, took, err := send(time.Second)
+		if status.Code(err) != codes.Aborted || took != time.Second-dedup.MinRefusalReserve {
+			t.Errorf("repeat: %v after %v, want Aborted after 990ms", err, took)
+		}
+		// The first's deadline is 3s − 1.49s away.
+		if got := trailer.Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "1510" {
+			t.Errorf("pushback %v, want 1510", got)
+		}
+		close(release)
+		if err := <-first; err != nil {
+			t.Errorf("first: %v", err)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -115,6 +116,14 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 // under a call span the toolkit starts; grpc-go's OpenTelemetry plugin
 // (opentelemetry.DialOption) goes before these options, so that its call span
 // (gRFC A72) is the one the toolkit records on.
+//
+// With the breaker layer on, the options also select the load-balancing policy
+// [breaker.BalancerName] as the default service config: each endpoint of the target
+// gets a circuit of its own, and an open one is skipped while the others serve. This
+// replaces grpc-go's default policy, pick_first (every call to one endpoint), with
+// round robin over the endpoints; a target with one endpoint behaves as before. A
+// service config from the resolver takes precedence, as does the user's own
+// grpc.WithDefaultServiceConfig placed after these options.
 func DialOptions(opts ...Option) []grpc.DialOption {
 	c := newConfig(opts)
 	var unary []grpc.UnaryClientInterceptor
@@ -135,5 +144,9 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 		unary = append(unary, propagate.UnaryClientInterceptor(po...))
 		stream = append(stream, propagate.StreamClientInterceptor(po...))
 	}
-	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...)}
+	do := []grpc.DialOption{grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...)}
+	if c.has(Breaker) {
+		do = append(do, grpc.WithDefaultServiceConfig(breaker.ServiceConfig))
+	}
+	return do
 }

@@ -31,7 +31,8 @@ import (
 // picks again when the connection was not ready) counts nothing.
 //
 // The target's own circuit stays for a target with one endpoint: with two or more,
-// the calls that the endpoints' circuits judged do not count in it. A call that did
+// the calls that the endpoints' circuits judged do not count in it; a call that
+// found no endpoint ready (round_robin's own failure) still does. A call that did
 // not go through a Breaker's interceptor, and every call of a target with one
 // endpoint, is picked by round_robin alone. Streams are counted when they end,
 // probes included.
@@ -164,7 +165,6 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 	if n == nil || p.endpoints < 2 {
 		return p.child.Pick(info)
 	}
-	n.judged.Store(true)
 	b, ctx := n.b, info.Ctx
 	var first *circuit // the open circuit whose probe comes first
 	var wait int64
@@ -204,12 +204,14 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 		if n.stream && st.t.probe {
 			n.probe.Store(st)
 		}
+		n.judged.Store(true)
 		res.Done = b.endpointDone(ctx, st, res.Done)
 		return res, nil
 	}
 	if first == nil {
 		return p.child.Pick(info)
 	}
+	n.judged.Store(true)
 	return balancer.PickResult{}, b.refuse(ctx, first, Open, wait).(*OpenError).carried()
 }
 

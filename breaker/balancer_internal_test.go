@@ -2,8 +2,10 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"google.golang.org/grpc/balancer"
 )
@@ -39,6 +41,96 @@ func TestNotReadyPickCountsNothing(t *testing.T) {
 		b.endpointDone(context.Background(), st, nil)(balancer.DoneInfo{Err: errFail, BytesSent: true})
 		if got := b.State("a"); got != Open {
 			t.Fatalf("after a failed probe: %v, want open", got)
+		}
+	})
+}
+
+type fakeSubConn struct {
+	balancer.SubConn
+	addr string
+}
+
+// rrPicker is round_robin's picker over subConns, as far as endpointPicker sees it.
+type rrPicker struct {
+	scs  []balancer.SubConn
+	next int
+}
+
+func (p *rrPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+	sc := p.scs[p.next%len(p.scs)]
+	p.next++
+	return balancer.PickResult{SubConn: sc}, nil
+}
+
+// The picker skips an endpoint whose circuit is open, probes it after its sleep,
+// and refuses with the first endpoint's time to its probe when every one is open.
+func TestPickerSkipsOpenEndpoints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fixed(WithConsecutiveFailures(1), WithOpenFor(time.Second), WithProbes(1))
+		a, z := &fakeSubConn{addr: "10.0.0.1:443"}, &fakeSubConn{addr: "10.0.0.2:443"}
+		eb := &endpointBalancer{addrs: map[balancer.SubConn]string{a: a.addr, z: z.addr}}
+		p := &endpointPicker{child: &rrPicker{scs: []balancer.SubConn{a, z}}, eb: eb, endpoints: 2}
+		pick := func() (*fakeSubConn, func(balancer.DoneInfo), error) {
+			n := &note{b: b, target: "dkt:///svc"}
+			res, err := p.Pick(balancer.PickInfo{Ctx: context.WithValue(context.Background(), noteKey{}, n), FullMethodName: "/s/m"})
+			if err != nil {
+				return nil, nil, err
+			}
+			if !n.judged.Load() {
+				t.Fatal("an endpoint's circuit admitted the call, and the note does not say so")
+			}
+			return res.SubConn.(*fakeSubConn), res.Done, nil
+		}
+		// a fails once: its circuit opens, and every pick goes to z.
+		sc, done, err := pick()
+		if err != nil || sc != a {
+			t.Fatalf("first pick: %v, %v", sc, err)
+		}
+		done(balancer.DoneInfo{Err: errFail, BytesSent: true})
+		for range 5 {
+			sc, done, err := pick()
+			if err != nil || sc != z {
+				t.Fatalf("a open: picked %v, %v; want z", sc, err)
+			}
+			done(balancer.DoneInfo{BytesSent: true, BytesReceived: true})
+		}
+		// After a's sleep, a pick probes it; its success closes it.
+		time.Sleep(time.Second)
+		for {
+			sc, done, err := pick()
+			if err != nil {
+				t.Fatal(err)
+			}
+			done(balancer.DoneInfo{BytesSent: true, BytesReceived: true})
+			if sc == a {
+				break
+			}
+		}
+		if st := b.State("dkt:///svc@10.0.0.1:443"); st != Closed {
+			t.Fatalf("a after a good probe: %v", st)
+		}
+		// Both fail: both open (z a quarter second later), and a pick is refused
+		// with the time to a's probe, the first.
+		for _, want := range []*fakeSubConn{a, z} {
+			for {
+				sc, done, err := pick()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sc == want {
+					done(balancer.DoneInfo{Err: errFail, BytesSent: true})
+					break
+				}
+				done(balancer.DoneInfo{BytesSent: true, BytesReceived: true})
+			}
+			if want == a {
+				time.Sleep(250 * time.Millisecond)
+			}
+		}
+		_, _, err = pick()
+		var oe *OpenError
+		if !errors.As(err, &oe) || oe.Target != "dkt:///svc@10.0.0.1:443" || oe.RetryAfter != 750*time.Millisecond {
+			t.Fatalf("every endpoint open: %v, want a's refusal", err)
 		}
 	})
 }

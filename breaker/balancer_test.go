@@ -60,7 +60,10 @@ func dialEndpoints(t *testing.T, b *breaker.Breaker, addrs ...string) (testgrpc.
 // untilBoth calls until both backends have answered: both endpoints are ready.
 func untilBoth(t *testing.T, client testgrpc.TestServiceClient, a, b *grpcBackend) {
 	t.Helper()
-	for a.hits.Load() == 0 || b.hits.Load() == 0 {
+	for i := 0; a.hits.Load() == 0 || b.hits.Load() == 0; i++ {
+		if i == 100 {
+			t.Fatal("100 calls went to one backend: the policy is not round robin")
+		}
 		if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
 			t.Fatal(err)
 		}

@@ -17,9 +17,20 @@ const (
 	// DefaultMaxRequestSize bounds the body of a keyed HTTP request, which is read
 	// in full to fingerprint it before the handler runs.
 	DefaultMaxRequestSize = 1 << 20
-	// DefaultLeaseMargin is what a lease holds beyond its request's deadline, so that
-	// an answer completed just after the deadline can still be stored.
-	DefaultLeaseMargin = time.Second
+	// DefaultLeaseMargin is what a lease holds beyond its request's deadline. It is
+	// there for two things. An answer completed just after the deadline must still
+	// be stored: a handler notices its deadline and returns within milliseconds,
+	// and its completion is one store round trip. And the lease's end must not come
+	// before the deadline on any replica's clock: a store that compares an expiry
+	// written with one machine's clock against another's (the SQL table of [Store]
+	// with the replicas' now) is off by their skew, which NTP keeps to a few
+	// milliseconds on a LAN and well under 100 ms across sites. (Redis and the
+	// memory store count a TTL on their own clock: no skew.) 250 ms covers both
+	// with room. A longer margin is paid by every key whose first died with its
+	// replica: its repeats are refused until the lease ends, and a margin of the
+	// order of the callers' budgets (it was 1 s) outlasts callers who could have
+	// come back in time.
+	DefaultLeaseMargin = 250 * time.Millisecond
 	// DefaultStoreRetryAfter is the pushback of a 503 / Unavailable for a store that
 	// cannot be reached.
 	DefaultStoreRetryAfter = time.Second
@@ -119,8 +130,12 @@ func WithMaxRequestSize(n int64) Option {
 	})
 }
 
-// WithLeaseMargin sets how long a running request's lease outlives its deadline.
-// Default [DefaultLeaseMargin] (1 s); negative counts as zero.
+// WithLeaseMargin sets how long a running request's lease outlives its deadline:
+// longer than the clocks of the replicas and the store can differ, and than a
+// handler takes to return and store its answer after its deadline. Every replica
+// sharing a store should use the same: a repeat's come-back is the first's lease
+// less its own margin. Default [DefaultLeaseMargin] (250 ms); negative counts as
+// zero.
 func WithLeaseMargin(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.margin = max(d, 0) })
 }

@@ -171,8 +171,10 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	}
 	wctx, cancel := context.WithDeadline(ctx, until)
 	idle(ctx)
+	from := time.Now()
 	e, err := c.store.Wait(wctx, t.key)
 	cancel()
+	record.DedupWaited(ctx, time.Since(from))
 	t.waited = time.Since(*waitStart)
 	switch {
 	case err != nil && callerLeft(ctx):
@@ -316,6 +318,9 @@ func (c *core) report(ctx context.Context, outcome string, t *ticket) {
 	var err error
 	if t != nil {
 		waited, err = t.waited, t.err
+		if outcome == outConflict {
+			record.DedupHolderLeft(ctx, t.holderLeft)
+		}
 	}
 	record.Dedup(ctx, outcome, waited, err)
 }

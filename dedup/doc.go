@@ -172,7 +172,10 @@
 //
 // The server span in the context gets deadlinekit.dedup.outcome ("first",
 // "replayed", "waited", "conflict", "mismatch", "released", "store_unavailable",
-// "malformed", "not_kept") and deadlinekit.dedup.wait_ms; the metrics
+// "malformed", "not_kept") and deadlinekit.dedup.wait_ms; a repeat refused 409 /
+// Aborted gets deadlinekit.dedup.holder_left_ms (when the first's lease ends), and
+// one that waited gets an event "waited for the first request" per wait, with its
+// deadlinekit.dedup.wait_ms; the metrics
 // deadlinekit.dedup.outcomes (by outcome), deadlinekit.dedup.wait and
 // deadlinekit.dedup.store.duration (by operation) come from the global MeterProvider.
 package dedup

@@ -12,8 +12,17 @@ import (
 	"testing/synctest"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
 // call runs one keyed POST through h in-process, with timeout on its context (zero:
@@ -256,6 +265,32 @@ func TestLeaseEndsWithTheDeadline(t *testing.T) {
 	})
 }
 
+// TestLeaseHoldsTheMarginPastTheDeadline: the lease of a first request that never
+// returns ends the default margin (250 ms) after its deadline; a repeat that
+// waits for it then takes the key over and runs.
+func TestLeaseHoldsTheMarginPastTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := make(chan struct{})
+		var n atomic.Int64
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				<-stuck
+			}
+			w.WriteHeader(http.StatusCreated)
+		}))
+		go call(h, "k", time.Second)
+		synctest.Wait()
+		time.Sleep(time.Second) // the first's deadline
+		start := time.Now()
+		r := call(h, "k", time.Second)
+		if took := time.Since(start); r.Code != http.StatusCreated || took != 250*time.Millisecond {
+			t.Errorf("repeat: %d after %v, want 201 after the margin (250ms)", r.Code, took)
+		}
+		close(stuck)
+		synctest.Wait()
+	})
+}
+
 func TestNoDeadlineHoldsTheDefaultBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := dedup.NewMemoryStore()
@@ -278,7 +313,7 @@ func TestCompletedAfterTheDeadlineIsStored(t *testing.T) {
 		var n atomic.Int64
 		h := dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n.Add(1)
-			time.Sleep(1500 * time.Millisecond) // past its 1s deadline, within the lease's margin
+			time.Sleep(1200 * time.Millisecond) // past its 1s deadline, within the lease's margin (250 ms)
 			w.WriteHeader(201)
 		}))
 		call(h, "k", time.Second)
@@ -373,4 +408,117 @@ func TestMemoryStoreConcurrency(t *testing.T) {
 			t.Fatalf("key %d acquired %d times", i, won[i].Load())
 		}
 	}
+}
+
+// TestTheWaitOnTheSpan: a repeat that waited for the first request tells it on its
+// server span, with an event "waited for the first request" and how long; one
+// refused because the first outlasted it names when the first's lease ends
+// (deadlinekit.dedup.holder_left_ms).
+func TestTheWaitOnTheSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		b := &blocker{release: make(chan struct{})}
+		h := dedup.NewMiddleware(dedup.NewMemoryStore())(b)
+		traced := func(key string, timeout time.Duration) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			ctx, span := tp.Tracer("test").Start(ctx, "server "+key)
+			defer span.End()
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", strings.NewReader("100"))
+			req.Header.Set("Idempotency-Key", key)
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}
+		go call(h, "k", 10*time.Second)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		traced("k", 2*time.Second) // refused at 2.98s: the lease ends at 10.25s
+		go func() { time.Sleep(time.Second); close(b.release) }()
+		traced("k", 5*time.Second) // waits 1s, then gets the answer
+
+		spans := sr.Ended()
+		if len(spans) != 2 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		testkit.WantAttrs(t, spans[0], otelattr.DedupOutcomeKey.String("conflict"), otelattr.DedupHolderLeftKey.Float64(7270))
+		testkit.WantAttrs(t, spans[1], otelattr.DedupOutcomeKey.String("waited"))
+		if _, ok := testkit.Attrs(spans[1])[otelattr.DedupHolderLeftKey]; ok {
+			t.Errorf("a repeat that got the answer names the holder's lease")
+		}
+		for i, want := range []float64{1980, 1000} {
+			var waits []float64
+			for _, e := range spans[i].Events() {
+				if e.Name == otelattr.DedupWaitedEvent {
+					for _, kv := range e.Attributes {
+						if kv.Key == otelattr.DedupWaitKey {
+							waits = append(waits, kv.Value.AsFloat64())
+						}
+					}
+				}
+			}
+			if len(waits) != 1 || waits[0] != want {
+				t.Errorf("span %d: waits %v on %q events, want one of %v ms", i, waits, otelattr.DedupWaitedEvent, want)
+			}
+		}
+	})
+}
+
+// trailerStream is the server stream grpc.SetTrailer writes to, for an interceptor
+// called in-process.
+type trailerStream struct {
+	mu      sync.Mutex
+	trailer metadata.MD
+}
+
+func (s *trailerStream) Method() string               { return "/grpc.testing.TestService/UnaryCall" }
+func (s *trailerStream) SetHeader(metadata.MD) error  { return nil }
+func (s *trailerStream) SendHeader(metadata.MD) error { return nil }
+func (s *trailerStream) SetTrailer(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trailer = metadata.Join(s.trailer, md)
+	return nil
+}
+
+// TestGRPCAbortedInsideItsBudget: over gRPC too, a waiting repeat is refused
+// Aborted dedup.MinRefusalReserve before its deadline (under a floor of 1 ms), with
+// the pushback of the first's time left until its deadline.
+func TestGRPCAbortedInsideItsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var n atomic.Int64
+		handler := func(ctx context.Context, req any) (any, error) {
+			if n.Add(1) == 1 {
+				<-release
+			}
+			return &testgrpc.SimpleResponse{Username: "charged"}, nil
+		}
+		icpt := dedup.UnaryServerInterceptor(dedup.NewMemoryStore(), dedup.WithFloor(time.Millisecond))
+		info := &grpc.UnaryServerInfo{FullMethod: "/grpc.testing.TestService/UnaryCall"}
+		send := func(timeout time.Duration) (metadata.MD, time.Duration, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			st := &trailerStream{}
+			ctx = grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", "k")), st)
+			start := time.Now()
+			_, err := icpt(ctx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("100")}}, info, handler)
+			return st.trailer, time.Since(start), err
+		}
+		first := make(chan error)
+		go func() { _, _, err := send(3 * time.Second); first <- err }()
+		synctest.Wait()
+		time.Sleep(500 * time.Millisecond)
+		trailer, took, err := send(time.Second)
+		if status.Code(err) != codes.Aborted || took != time.Second-dedup.MinRefusalReserve {
+			t.Errorf("repeat: %v after %v, want Aborted after 990ms", err, took)
+		}
+		// The first's deadline is 3s − 1.49s away.
+		if got := trailer.Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "1510" {
+			t.Errorf("pushback %v, want 1510", got)
+		}
+		close(release)
+		if err := <-first; err != nil {
+			t.Errorf("first: %v", err)
+		}
+	})
 }

@@ -143,3 +143,17 @@ const (
 	// "acquire", "complete", "release".
 	DedupStoreOpKey = attribute.Key("deadlinekit.dedup.store.op")
 )
+
+// The dedup story of a repeat, on its server span.
+const (
+	// DedupHolderLeftKey is, on a repeat refused because the first request with its
+	// key still runs (outcome "conflict"), the time (ms) until that first's lease
+	// ends, as last seen: its deadline plus the lease margin. The come-back sent
+	// (Retry-After, grpc-retry-pushback-ms) is this less the margin.
+	DedupHolderLeftKey = attribute.Key("deadlinekit.dedup.holder_left_ms")
+	// DedupWaitedEvent is the name of the span event a repeat's server span gets
+	// when it stopped waiting for the first request with its key (answered,
+	// released, or past the repeat's budget), with deadlinekit.dedup.wait_ms: how
+	// long that wait was.
+	DedupWaitedEvent = "waited for the first request"
+)

@@ -60,8 +60,10 @@
 // that comes while the first runs waits for the first's answer, so a hedge of a
 // slow write buys nothing and costs a request. It pays only when the first copy is
 // lost on its way (a connection that died, a replica that never answers), where the
-// call would otherwise wait for its deadline or its retry. BENCHMARKS.md has both
-// cases (BenchmarkKeyedWriteHedge).
+// call would otherwise wait for its deadline or its retry. In BenchmarkKeyedWriteHedge
+// (BENCHMARKS.md), against dedup on loopback: a 50 ms write took 52.3 ms sent once
+// and 53.3 ms hedged, for twice the requests; one whose first copy was lost took
+// 126.8 ms (its retry after 100 ms) and 14.2 ms hedged.
 //
 // [WithKeyedWrites] hedges them. Every copy of a keyed write then carries
 // deadlinekit-hedged-above: 1, the last one included, so that no hop beneath hedges

@@ -80,7 +80,8 @@ func New(opts ...Option) *Hedger {
 // Stats is a snapshot of a [Hedger]'s counters, each counted since it was made.
 type Stats struct {
 	// Primaries is the number of calls that could be hedged: idempotent (and
-	// replayable) calls, each sent once as a primary.
+	// replayable) calls, and keyed writes under [WithKeyedWrites], each sent once as
+	// a primary.
 	Primaries uint64
 	// Hedges is the number of hedges sent. A hedge whose body could not be replayed
 	// was not sent, and is not counted; one refused by a layer beneath (propagate's

@@ -25,7 +25,7 @@ import (
 )
 
 // hedgeSoon hedges every call 5 ms after its primary went out, from the first call.
-var hedgeSoon = deadlinekit.WithHedge(hedge.WithDelay(hedge.Delay{Initial: 5 * time.Millisecond}))
+var hedgeSoon = deadlinekit.WithHedge(hedge.WithDelay(hedge.Delay{Initial: 5 * time.Millisecond}), hedge.WithKeyedWrites())
 
 // conflictDedup is dedup whose repeats never wait for the first: a repeat that
 // arrives while the first with its key runs is answered 409 / Aborted at once

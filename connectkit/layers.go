@@ -97,9 +97,11 @@ func Retry(opts ...retry.Option) connect.Interceptor {
 }
 
 // Hedge returns the hedging layer (package hedge), with a [hedge.Hedger] of its own
-// made from opts: an idempotent unary call (as for [Retry]) still running after the
-// observed latency percentile of its procedure gets a hedge, a request of its own;
-// the first answer wins and the others are cancelled. On a handler it does nothing.
+// made from opts: an idempotent unary call (as for [Retry]; a call made idempotent
+// by its idempotency-key alone only under [hedge.WithKeyedWrites]) still running
+// after the observed latency percentile of its procedure gets a hedge, a request of
+// its own; the first answer wins and the others are cancelled. On a handler it does
+// nothing.
 func Hedge(opts ...hedge.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func(*hedge.Hedger) rpc.Layer]("hedge")(hedge.New(opts...)))
 }

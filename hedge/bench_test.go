@@ -4,13 +4,21 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
+	"github.com/deadlinekit/deadlinekit/retry"
 )
 
 // instant answers at once, with a body that needs no allocation.
@@ -103,5 +111,77 @@ func TestObserverAllocs(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Error("observer never called")
+	}
+}
+
+// BenchmarkKeyedWriteHedge measures what hedging a keyed write buys against a server
+// that deduplicates (dedup's middleware, memory store, on loopback), with and without
+// WithKeyedWrites. Each call is a POST with a key of its own through retry (an attempt
+// times out after 100 ms) → hedge (a hedge due 10 ms after its copy went out, no
+// cap) → a base transport that counts copies. "slow-first": the payment takes 50 ms;
+// a copy that arrives while it runs waits for its answer. "lost-first": the payment
+// takes 1 ms, but the first copy of each call is lost on its way (held until its
+// context ends, never reaching the server). Reported: ms/call, copies/call (requests
+// sent by the client per call) and runs/call (handler runs: 1 when dedup holds).
+func BenchmarkKeyedWriteHedge(b *testing.B) {
+	for _, sc := range []struct {
+		name string
+		work time.Duration
+		lose bool
+	}{{"slow-first", 50 * time.Millisecond, false}, {"lost-first", time.Millisecond, true}} {
+		for _, v := range []struct {
+			name string
+			opts []hedge.Option
+		}{{"default", nil}, {"keyed-writes", []hedge.Option{hedge.WithKeyedWrites()}}} {
+			b.Run(sc.name+"/"+v.name, func(b *testing.B) {
+				var runs atomic.Int64
+				srv := httptest.NewServer(dedup.NewMiddleware(dedup.NewMemoryStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					runs.Add(1)
+					if sleep(r.Context(), sc.work) == nil {
+						io.WriteString(w, "charged")
+					}
+				})))
+				defer srv.Close()
+				tr := &http.Transport{MaxIdleConnsPerHost: 8}
+				defer tr.CloseIdleConnections()
+				var copies atomic.Int64
+				var lost sync.Map // keys whose first copy was lost
+				base := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
+					copies.Add(1)
+					if _, seen := lost.LoadOrStore(r.Header.Get("Idempotency-Key"), true); sc.lose && !seen {
+						<-r.Context().Done()
+						return nil, r.Context().Err()
+					}
+					return tr.RoundTrip(r)
+				})
+				fixed := 10 * time.Millisecond
+				h := hedge.New(append([]hedge.Option{hedge.WithMaxExtraLoad(1),
+					hedge.WithDelay(hedge.Delay{Initial: fixed, Min: fixed, Max: fixed, MinSamples: 1 << 30})}, v.opts...)...)
+				client := &http.Client{Transport: retry.NewTransport(h.Transport(base), retry.WithAttemptTimeout(100*time.Millisecond), retry.WithBudget(nil))}
+				calls := 0
+				b.ReportAllocs()
+				start := time.Now()
+				for b.Loop() {
+					calls++
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/payments", strings.NewReader("10 EUR"))
+					req.Header.Set("Idempotency-Key", "pay-"+strconv.Itoa(calls))
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					cancel()
+					if resp.StatusCode != http.StatusOK || string(body) != "charged" {
+						b.Fatalf("call %d: %d %q", calls, resp.StatusCode, body)
+					}
+				}
+				elapsed := time.Since(start)
+				b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(calls), "ms/call")
+				b.ReportMetric(float64(copies.Load())/float64(calls), "copies/call")
+				b.ReportMetric(float64(runs.Load())/float64(calls), "runs/call")
+			})
+		}
 	}
 }

@@ -110,6 +110,7 @@ type config struct {
 	idempotent   map[string]bool
 	observers    []func(context.Context, Event)
 	noChainRule  bool
+	keyedWrites  bool
 }
 
 func newConfig(opts []Option) *config {
@@ -132,12 +133,13 @@ func newConfig(opts []Option) *config {
 
 // markOf is the chain rule's mark on copy n ≥ 1 of a hedged call: the last copy the
 // layer may send is not covered by it ([attempts.LastCopyValue]), the others are;
-// none without the rule.
-func (c *config) markOf(n int) string {
+// every copy of a keyed write is, so that a keyed write has one copy more at most,
+// whatever hedges below; none without the rule.
+func (c *config) markOf(n int, keyedWrite bool) string {
 	switch {
 	case c.noChainRule:
 		return ""
-	case n >= c.maxAttempts-1:
+	case n >= c.maxAttempts-1 && !keyedWrite:
 		return attempts.LastCopyValue
 	}
 	return attempts.CoveredValue
@@ -253,4 +255,17 @@ func WithObserver(f func(ctx context.Context, e Event)) Option {
 // is meant for measuring that. Default: the chain rule holds (see [Hedger]).
 func WithoutChainRule() Option {
 	return optionFunc(func(c *config) { c.noChainRule = true })
+}
+
+// WithKeyedWrites makes the Hedger hedge keyed writes: HTTP requests whose method
+// is not idempotent, and calls of gRPC methods not declared idempotent, that carry
+// an idempotency key (the caller's, or one package retry derived). Default: they are
+// sent once ([Stats].KeyedWrites, span attribute deadlinekit.hedge.skip =
+// "keyed_write"): against a server that deduplicates, a copy that arrives while the
+// first runs waits for the first's answer, and pays only when the first was lost.
+// Opted in, every copy of a keyed write carries deadlinekit-hedged-above: 1, the last
+// one included, so that no hop beneath hedges it again. The package documentation
+// says more ("Keyed writes").
+func WithKeyedWrites() Option {
+	return optionFunc(func(c *config) { c.keyedWrites = true })
 }

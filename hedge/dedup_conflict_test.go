@@ -64,7 +64,7 @@ func TestHTTPKeyedConflictRefused(t *testing.T) {
 		}
 		return resp, err
 	})
-	h := hedge.New(soon)
+	h := hedge.New(soon, hedge.WithKeyedWrites())
 	client := &http.Client{Transport: h.Transport(see)}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -92,7 +92,7 @@ func TestHTTPKeyedConflictRefused(t *testing.T) {
 	t.Cleanup(app.Close)
 	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, app.URL, strings.NewReader("order 7"))
 	req.Header.Set("Idempotency-Key", "order-8")
-	resp, err = (&http.Client{Transport: hedge.New(soon).Transport(base)}).Do(req)
+	resp, err = (&http.Client{Transport: hedge.New(soon, hedge.WithKeyedWrites()).Transport(base)}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestGRPCKeyedAbortedRefused(t *testing.T) {
 		return err
 	}
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(hedge.UnaryClientInterceptor(soon), see))
+		grpc.WithChainUnaryInterceptor(hedge.UnaryClientInterceptor(soon, hedge.WithKeyedWrites()), see))
 	if err != nil {
 		t.Fatal(err)
 	}

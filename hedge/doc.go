@@ -37,7 +37,8 @@
 //     attribute deadlinekit.hedge.skip = "covered", [Stats].Covered), with the
 //     header;
 //   - the last copy a layer may send (the hedge, with the default of two copies)
-//     carries deadlinekit-hedged-above: 0 instead: nothing above will send it again,
+//     of a call but a keyed write (see Keyed writes below) carries
+//     deadlinekit-hedged-above: 0 instead: nothing above will send it again,
 //     so the hops below may hedge in its subtree. A stall that hits the primary and
 //     then the hedge is still hedged once, below, and the P99.9 keeps the benefit of
 //     more than one hedging layer without their product.
@@ -45,20 +46,38 @@
 // A copy of the call at the top runs the whole subtree again, so the subtree's
 // slowness is still hedged: the extra load at the bottom of the chain is about the
 // top hedger's, within its cap, instead of the product of every hop's. A call the
-// top cannot hedge (a write without an idempotency key) carries no header, and the
-// hops below it hedge their own calls as before. [WithoutChainRule] turns the rule
+// top does not hedge (a write without an idempotency key; a keyed write, by
+// default) carries no header, and the hops below it hedge their own calls as before. [WithoutChainRule] turns the rule
 // off, for measuring it (BENCHMARKS.md has the figures).
 //
 // # Keyed writes
 //
-// A write with an idempotency key is hedged too: its copies carry the same key, and
-// a server that deduplicates (package dedup) runs the first copy to arrive. A copy
-// that arrives while that one runs, and cannot wait for its answer, is answered 409
-// (gRPC ABORTED) with a positive pushback; on a keyed call the layer reads that as
-// the copy refused, never the call's answer: the copy that runs brings it. (A 409 or
-// ABORTED without a pushback is the application's conflict, an answer as before.)
-// Over gRPC the primary's trailer is read from the caller's grpc.Trailer option, or
-// one the layer adds to a keyed call.
+// A write with an idempotency key (an Idempotency-Key header, idempotency-key
+// metadata: the caller's, or one package retry derived from the key of the request
+// being served) is not hedged by default ([Stats].KeyedWrites, span attribute
+// deadlinekit.hedge.skip = "keyed_write"). Its copy would carry the same key, and a
+// server that deduplicates (package dedup) runs the first copy to arrive: a copy
+// that comes while the first runs waits for the first's answer, so a hedge of a
+// slow write buys nothing and costs a request. It pays only when the first copy is
+// lost on its way (a connection that died, a replica that never answers), where the
+// call would otherwise wait for its deadline or its retry. In BenchmarkKeyedWriteHedge
+// (BENCHMARKS.md), against dedup on loopback: a 50 ms write took 52.3 ms sent once
+// and 53.3 ms hedged, for twice the requests; one whose first copy was lost took
+// 126.8 ms (its retry after 100 ms) and 14.2 ms hedged.
+//
+// [WithKeyedWrites] hedges them. Every copy of a keyed write then carries
+// deadlinekit-hedged-above: 1, the last one included, so that no hop beneath hedges
+// its subtree again: a keyed write reaches the bottom of a chain at most as many
+// times as the layer nearest the user sends copies of it (two, by default), instead
+// of that number times one more per hedging hop.
+//
+// A copy of a hedged keyed call that arrives while another copy runs, and cannot
+// wait for its answer, is answered 409 (gRPC ABORTED) with a positive pushback; the
+// layer reads that as the copy refused, never the call's answer: the copy that runs
+// brings it. (A 409 or ABORTED without a pushback is the application's conflict, an
+// answer as before.) Over gRPC the primary's trailer is read from the caller's
+// grpc.Trailer option, or one the layer adds to a keyed call. The same holds for a
+// keyed call of an idempotent method, which is hedged without the option.
 //
 // # Choosing the percentile
 //

@@ -53,35 +53,45 @@ func Example() {
 	// primaries 1, hedges 1, hedge wins 1
 }
 
-// POST without an Idempotency-Key is never hedged: both copies could land.
+// POST without an Idempotency-Key is never hedged: both copies could land. A POST
+// with one (a keyed write) is hedged only under WithKeyedWrites: against a server
+// that deduplicates, its copy waits for the first's answer.
 func ExampleHedger_Transport_idempotency() {
 	backend := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer backend.Close()
-	h := hedge.New()
-	client := &http.Client{Transport: h.Transport(nil)}
-	defer client.CloseIdleConnections()
-
-	keyed, _ := http.NewRequest(http.MethodPost, backend.URL+"/orders", nil)
-	keyed.Header.Set("Idempotency-Key", "6f1c…")
-	for _, r := range []*http.Request{
-		httptest.NewRequest(http.MethodGet, backend.URL+"/items/1", nil),
-		httptest.NewRequest(http.MethodPut, backend.URL+"/items/1", nil),
-		httptest.NewRequest(http.MethodPost, backend.URL+"/orders", nil),
-		keyed,
-	} {
-		r.RequestURI = ""
-		before := h.Stats().Primaries
-		resp, err := client.Do(r)
-		if err != nil {
-			fmt.Println(err)
-			return
+	for _, v := range []struct {
+		name string
+		opts []hedge.Option
+	}{{"default", nil}, {"WithKeyedWrites", []hedge.Option{hedge.WithKeyedWrites()}}} {
+		h := hedge.New(v.opts...)
+		client := &http.Client{Transport: h.Transport(nil)}
+		keyed, _ := http.NewRequest(http.MethodPost, backend.URL+"/orders", nil)
+		keyed.Header.Set("Idempotency-Key", "6f1c…")
+		for _, r := range []*http.Request{
+			httptest.NewRequest(http.MethodGet, backend.URL+"/items/1", nil),
+			httptest.NewRequest(http.MethodPut, backend.URL+"/items/1", nil),
+			httptest.NewRequest(http.MethodPost, backend.URL+"/orders", nil),
+			keyed,
+		} {
+			r.RequestURI = ""
+			before := h.Stats().Primaries
+			resp, err := client.Do(r)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			resp.Body.Close()
+			fmt.Println(v.name+":", r.Method, r.Header.Get("Idempotency-Key") != "", "hedgeable:", h.Stats().Primaries > before)
 		}
-		resp.Body.Close()
-		fmt.Println(r.Method, r.Header.Get("Idempotency-Key") != "", "hedgeable:", h.Stats().Primaries > before)
+		client.CloseIdleConnections()
 	}
 	// Output:
-	// GET false hedgeable: true
-	// PUT false hedgeable: true
-	// POST false hedgeable: false
-	// POST true hedgeable: true
+	// default: GET false hedgeable: true
+	// default: PUT false hedgeable: true
+	// default: POST false hedgeable: false
+	// default: POST true hedgeable: false
+	// WithKeyedWrites: GET false hedgeable: true
+	// WithKeyedWrites: PUT false hedgeable: true
+	// WithKeyedWrites: POST false hedgeable: false
+	// WithKeyedWrites: POST true hedgeable: true
 }

@@ -33,10 +33,11 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // calls with h's state. The rest of the chain must honour each attempt's context:
 // losers are stopped by cancelling it.
 //
-// A method is idempotent when [WithIdempotentMethods] names it, when its descriptor
-// in the protobuf registry (protoregistry.GlobalFiles, filled by the generated code)
-// declares idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT, or when the call's
-// outgoing metadata has an idempotency-key; other calls go through once, unchanged.
+// A method is idempotent when [WithIdempotentMethods] names it, or when its
+// descriptor in the protobuf registry (protoregistry.GlobalFiles, filled by the
+// generated code) declares idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT; a call
+// of another method whose outgoing metadata has an idempotency-key (a keyed write)
+// is hedged under [WithKeyedWrites]; other calls go through once, unchanged.
 // Each hedge decodes into a reply of its own (the reply must be a proto.Message) and
 // carries grpc-previous-rpc-attempts in its metadata (added to the count of a retry
 // layer above). A hedgeable call carries deadlinekit-hedged-above, and a call made
@@ -73,10 +74,14 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	ev := Event{Target: method, Attempts: 1}
 	msg, isMsg := reply.(proto.Message)
 	t := h.target(method, grpcMethod)
+	idem, keyedWrite := h.grpcIdempotent(ctx, t, method)
 	switch {
-	case !h.grpcIdempotent(ctx, t, method):
+	case !idem && !keyedWrite:
 		h.notIdempotent.Add(1)
 		ev.Skipped = record.HedgeSkipNotIdempotent
+	case keyedWrite && !h.cfg.keyedWrites:
+		h.keyedWrites.Add(1)
+		ev.Skipped = record.HedgeSkipKeyedWrite
 	case !isMsg:
 		h.notReplayable.Add(1)
 		ev.Skipped = record.HedgeSkipNotIdempotent
@@ -117,7 +122,7 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	}
 	gc := grpcCalls.Get().(*grpcCall)
 	// The reply's type is read now: once the primary runs, it writes to the reply.
-	gc.attempts = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts}
+	gc.attempts = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts, keyedWrite: keyedWrite}
 	if idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key)) {
 		gc.attempts.watchPrimaryTrailer()
 	}
@@ -229,6 +234,9 @@ type grpcAttempts struct {
 	keyed          bool
 	primaryTrailer *metadata.MD
 	ownTrailer     metadata.MD
+	// keyedWrite: the call is hedged for its key alone ([WithKeyedWrites]): every
+	// copy is marked covered.
+	keyedWrite bool
 }
 
 // watchPrimaryTrailer marks the call keyed and has the primary's trailer written
@@ -274,7 +282,7 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (struc
 	}
 	hc := newHedgeCall(p.replyType, p.opts)
 	p.hedges[n] = hc
-	return struct{}{}, p.invoker(withAttempt(ctx, n, p.cfg.markOf(n)), p.method, p.req, hc.reply, p.cc, hc.opts...)
+	return struct{}{}, p.invoker(withAttempt(ctx, n, p.cfg.markOf(n, p.keyedWrite)), p.method, p.req, hc.reply, p.cc, hc.opts...)
 }
 
 // newHedgeCall returns a hedge's own reply, and its call options: the caller's, with
@@ -415,12 +423,13 @@ func (p *grpcAttempts) failure(_ struct{}, err error) error { return err }
 func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }
 
 // grpcIdempotent reports whether method (whose target is t, nil when too many
-// targets are known) may be sent more than once.
-func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) bool {
+// targets are known) is declared idempotent, and else whether the call is a keyed
+// write: its outgoing metadata carries an idempotency-key.
+func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) (idem, keyedWrite bool) {
 	if t != nil && t.idempotent || t == nil && h.declaredIdempotent(method) {
-		return true
+		return true, false
 	}
-	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
+	return false, idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
 }
 
 // declaredIdempotent reports whether method is declared idempotent, by

@@ -145,7 +145,9 @@ func TestInterceptor(t *testing.T) {
 		{"IDEMPOTENT in descriptor", methodPut, nil, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
 		{"not idempotent", methodPost, nil, nil, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
 		{"declared by option", methodPost, []hedge.Option{hedge.WithIdempotentMethods(methodPost)}, nil, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
-		{"idempotency key", methodPost, nil, []string{"idempotency-key", "k1"}, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"keyed write", methodPost, nil, []string{"idempotency-key", "k1"}, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
+		{"keyed write, WithKeyedWrites", methodPost, []hedge.Option{hedge.WithKeyedWrites()}, []string{"idempotency-key", "k1"}, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
+		{"keyed call of an idempotent method", methodPut, nil, []string{"idempotency-key", "k1"}, slowPrimary, 2, "attempt 1", codes.OK, 11 * time.Millisecond},
 		{"unknown method", "/x.Y/Z", nil, nil, slowPrimary, 1, "attempt 0", codes.OK, time.Second},
 		{"UNAVAILABLE fires at once", methodGet, nil, nil, unavailable, 2, "attempt 1", codes.OK, 2 * time.Millisecond},
 		{"INTERNAL is returned", methodGet, nil, nil, internal, 1, "", codes.Internal, time.Millisecond},
@@ -177,7 +179,10 @@ func TestInterceptor(t *testing.T) {
 					t.Errorf("grpc-previous-rpc-attempts = %q, want none then 1", f.seen)
 				}
 				st := h.Stats()
-				if tc.wantCalls == 1 && tc.wantCode == codes.OK && st.NotIdempotent != 1 {
+				switch {
+				case tc.wantCalls == 1 && tc.wantCode == codes.OK && tc.ctxMD != nil && (st.KeyedWrites != 1 || st.NotIdempotent != 0):
+					t.Errorf("stats = %+v, want KeyedWrites 1, NotIdempotent 0", st)
+				case tc.wantCalls == 1 && tc.wantCode == codes.OK && tc.ctxMD == nil && st.NotIdempotent != 1:
 					t.Errorf("stats = %+v, want NotIdempotent 1", st)
 				}
 			})

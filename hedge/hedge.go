@@ -47,8 +47,8 @@ type Hedger struct {
 	targetsMu    sync.Mutex
 	tokens       *tokens
 
-	primaries, hedges, wins, refusedCap, refusedDeadline atomic.Uint64
-	notIdempotent, notReplayable, coveredCalls           atomic.Uint64
+	primaries, hedges, wins, refusedCap, refusedDeadline    atomic.Uint64
+	notIdempotent, notReplayable, coveredCalls, keyedWrites atomic.Uint64
 }
 
 // target is what a Hedger knows of one target. One lookup per call finds it.
@@ -80,7 +80,8 @@ func New(opts ...Option) *Hedger {
 // Stats is a snapshot of a [Hedger]'s counters, each counted since it was made.
 type Stats struct {
 	// Primaries is the number of calls that could be hedged: idempotent (and
-	// replayable) calls, each sent once as a primary.
+	// replayable) calls, and keyed writes under [WithKeyedWrites], each sent once as
+	// a primary.
 	Primaries uint64
 	// Hedges is the number of hedges sent. A hedge whose body could not be replayed
 	// was not sent, and is not counted; one refused by a layer beneath (propagate's
@@ -106,6 +107,9 @@ type Stats struct {
 	// request they serve is one a layer above may send again (see the package
 	// documentation).
 	Covered uint64
+	// KeyedWrites is the number of writes with an idempotency key sent once because
+	// keyed writes are not hedged without [WithKeyedWrites].
+	KeyedWrites uint64
 	// Tokens is the balance of the token account: how many hedges may go out now.
 	Tokens float64
 }
@@ -121,6 +125,7 @@ func (h *Hedger) Stats() Stats {
 		NotIdempotent:     h.notIdempotent.Load(),
 		NotReplayable:     h.notReplayable.Load(),
 		Covered:           h.coveredCalls.Load(),
+		KeyedWrites:       h.keyedWrites.Load(),
 		Tokens:            h.tokens.value(),
 	}
 }

@@ -31,9 +31,10 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // request's context: losers are stopped by cancelling it.
 //
 // Requests with method GET, HEAD, OPTIONS, TRACE, PUT or DELETE (the empty method is
-// GET), or with an Idempotency-Key header that is not blank, are hedged, as package
-// retry decides; when they have a body, only if GetBody can replay it, every attempt
-// getting its own body. Other requests are sent once through base, unchanged. Each
+// GET) are hedged, as package retry decides, and so are other requests with an
+// Idempotency-Key header that is not blank (keyed writes) under [WithKeyedWrites];
+// when they have a body, only if GetBody can replay it, every attempt getting its
+// own body. Other requests are sent once through base, unchanged. Each
 // hedge is a copy of the request with its own context and header map, carrying
 // Grpc-Previous-Rpc-Attempts (added to the count of a retry layer above); the
 // caller's request is never modified.
@@ -104,10 +105,15 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		ev.Target = req.URL.Host
 	}
 	replayable := !hasBody(req) || req.GetBody != nil
+	write := !idempotency.Method(req.Method)
+	keyedWrite := write && idempotency.Keyed(req.Header[idempotency.Header])
 	switch {
-	case !idempotency.Method(req.Method) && !idempotency.Keyed(req.Header[idempotency.Header]):
+	case write && !keyedWrite:
 		h.notIdempotent.Add(1)
 		ev.Skipped = record.HedgeSkipNotIdempotent
+	case keyedWrite && !h.cfg.keyedWrites:
+		h.keyedWrites.Add(1)
+		ev.Skipped = record.HedgeSkipKeyedWrite
 	case !replayable:
 		h.notReplayable.Add(1)
 		ev.Skipped = record.HedgeSkipNotIdempotent
@@ -146,7 +152,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		t.observe(ctx, &ev, resp)
 		return resp, err
 	}
-	return t.hedged(ctx, req, ev.Target, p)
+	return t.hedged(ctx, req, ev.Target, p, keyedWrite)
 }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
@@ -179,10 +185,11 @@ type httpCall struct {
 	body     cancelbody.Body
 }
 
-// hedged sends req, hedged as p says.
-func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan) (*http.Response, error) {
+// hedged sends req, hedged as p says; keyedWrite: req is a write with an
+// idempotency key (every copy is marked covered).
+func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan, keyedWrite bool) (*http.Response, error) {
 	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
-	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header])}
+	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header]), keyedWrite: keyedWrite}
 	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: record.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
 	r, cancel, ok := hc.call.run(ctx)
 	if !ok {
@@ -234,6 +241,8 @@ type httpAttempts struct {
 	req     *http.Request
 	hasBody bool
 	keyed   bool // the request carries an Idempotency-Key: see httpDedupConflict
+	// keyedWrite: the request is a write, hedged for its key ([WithKeyedWrites]).
+	keyedWrite bool
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
 }
@@ -273,7 +282,7 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	}
 	// A layer above (retry) may have counted attempts already: add to its count.
 	r.Header[attempts.Header] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(attempts.Header)) + n)}
-	if mark := p.t.h.cfg.markOf(n); mark != "" {
+	if mark := p.t.h.cfg.markOf(n, p.keyedWrite); mark != "" {
 		r.Header[attempts.CoveredHeader] = []string{mark}
 	}
 	if p.hasBody {

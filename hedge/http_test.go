@@ -265,26 +265,30 @@ func TestIdempotency(t *testing.T) {
 		key      string
 		noGet    bool // drop GetBody
 		wantSent int64
+		opts     []hedge.Option
 	}{
-		{"GET", http.MethodGet, nil, "", false, 2},
-		{"HEAD", http.MethodHead, nil, "", false, 2},
-		{"OPTIONS", http.MethodOptions, nil, "", false, 2},
-		{"TRACE", http.MethodTrace, nil, "", false, 2},
-		{"DELETE", http.MethodDelete, nil, "", false, 2},
-		{"PUT with replayable body", http.MethodPut, body(), "", false, 2},
-		{"PUT with one-shot body", http.MethodPut, body(), "", true, 1},
-		{"POST", http.MethodPost, body(), "", false, 1},
-		{"PATCH", http.MethodPatch, body(), "", false, 1},
-		{"POST with key", http.MethodPost, body(), "k-123", false, 2},
-		{"PATCH with key", http.MethodPatch, body(), "k-123", false, 2},
-		{"POST with blank key", http.MethodPost, body(), " ", false, 1},
+		{"GET", http.MethodGet, nil, "", false, 2, nil},
+		{"HEAD", http.MethodHead, nil, "", false, 2, nil},
+		{"OPTIONS", http.MethodOptions, nil, "", false, 2, nil},
+		{"TRACE", http.MethodTrace, nil, "", false, 2, nil},
+		{"DELETE", http.MethodDelete, nil, "", false, 2, nil},
+		{"PUT with replayable body", http.MethodPut, body(), "", false, 2, nil},
+		{"PUT with one-shot body", http.MethodPut, body(), "", true, 1, nil},
+		{"POST", http.MethodPost, body(), "", false, 1, nil},
+		{"PATCH", http.MethodPatch, body(), "", false, 1, nil},
+		{"POST with key", http.MethodPost, body(), "k-123", false, 1, nil},
+		{"POST with key, WithKeyedWrites", http.MethodPost, body(), "k-123", false, 2, []hedge.Option{hedge.WithKeyedWrites()}},
+		{"PATCH with key, WithKeyedWrites", http.MethodPatch, body(), "k-123", false, 2, []hedge.Option{hedge.WithKeyedWrites()}},
+		{"POST with key, one-shot body, WithKeyedWrites", http.MethodPost, body(), "k-123", true, 1, []hedge.Option{hedge.WithKeyedWrites()}},
+		{"PUT with key", http.MethodPut, body(), "k-123", false, 2, nil},
+		{"POST with blank key", http.MethodPost, body(), " ", false, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var sent atomic.Int64
 				var mu sync.Mutex
 				var bodies []string
-				h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
+				h := hedge.New(append([]hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}, tc.opts...)...)
 				rt := h.Transport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 					sent.Add(1)
 					if r.Body != nil {
@@ -326,7 +330,9 @@ func TestIdempotency(t *testing.T) {
 					t.Errorf("stats = %+v, want 1 primary, 1 hedge", st)
 				case tc.wantSent == 1 && tc.noGet && st.NotReplayable != 1:
 					t.Errorf("stats = %+v, want NotReplayable 1", st)
-				case tc.wantSent == 1 && !tc.noGet && st.NotIdempotent != 1:
+				case tc.wantSent == 1 && tc.key == "k-123" && !tc.noGet && (st.KeyedWrites != 1 || st.NotIdempotent != 0):
+					t.Errorf("stats = %+v, want KeyedWrites 1, NotIdempotent 0", st)
+				case tc.wantSent == 1 && tc.key != "k-123" && !tc.noGet && st.NotIdempotent != 1:
 					t.Errorf("stats = %+v, want NotIdempotent 1", st)
 				}
 			})

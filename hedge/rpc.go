@@ -34,16 +34,24 @@ func init() {
 func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
 	ev := Event{Target: c.Procedure, Attempts: 1}
 	t := h.target(c.Procedure, grpcMethod)
-	idem := c.Idempotent || h.grpcIdempotent(ctx, t, c.Procedure)
+	idem, keyedWrite := h.grpcIdempotent(ctx, t, c.Procedure)
+	if c.Idempotent {
+		idem, keyedWrite = true, false
+	}
+	hedgeable := idem || keyedWrite && h.cfg.keyedWrites
 	covered := h.covered(ctx)
-	if idem && h.marks() || covered {
+	if hedgeable && h.marks() || covered {
 		ctx = withMark(ctx)
 	}
-	if !idem || covered {
-		if !idem {
+	if !hedgeable || covered {
+		switch {
+		case keyedWrite && !hedgeable:
+			h.keyedWrites.Add(1)
+			ev.Skipped = record.HedgeSkipKeyedWrite
+		case !hedgeable:
 			h.notIdempotent.Add(1)
 			ev.Skipped = record.HedgeSkipNotIdempotent
-		} else {
+		default:
 			h.coveredCalls.Add(1)
 			ev.Skipped = record.HedgeSkipCovered
 			start := time.Now()
@@ -74,7 +82,7 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 	ev.Delay = p.delay
 	cl := &call[rpc.Answer]{}
 	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
-	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send, keyed: keyed}, event: &ev}
+	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send, keyed: keyed, keyedWrite: keyedWrite}, event: &ev}
 	r, cancel, ok := cl.run(ctx)
 	if !ok {
 		h.observe(ctx, &ev)
@@ -90,6 +98,8 @@ type rpcAttempts struct {
 	cfg   *config
 	next  rpc.Send
 	keyed bool // the call carries an idempotency key: see grpcDedupConflict
+	// keyedWrite: the call is hedged for its key alone: every copy is marked covered.
+	keyedWrite bool
 }
 
 func (p *rpcAttempts) prepare(int) error { return nil }
@@ -97,7 +107,7 @@ func (p *rpcAttempts) abandon(int)       {}
 
 func (p *rpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (rpc.Answer, error) {
 	if n > 0 {
-		ctx = withAttempt(ctx, n, p.cfg.markOf(n))
+		ctx = withAttempt(ctx, n, p.cfg.markOf(n, p.keyedWrite))
 	}
 	a := p.next(ctx)
 	return a, a.Err

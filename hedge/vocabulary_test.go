@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -145,8 +146,13 @@ func TestVocabularyIdempotency(t *testing.T) {
 		if tc.key != nil {
 			req.Header["Idempotency-Key"] = tc.key
 		}
-		if got := hedgeable(req); got != tc.want {
-			t.Errorf("%s %q: hedgeable %v; want %v", tc.method, tc.key, got, tc.want)
+		if got := hedgeable(req, hedge.WithKeyedWrites()); got != tc.want {
+			t.Errorf("%s %q: hedgeable with WithKeyedWrites %v; want %v", tc.method, tc.key, got, tc.want)
+		}
+		// By default a keyed write is not hedged; what the method makes
+		// idempotent is.
+		if got, want := hedgeable(req), tc.want && idempotentMethod(tc.method); got != want {
+			t.Errorf("%s %q: hedgeable by default %v; want %v", tc.method, tc.key, got, want)
 		}
 		if got := retriedAfterSent(t, req); got != tc.want {
 			t.Errorf("%s %q: retry retried a 503: %v; want %v", tc.method, tc.key, got, tc.want)
@@ -154,9 +160,16 @@ func TestVocabularyIdempotency(t *testing.T) {
 	}
 }
 
-// hedgeable reports whether hedge's transport takes req as a call it may hedge.
-func hedgeable(req *http.Request) bool {
-	h := hedge.New()
+// idempotentMethod reports whether m is a method hedge and retry take as
+// idempotent whatever the request's key.
+func idempotentMethod(m string) bool {
+	return slices.Contains([]string{"", "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"}, m)
+}
+
+// hedgeable reports whether hedge's transport, made with opts, takes req as a call
+// it may hedge.
+func hedgeable(req *http.Request, opts ...hedge.Option) bool {
+	h := hedge.New(opts...)
 	if resp, err := h.Transport(&instant{}).RoundTrip(req); err == nil {
 		resp.Body.Close()
 	}
@@ -185,7 +198,7 @@ func retriedAfterSent(t *testing.T, req *http.Request) (retried bool) {
 }
 
 // TestVocabularyGRPCKey: a blank idempotency-key does not make a gRPC call
-// hedgeable, a real one does.
+// hedgeable under WithKeyedWrites, a real one does.
 func TestVocabularyGRPCKey(t *testing.T) {
 	for _, tc := range []struct {
 		key  string
@@ -206,7 +219,7 @@ func TestVocabularyGRPCKey(t *testing.T) {
 				}
 				return nil
 			}
-			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
+			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithKeyedWrites())
 			ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", tc.key)
 			_ = h.UnaryClientInterceptor()(ctx, methodPost, &wrapperspb.StringValue{}, &wrapperspb.StringValue{}, nil, invoker)
 			synctest.Wait()

@@ -73,9 +73,10 @@ const (
 	// HedgeSkipKey says why a call that went through the hedging layer sent no
 	// hedge: "warming_up" (too few latencies known), "not_idempotent", "cap" (the
 	// extra-load cap had no token), "deadline" (less than the floor left when the
-	// hedge was due), "not_due" (the call ended first), "disabled" or "covered" (the
+	// hedge was due), "not_due" (the call ended first), "disabled", "covered" (the
 	// request the call serves is one a layer above may send again: the chain rule of
-	// package hedge). Absent when a hedge was sent.
+	// package hedge) or "keyed_write" (a write with an idempotency key, which package
+	// hedge does not hedge unless told to). Absent when a hedge was sent.
 	HedgeSkipKey = attribute.Key("deadlinekit.hedge.skip")
 )
 

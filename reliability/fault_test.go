@@ -407,7 +407,8 @@ func TestFaultsHTTP(t *testing.T) {
 				return s.lis, s.kill, nil
 			})
 			base := newBaseTransport()
-			hopts := []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond})}
+			// WithKeyedWrites: the post-key calls are hedged, as the scenarios mean.
+			hopts := []hedge.Option{hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithKeyedWrites()}
 			plain := newHTTPStack(base, hopts, faultRetryOptions(sc, false)...)
 			keyed := newHTTPStack(base, hopts, faultRetryOptions(sc, true)...)
 			url := "http://" + d.addr
@@ -457,7 +458,7 @@ func TestFaultsGRPC(t *testing.T) {
 				return s.lis, s.kill, nil
 			})
 			hplain := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(grpcGet))
-			hkeyed := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(grpcGet))
+			hkeyed := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}), hedge.WithIdempotentMethods(grpcGet), hedge.WithKeyedWrites())
 			// Against the black hole, grpc-go's own connect timeout (20 s) applies, so
 			// that the calls wait on a connection that never completes; elsewhere the
 			// client reconnects quickly.

@@ -96,7 +96,7 @@ func (c *cluster) clients(t testing.TB, seed uint64, rate float64) {
 	stack := []deadlinekit.Option{
 		deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil), retry.WithMaxAttempts(4)),
 		deadlinekit.WithHedge(hedge.WithDelay(hedge.Delay{Initial: hedgeAfter, Min: hedgeAfter, Max: hedgeAfter, MinSamples: 1 << 30}),
-			hedge.WithMaxExtraLoad(0.5)),
+			hedge.WithMaxExtraLoad(0.5), hedge.WithKeyedWrites()),
 	}
 	stackTr := &http.Transport{MaxIdleConnsPerHost: 64}
 	rawTr := &http.Transport{MaxIdleConnsPerHost: 64}

@@ -32,6 +32,7 @@ const (
 	HedgeSkipNotDue        HedgeSkip = "not_due"        // the call ended before its hedge delay
 	HedgeSkipDisabled      HedgeSkip = "disabled"       // hedging is configured off (one attempt, or no extra load)
 	HedgeSkipCovered       HedgeSkip = "covered"        // a layer above may send the request this call serves again (the chain rule)
+	HedgeSkipKeyedWrite    HedgeSkip = "keyed_write"    // a write with an idempotency key: against a dedup its copy waits for the first (hedge.WithKeyedWrites hedges it)
 )
 
 // AttemptKind says why an attempt was made.

@@ -60,10 +60,15 @@ func dialEndpoints(t *testing.T, b *breaker.Breaker, addrs ...string) (testgrpc.
 // untilBoth calls until both backends have answered: both endpoints are ready.
 func untilBoth(t *testing.T, client testgrpc.TestServiceClient, a, b *grpcBackend) {
 	t.Helper()
-	for i := 0; a.hits.Load() == 0 || b.hits.Load() == 0; i++ {
-		if i == 100 {
-			t.Fatal("100 calls went to one backend: the policy is not round robin")
+	// round_robin picks only ready connections: on a loaded machine the second
+	// may take a while to connect, so the bound is generous and in time, and the
+	// calls are paced so that a hundred of them are no proof.
+	start := time.Now()
+	for a.hits.Load() == 0 || b.hits.Load() == 0 {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("30 s of calls went to one backend (%d, %d): the policy is not round robin", a.hits.Load(), b.hits.Load())
 		}
+		time.Sleep(time.Millisecond)
 		if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
 			t.Fatal(err)
 		}

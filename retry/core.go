@@ -30,6 +30,12 @@ type protocol[T any] interface {
 	// deliver hands the last attempt's result to the caller; cancel is released when
 	// the caller is done with it.
 	deliver(v T, err error, cancel context.CancelFunc) (T, error)
+	// dedup reads what a deduping server said of the attempt of a keyed call, judged
+	// d; ok is false when the call carries no key.
+	dedup(ctx context.Context, v T, d decision) (a record.DedupAnswer, ok bool)
+	// resends is how many times the transport beneath sent the attempt again by
+	// itself (net/http), each a copy that may have run.
+	resends(v T) int
 	// answered reports whether v is the downstream's answer (an HTTP response), which
 	// the call returns in place of a stop error of the layer: a RoundTripper returns
 	// the response it got, whatever its status.
@@ -117,6 +123,10 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 		held = true
 		e := Event{Attempt: n, Method: l.method, Took: a.took, TimedOut: a.timedOut}
 		d := l.judge(ctx, a, &e)
+		if da, ok := l.p.dedup(ctx, a.v, d); ok {
+			a.span.Dedup(ctx, da)
+		}
+		a.span.TransportResends(ctx, l.p.resends(a.v))
 		fail := e.Err
 		action, wait, stopErr := l.after(ctx, a, e, d)
 		held = false

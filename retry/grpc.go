@@ -334,5 +334,5 @@ func keyedCall(ctx context.Context) bool {
 	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
 }
 
-// resends is 0: grpc-go and connect resend nothing by themselves that reached a server.
-func (grpcCall) resends(struct{}) int { return 0 }
+// writes is 0: grpc-go and connect resend nothing by themselves that reached a server.
+func (grpcCall) writes(struct{}) int { return 0 }

@@ -5,10 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
@@ -58,5 +60,40 @@ func TestTransportResendCounted(t *testing.T) {
 	}
 	if got := call[otelattr.AttemptsKey].AsInt64(); got != 2 {
 		t.Errorf("call span: %d attempts; want 2 (the resend counts)", got)
+	}
+}
+
+// hedgingRT stands in for a hedging layer beneath the retry layer: it sends a
+// primary and a hedge under the attempt's context (the header written twice) and
+// records the hedge, as package hedge does.
+type hedgingRT struct{}
+
+func (hedgingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	tr := httptrace.ContextClientTrace(r.Context())
+	tr.WroteHeaders() // the primary
+	tr.WroteHeaders() // the hedge
+	record.HedgeCall(r.Context(), 1, true, "")
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+// A hedge a layer beneath sent is no transport resend: counted once, as a hedge.
+func TestHedgeIsNoTransportResend(t *testing.T) {
+	rt := retry.NewTransport(hedgingRT{}, retry.WithBudget(nil))
+	spans := spansOf(t, func(ctx context.Context) {
+		ctx, call := record.StartCall(ctx, record.HTTP, "GET")
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		call.End(nil)
+	})
+	call, attempts := dedupSpans(t, spans)
+	if _, ok := attempts[0][otelattr.AttemptTransportResendsKey]; ok {
+		t.Errorf("attempt span counts a hedge as a transport resend")
+	}
+	if got := call[otelattr.AttemptsKey].AsInt64(); got != 2 {
+		t.Errorf("call span: %d attempts; want 2 (the primary and its hedge)", got)
 	}
 }

@@ -113,5 +113,5 @@ func (rpcCall) dedup(ctx context.Context, a rpc.Answer, d decision) (record.Dedu
 	return dedupAnswer(a.Meta.Get(idempotency.ReplayedKey), d), true
 }
 
-// resends is 0: grpc-go and connect resend nothing by themselves that reached a server.
-func (rpcCall) resends(rpc.Answer) int { return 0 }
+// writes is 0: grpc-go and connect resend nothing by themselves that reached a server.
+func (rpcCall) writes(rpc.Answer) int { return 0 }

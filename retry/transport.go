@@ -265,8 +265,9 @@ func (s *sentTrace) wroteHeaders() { s.wrote.Add(1) }
 // sent reports whether a header was written.
 func (s *sentTrace) sent() bool { return s.wrote.Load() > 0 }
 
-// resends is how many times net/http sent the request again.
-func (s *sentTrace) resends() int { return max(int(s.wrote.Load())-1, 0) }
+// writes is how many times a header of the request was written: more than one when
+// net/http sent it again, or a hedging layer beneath sent copies.
+func (s *sentTrace) writes() int { return int(s.wrote.Load()) }
 
 // RoundTrip sends req through the retry layer. The call's span ([record.StartCall])
 // is started here when no layer above has one, and ends with the answer's body, or
@@ -407,11 +408,11 @@ func (httpCall) stopped(_ context.Context, err error) error { return err }
 
 func (httpCall) answered(v httpResult) bool { return v.resp != nil }
 
-func (httpCall) resends(v httpResult) int {
+func (httpCall) writes(v httpResult) int {
 	if v.sent == nil {
 		return 0
 	}
-	return v.sent.resends()
+	return v.sent.writes()
 }
 
 // dedup reads what a deduping server said of a keyed call's attempt: its replay

@@ -53,6 +53,7 @@ type callState struct {
 	conflict   bool          // an attempt met a conflict
 	comeBack   time.Duration // the last conflict's come-back
 	resends    int           // copies the transport beneath sent again by itself
+	hedgesSeen int           // hedges already set against header writes (TransportResends)
 }
 
 // callKey holds the *callState of the call a context belongs to.

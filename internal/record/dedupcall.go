@@ -61,19 +61,26 @@ func KeyHash(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// TransportResends records that the transport beneath sent the attempt n more
-// times by itself (net/http's resend of a replayable request on a reused
-// connection): on the attempt's span, and in its call's attempts.
-func (a Attempt) TransportResends(ctx context.Context, n int) {
-	if n <= 0 {
+// TransportResends records that the transport beneath wrote the header of the
+// attempt's request wrote times (net/http's resend of a replayable request on a
+// reused connection writes it again within one RoundTrip): every write after the
+// first that was not a hedge's (the hedging layer beneath sends its copies under
+// the attempt's context too, and records them with [HedgeCall] before the attempt
+// returns) is a resend, recorded on the attempt's span and in its call's attempts.
+func (a Attempt) TransportResends(ctx context.Context, wrote int) {
+	c := callFrom(ctx)
+	if c == nil {
 		return
 	}
-	if a.st != nil {
-		a.st.span.SetAttributes(otelattr.AttemptTransportResendsKey.Int(n))
-	}
-	if c := callFrom(ctx); c != nil {
-		c.mu.Lock()
+	c.mu.Lock()
+	hedges := c.hedges - c.hedgesSeen
+	c.hedgesSeen = c.hedges
+	n := wrote - 1 - hedges
+	if n > 0 {
 		c.resends += n
-		c.mu.Unlock()
+	}
+	c.mu.Unlock()
+	if n > 0 && a.st != nil {
+		a.st.span.SetAttributes(otelattr.AttemptTransportResendsKey.Int(n))
 	}
 }

@@ -87,14 +87,20 @@ func listen(t *testing.T) net.Listener {
 	return l
 }
 
-// grpcB starts B over gRPC and returns A's write to it.
+// grpcB starts B over gRPC and returns A's write to it, through a client stack with
+// retry.WithIdempotencyKeys.
 func grpcB(t *testing.T, b *keysB) write {
+	return grpcBWith(t, b, deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil)))
+}
+
+// grpcBWith is grpcB through a client stack with opts.
+func grpcBWith(t *testing.T, b *keysB, opts ...deadlinekit.Option) write {
 	l := listen(t)
 	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore()))...)
 	testgrpc.RegisterTestServiceServer(gs, b)
 	go gs.Serve(l)
 	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), append(deadlinekit.DialOptions(deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))),
+	cc, err := grpc.NewClient(l.Addr().String(), append(deadlinekit.DialOptions(opts...),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
@@ -114,14 +120,20 @@ func grpcB(t *testing.T, b *keysB) write {
 	}
 }
 
-// httpB starts B over HTTP and returns A's write to it.
+// httpB starts B over HTTP and returns A's write to it, through a client stack with
+// retry.WithIdempotencyKeys.
 func httpB(t *testing.T, b *keysB) write {
+	return httpBWith(t, b, deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil)))
+}
+
+// httpBWith is httpB through a client stack with opts.
+func httpBWith(t *testing.T, b *keysB, opts ...deadlinekit.Option) write {
 	srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprint(w, b.run(string(body), r.Header.Get("Idempotency-Key")))
 	}), deadlinekit.WithDedup(dedup.NewMemoryStore())))
 	t.Cleanup(srv.Close)
-	client := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil)))}
+	client := &http.Client{Transport: deadlinekit.NewTransport(nil, opts...)}
 	return func(ctx context.Context, body, forward string) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/items", strings.NewReader(body))
 		if err != nil {
@@ -293,6 +305,54 @@ func TestKeysCrashRerun(t *testing.T) {
 			}
 			if n := b.count(); n != 1 {
 				t.Fatalf("B ran %d times, want 1: %q", n, b.seen())
+			}
+		})
+	}
+}
+
+// TestKeysCrashRerunByDefault: keys travel without retry.WithIdempotencyKeys. A's
+// handler, keyed, writes to B twice through a client stack with no option, then
+// crashes; the re-run with the same inbound key sends B the same two keys (derived,
+// never the caller's), and B replays both: two charges, not four.
+func TestKeysCrashRerunByDefault(t *testing.T) {
+	for _, ch := range []struct {
+		name string
+		a    func(t *testing.T, h keysHandler, opts ...dedup.Option) call
+		b    func(t *testing.T, b *keysB, opts ...deadlinekit.Option) write
+	}{{"http-grpc", httpA, grpcBWith}, {"grpc-http", grpcA, httpBWith}} {
+		t.Run(ch.name, func(t *testing.T) {
+			b := &keysB{}
+			toB := ch.b(t, b)
+			var runs atomic.Int32
+			a := ch.a(t, func(ctx context.Context, _ string) (string, error) {
+				r1, err := toB(ctx, "reserve 1", "")
+				if err != nil {
+					return "", err
+				}
+				r2, err := toB(ctx, "charge 5", "")
+				if err != nil {
+					return "", err
+				}
+				if runs.Add(1) == 1 {
+					dedup.Forget(ctx) // as when its replica dies and its lease ends
+					return "", errors.New("crashed after the writes")
+				}
+				return r1 + " " + r2, nil
+			})
+			if _, err := a("order-1", ""); err == nil {
+				t.Fatal("the first run did not crash")
+			}
+			if out := mustCall(t, a, "order-1", ""); out != "reserve 1#1 charge 5#2" {
+				t.Fatalf("the re-run answered %q, want B's stored answers", out)
+			}
+			seen := b.seen()
+			if len(seen) != 2 {
+				t.Fatalf("B ran %d times, want 2: %q", len(seen), seen)
+			}
+			for _, r := range seen {
+				if k := r[strings.LastIndex(r, " ")+1:]; !strings.HasPrefix(k, "dk1.") {
+					t.Fatalf("B saw %q; want derived keys on both writes", seen)
+				}
 			}
 		})
 	}

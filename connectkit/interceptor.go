@@ -244,7 +244,11 @@ func sendTraced(ctx context.Context, req connect.AnyRequest, next connect.UnaryF
 // (headers and trailers) as lower-case keys.
 func answer(resp connect.AnyResponse, err error) rpc.Answer {
 	if err == nil {
-		return rpc.Answer{Resp: resp}
+		a := rpc.Answer{Resp: resp}
+		if v := replayed(resp); v != "" { // dedup's replay marker, for the caller's spans
+			a.Meta = metadata.Pairs(idempotency.ReplayedKey, v)
+		}
+		return a
 	}
 	a := rpc.Answer{Err: err}
 	var ce *connect.Error
@@ -534,3 +538,11 @@ func (s *refusedStream) CloseResponse() error         { return nil }
 func (s *refusedStream) ResponseHeader() http.Header  { return http.Header{} }
 func (s *refusedStream) ResponseTrailer() http.Header { return http.Header{} }
 func (s *refusedStream) discard(error)                {}
+
+// replayed is the Idempotent-Replayed header of resp, "" without one.
+func replayed(resp connect.AnyResponse) string {
+	if resp == nil {
+		return ""
+	}
+	return resp.Header().Get(idempotency.ReplayedHeader)
+}

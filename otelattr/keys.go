@@ -53,7 +53,7 @@ const (
 	// call span the first attempt's, on each attempt span its own.
 	BudgetSentKey = attribute.Key("deadlinekit.budget.sent_ms")
 	// AttemptsKey is the number of copies of the call that were sent, retries and
-	// hedges included.
+	// hedges included, and net/http's own resends ([AttemptTransportResendsKey]).
 	AttemptsKey = attribute.Key("deadlinekit.attempts")
 	// RetryCountKey is the number of retries a call made (attempts after the first,
 	// by package retry).
@@ -93,6 +93,12 @@ const (
 	// status is Error), or "canceled" (another attempt answered first, or the caller
 	// gave up; not an error).
 	AttemptOutcomeKey = attribute.Key("deadlinekit.attempt.outcome")
+	// AttemptTransportResendsKey is the number of times net/http itself sent an
+	// HTTP attempt again (a replayable request, such as a POST carrying an
+	// Idempotency-Key, whose reused connection closed before an answer): each
+	// reached the server, and each counts in the call's [AttemptsKey]. Absent when
+	// there was none.
+	AttemptTransportResendsKey = attribute.Key("deadlinekit.attempt.transport_resends")
 )
 
 // Circuit breaker attributes (package breaker): on the call's span (and the
@@ -157,4 +163,24 @@ const (
 	// released, or past the repeat's budget), with deadlinekit.dedup.wait_ms: how
 	// long that wait was.
 	DedupWaitedEvent = "waited for the first request"
+)
+
+// Deduplication seen from the caller (package retry): what a deduping server
+// answered a keyed call, on each attempt's span and on the call's span.
+const (
+	// DedupReplayedKey is true when the answer was the stored answer of the first
+	// request with the call's key (Idempotent-Replayed: true, gRPC header metadata
+	// idempotent-replayed: true). On the call span, the answer the caller got.
+	DedupReplayedKey = attribute.Key("deadlinekit.dedup.replayed")
+	// DedupConflictKey is true when the server answered that the first request with
+	// the key still ran (409 / ABORTED with a come-back). On the call span, true when
+	// any attempt met one.
+	DedupConflictKey = attribute.Key("deadlinekit.dedup.conflict")
+	// DedupComeBackKey is the come-back (ms) a conflict said: when the first
+	// request's lease ends, or sooner. On the call span, the last conflict's.
+	DedupComeBackKey = attribute.Key("deadlinekit.dedup.come_back_ms")
+	// IdempotencyKeyHashKey is, on the call span of a keyed call, the first 16 hex
+	// digits of the SHA-256 of its idempotency key: enough to find the call's spans
+	// and the server's, never the key itself.
+	IdempotencyKeyHashKey = attribute.Key("deadlinekit.idempotency_key.hash")
 )

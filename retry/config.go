@@ -161,13 +161,17 @@ func WithIdempotentMethods(methods ...string) Option {
 // request that is not idempotent retryable after it was sent: the server is expected
 // to store the first result under the key and answer repeats with it.
 //
-// Keys travel: while a handler serves a keyed request under package dedup, its
-// calls' keys are not gen's. Each call that is not idempotent (over HTTP its method,
-// over gRPC and connect its declaration) gets the next key derived from the
-// request's key, the same on a re-run of the handler, so that a re-run after a crash
-// meets the downstream's stored answer; its idempotent gRPC calls get gen's. A key
-// the caller set that is the request's own (forwarded) is replaced by a derived one,
-// with or without this option. See "Keys travel" in package dedup.
+// Keys travel, with or without this option: while a handler serves a keyed request
+// under package dedup, each of its calls that is not idempotent (over HTTP its
+// method, over gRPC and connect its declaration) and carries no key of the caller's
+// gets the next key derived from the request's key, the same on a re-run of the
+// handler, so that a re-run after a crash meets the downstream's stored answer
+// (this assumes the handler makes the same writes in the same order on every run).
+// This option is needed only for calls outside such a run, and for the idempotent
+// gRPC calls within one (which get gen's keys). A key the caller set that is the
+// request's own (forwarded) is replaced by a derived one. The server's
+// dedup.WithoutKeyDerivation turns derivation off for the requests it serves. See
+// "Keys travel" in package dedup.
 func WithIdempotencyKeys(gen func() string) Option {
 	return optionFunc(func(c *config) {
 		if gen == nil {

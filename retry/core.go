@@ -30,6 +30,13 @@ type protocol[T any] interface {
 	// deliver hands the last attempt's result to the caller; cancel is released when
 	// the caller is done with it.
 	deliver(v T, err error, cancel context.CancelFunc) (T, error)
+	// dedup reads what a deduping server said of the attempt of a keyed call, judged
+	// d; ok is false when the call carries no key.
+	dedup(ctx context.Context, v T, d decision) (a record.DedupAnswer, ok bool)
+	// writes is how many times the attempt's request header was written beneath
+	// (0: not counted): net/http sends some requests again by itself, each a copy
+	// that may have run; a hedging layer's copies count too.
+	writes(v T) int
 	// answered reports whether v is the downstream's answer (an HTTP response), which
 	// the call returns in place of a stop error of the layer: a RoundTripper returns
 	// the response it got, whatever its status.
@@ -117,6 +124,12 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 		held = true
 		e := Event{Attempt: n, Method: l.method, Took: a.took, TimedOut: a.timedOut}
 		d := l.judge(ctx, a, &e)
+		if da, ok := l.p.dedup(ctx, a.v, d); ok {
+			a.span.Dedup(ctx, da)
+		}
+		if w := l.p.writes(a.v); w > 0 {
+			a.span.TransportResends(ctx, w)
+		}
 		fail := e.Err
 		action, wait, stopErr := l.after(ctx, a, e, d)
 		held = false

@@ -106,4 +106,7 @@ type decision struct {
 	// grpc-retry-pushback-ms), as opposed to a pushback that was malformed. The stop
 	// reason then says what the server meant: refused, or downstream_retried.
 	doNotRetry bool
+	// conflict: a server's deduplication said the first request with the call's key
+	// still runs (409 / ABORTED with a come-back, the pushback).
+	conflict bool
 }

@@ -100,7 +100,9 @@ func dedupConflictGRPC(a grpcAttempt) (decision, bool) {
 	if err != nil || p <= 0 {
 		return decision{}, false
 	}
-	return withPushback(decision{verdict: Retryable, reason: "ABORTED on a keyed call: the first with its key still runs"}, p, nil), true
+	d := withPushback(decision{verdict: Retryable, reason: "ABORTED on a keyed call: the first with its key still runs"}, p, nil)
+	d.conflict = true
+	return d, true
 }
 
 // grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer
@@ -110,7 +112,8 @@ func dedupConflictGRPC(a grpcAttempt) (decision, bool) {
 // it).
 type grpcCallState struct {
 	trailer metadata.MD
-	opts    [4]grpc.CallOption
+	header  metadata.MD // the attempt's header metadata, for a keyed call (idempotent-replayed)
+	opts    [5]grpc.CallOption
 }
 
 // UnaryClientInterceptor returns a gRPC client interceptor that retries failed
@@ -148,6 +151,10 @@ type grpcCallState struct {
 // this one. Do not combine it with grpc-go's own retry policy (service config): only
 // one layer should retry.
 //
+// On a traced keyed call, the spans say what a deduping server answered, as for
+// [NewTransport]: the replay marker (header metadata idempotent-replayed), an
+// ABORTED conflict and its come-back, the key's hash.
+//
 // When the layer stops before its attempts ran out, it returns a [*StopError]: under
 // the deadline rule with code DEADLINE_EXCEEDED, when the context ended CANCELED or
 // DEADLINE_EXCEEDED; the others keep the last attempt's code.
@@ -174,10 +181,14 @@ func (c *config) unary(ctx context.Context, method string, req, reply any, cc *g
 	l.begin(ctx)
 	ctx = c.withCallKey(ctx, method, false)
 	opts := cs.opts[:0]
-	if len(callOpts) >= len(cs.opts) {
-		opts = make([]grpc.CallOption, 0, len(callOpts)+1)
+	if len(callOpts)+1 >= len(cs.opts) {
+		opts = make([]grpc.CallOption, 0, len(callOpts)+2)
 	}
 	opts = append(append(opts, callOpts...), grpc.Trailer(&cs.trailer))
+	if key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); idempotency.Keyed(key) {
+		record.IdempotencyKey(ctx, key[0])
+		opts = append(opts, grpc.Header(&cs.header))
+	}
 	l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
 	_, err = l.run(ctx)
 	return err
@@ -196,7 +207,7 @@ type grpcCall struct {
 
 func (g grpcCall) send(actx context.Context, n int, _ bool) (struct{}, error, bool) {
 	actx = attempts.Outgoing(actx, n-1)
-	g.cs.trailer = nil
+	g.cs.trailer, g.cs.header = nil, nil
 	return struct{}{}, g.invoker(actx, g.method, g.req, g.reply, g.cc, g.opts...), true
 }
 
@@ -232,6 +243,25 @@ func (grpcCall) stopped(ctx context.Context, err error) error { return grpcStop(
 
 // answered is false: a gRPC failure is its status, which a stop error keeps.
 func (grpcCall) answered(struct{}) bool { return false }
+
+// dedup reads what a deduping server said of a keyed call's attempt: its replay
+// marker (header metadata idempotent-replayed: true), a conflict (d.conflict).
+func (g grpcCall) dedup(ctx context.Context, _ struct{}, d decision) (record.DedupAnswer, bool) {
+	if !keyedCall(ctx) {
+		return record.DedupAnswer{}, false
+	}
+	return dedupAnswer(g.cs.header.Get(idempotency.ReplayedKey), d), true
+}
+
+// dedupAnswer is the dedup answer of an attempt whose idempotent-replayed values
+// are replayed, judged d.
+func dedupAnswer(replayed []string, d decision) record.DedupAnswer {
+	a := record.DedupAnswer{Replayed: len(replayed) > 0 && replayed[0] == "true", Conflict: d.conflict}
+	if d.conflict {
+		a.ComeBack = d.pushback
+	}
+	return a
+}
 
 func (g grpcCall) keep(v struct{}, cancel context.CancelFunc) (struct{}, bool) {
 	g.discard(v, cancel)
@@ -303,3 +333,6 @@ func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
 func keyedCall(ctx context.Context) bool {
 	return idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
 }
+
+// writes is 0: grpc-go and connect resend nothing by themselves that reached a server.
+func (grpcCall) writes(struct{}) int { return 0 }

@@ -36,11 +36,12 @@ func newIdempotencyKey() string {
 // or "" to send what the caller set (nothing, when vs is empty or blank).
 //
 // Under the run of a keyed request (package dedup puts a [keychain.Chain] on the
-// handler's context), a write gets the next key derived from the request's key,
-// so that a re-run of the handler sends the same keys; and a caller's key that is
-// the request's own key (forwarded metadata, a copied header) is replaced by the
-// next derived key, with or without [WithIdempotencyKeys]: sent as is, it would make
-// the downstream take two writes for one. Any other key the caller set is kept.
+// handler's context), a write gets the next key derived from the request's key, by
+// default, with or without [WithIdempotencyKeys], so that a re-run of the handler
+// sends the same keys; and a caller's key that is the request's own key (forwarded
+// metadata, a copied header) is replaced by the next derived key: sent as is, it
+// would make the downstream take two writes for one. Any other key the caller set
+// is kept. Outside such a run, only [WithIdempotencyKeys] gives keys.
 func (c *config) callKey(ctx context.Context, vs []string, write bool) string {
 	chain := keychain.From(ctx)
 	if idempotency.Keyed(vs) {
@@ -50,10 +51,10 @@ func (c *config) callKey(ctx context.Context, vs []string, write bool) string {
 		return ""
 	}
 	switch {
-	case c.keys == nil:
-		return ""
 	case chain != nil && write:
 		return chain.Next()
+	case c.keys == nil:
+		return ""
 	}
 	return c.keys()
 }

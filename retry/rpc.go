@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -24,6 +25,9 @@ func init() {
 			l := loop[rpc.Answer, rpcCall]{c: c, proto: record.GRPC, method: call.Procedure}
 			l.begin(ctx)
 			ctx = c.withCallKey(ctx, call.Procedure, call.Idempotent)
+			if key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); idempotency.Keyed(key) {
+				record.IdempotencyKey(ctx, key[0])
+			}
 			l.p = rpcCall{c: c, call: call, next: send}
 			a, err := l.run(ctx)
 			if err != nil {
@@ -99,3 +103,15 @@ func (r rpcCall) keep(a rpc.Answer, cancel context.CancelFunc) (rpc.Answer, bool
 	r.discard(a, cancel)
 	return a, false
 }
+
+// dedup reads what a deduping server said of a keyed call's attempt: its replay
+// marker (idempotent-replayed: true in the answer's metadata), a conflict.
+func (rpcCall) dedup(ctx context.Context, a rpc.Answer, d decision) (record.DedupAnswer, bool) {
+	if !keyedCall(ctx) {
+		return record.DedupAnswer{}, false
+	}
+	return dedupAnswer(a.Meta.Get(idempotency.ReplayedKey), d), true
+}
+
+// writes is 0: grpc-go and connect resend nothing by themselves that reached a server.
+func (rpcCall) writes(rpc.Answer) int { return 0 }

@@ -102,7 +102,9 @@ func dedupConflictHTTP(a httpAttempt) decision {
 		now = time.Now()
 	}
 	if p, found, err := pushback.FromHTTP(a.resp.Header, now); found && err == nil && p > 0 {
-		return withPushback(decision{verdict: Retryable, reason: "status 409 on a keyed request: the first with its key still runs"}, p, nil)
+		d := withPushback(decision{verdict: Retryable, reason: "status 409 on a keyed request: the first with its key still runs"}, p, nil)
+		d.conflict = true
+		return d
 	}
 	return decision{verdict: Answered}
 }
@@ -218,6 +220,14 @@ func dialFailure(err error) bool {
 // last [Event] (Action [Stop], Err a [*StopError] wrapping a [*StatusError]). A
 // [*StopError] is returned only when there is no response to return: the last
 // attempt failed without one, or the response waited on had a body beyond the bounds.
+//
+// On a traced call, the spans say what a deduping server (package dedup) answered a
+// keyed request: each attempt's span and the call's carry deadlinekit.dedup.replayed,
+// deadlinekit.dedup.conflict and the conflict's deadlinekit.dedup.come_back_ms, and
+// the call's span deadlinekit.idempotency_key.hash (package otelattr), never the key.
+// A request net/http sent again by itself (a replayable one whose reused connection
+// closed before an answer) counts each copy in deadlinekit.attempt.transport_resends
+// and in the call's deadlinekit.attempts.
 func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -243,9 +253,21 @@ func (t *transport) CloseIdleConnections() {
 // failure before it proves the request was never sent. (A failure while the body is
 // written is not "never sent": the server may have read the header and part of the
 // body, run the handler and died.)
-type sentTrace struct{ wrote atomic.Bool }
+//
+// It counts the headers written, too: net/http sends a replayable request (an
+// idempotent method, or one carrying an Idempotency-Key) again by itself when the
+// reused connection it went out on closes before an answer, writing its header
+// once more within the one RoundTrip; each copy may have run.
+type sentTrace struct{ wrote atomic.Int32 }
 
-func (s *sentTrace) wroteHeaders() { s.wrote.Store(true) }
+func (s *sentTrace) wroteHeaders() { s.wrote.Add(1) }
+
+// sent reports whether a header was written.
+func (s *sentTrace) sent() bool { return s.wrote.Load() > 0 }
+
+// writes is how many times a header of the request was written: more than one when
+// net/http sent it again, or a hedging layer beneath sent copies.
+func (s *sentTrace) writes() int { return int(s.wrote.Load()) }
 
 // RoundTrip sends req through the retry layer. The call's span ([record.StartCall])
 // is started here when no layer above has one, and ends with the answer's body, or
@@ -272,6 +294,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 			h.hasKey = true
 		}
 	}
+	if h.key != "" {
+		record.IdempotencyKey(ctx, h.key)
+	} else if h.hasKey {
+		record.IdempotencyKey(ctx, vs[0])
+	}
 	h.traceSent = l.max > 1 && !h.idem && !h.hasKey
 	l.p = h
 	v, err := l.run(ctx)
@@ -293,11 +320,12 @@ type httpCall struct {
 // httpResult is what an HTTP attempt returns besides its error.
 type httpResult struct {
 	resp *http.Response // nil when the attempt failed
-	sent *sentTrace     // when traceSent
+	sent *sentTrace     // when traceSent, or the call is traced
 }
 
 func (h httpCall) send(actx context.Context, n int, traced bool) (v httpResult, err error, ok bool) {
-	if h.traceSent {
+	// Traced calls of requests net/http may resend count the resends too.
+	if h.traceSent || (traced && (h.idem || h.hasKey)) {
 		v.sent = new(sentTrace)
 		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteHeaders: v.sent.wroteHeaders})
 	}
@@ -356,7 +384,7 @@ func (h httpCall) judge(_ context.Context, v httpResult, err error, timedOut boo
 	}
 	if err != nil {
 		if v.sent != nil {
-			a.sent = v.sent.wrote.Load()
+			a.sent = v.sent.sent()
 		} else {
 			a.sent = !dialFailure(err)
 		}
@@ -379,6 +407,26 @@ func (httpCall) deliver(v httpResult, err error, cancel context.CancelFunc) (htt
 func (httpCall) stopped(_ context.Context, err error) error { return err }
 
 func (httpCall) answered(v httpResult) bool { return v.resp != nil }
+
+func (httpCall) writes(v httpResult) int {
+	if v.sent == nil {
+		return 0
+	}
+	return v.sent.writes()
+}
+
+// dedup reads what a deduping server said of a keyed call's attempt: its replay
+// marker (Idempotent-Replayed: true), a conflict (d.conflict).
+func (h httpCall) dedup(_ context.Context, v httpResult, d decision) (record.DedupAnswer, bool) {
+	if !h.hasKey || v.resp == nil {
+		return record.DedupAnswer{}, false
+	}
+	a := record.DedupAnswer{Replayed: v.resp.Header.Get(idempotency.ReplayedHeader) == "true", Conflict: d.conflict}
+	if d.conflict {
+		a.ComeBack = d.pushback
+	}
+	return a, true
+}
 
 // keep reads the body of a response about to be retried into memory, within the
 // bounds of package drain (64 KiB, 100 ms), so that the call can return it, body

@@ -21,6 +21,11 @@ const (
 	Header = "Idempotency-Key"
 	// Key is the gRPC metadata key that carries an idempotency key.
 	Key = "idempotency-key"
+	// ReplayedHeader marks an HTTP answer as the stored answer of the first request
+	// with its key (package dedup sends it as "true"); ReplayedKey is its gRPC
+	// header metadata.
+	ReplayedHeader = "Idempotent-Replayed"
+	ReplayedKey    = "idempotent-replayed"
 )
 
 // Method reports whether an HTTP method is safe or idempotent (RFC 9110 §9.2): GET,

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -46,6 +47,13 @@ type callState struct {
 	skip       HedgeSkip
 	budget     float64
 	budgetSent bool
+	keyHash    string        // the call's idempotency key's hash, if it has one
+	dedupSeen  bool          // an attempt's dedup answer was recorded
+	replayed   bool          // the last such answer was a replay
+	conflict   bool          // an attempt met a conflict
+	comeBack   time.Duration // the last conflict's come-back
+	resends    int           // copies the transport beneath sent again by itself
+	hedgesSeen int           // hedges already set against header writes (TransportResends)
 }
 
 // callKey holds the *callState of the call a context belongs to.
@@ -235,7 +243,7 @@ func (c *callState) writeTotals() {
 		attempts = max(c.attempts, 1)
 	}
 	kv := make([]attribute.KeyValue, 0, 8)
-	kv = append(kv, otelattr.AttemptsKey.Int(attempts+c.hedges))
+	kv = append(kv, otelattr.AttemptsKey.Int(attempts+c.hedges+c.resends))
 	if c.retried {
 		kv = append(kv, otelattr.RetryCountKey.Int(attempts-1), otelattr.RetryStopReasonKey.String(string(c.stop)))
 	}
@@ -248,6 +256,12 @@ func (c *callState) writeTotals() {
 	}
 	if c.budgetSent {
 		kv = append(kv, otelattr.BudgetSentKey.Float64(c.budget))
+	}
+	if c.keyHash != "" {
+		kv = append(kv, otelattr.IdempotencyKeyHashKey.String(c.keyHash))
+	}
+	if c.dedupSeen {
+		kv = append(kv, dedupAttrs(c.replayed, c.conflict, c.comeBack)...)
 	}
 	c.mu.Unlock()
 	c.span.SetAttributes(kv...)

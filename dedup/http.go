@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -264,6 +265,7 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	// of several messages (not deduplicated).
 	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout || comeBackHTTP(status, rec.Header()) ||
 		(rec.status == 0 && ctx.Err() != nil) || rec.upgraded || streamed {
+		rec.seal()
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return
@@ -399,14 +401,37 @@ var notStored = map[string]bool{
 type recorder struct {
 	http.ResponseWriter
 	max      int
-	status   int    // 0 until the header is written
-	ans      []byte // the stored answer: status and header, then the body written so far
-	head     int    // the length of the status and header at the start of the answer
-	size     int    // the body's size, as the handler wrote it
-	over     bool   // the answer passed the limit: ans is nil
-	declared int64  // the Content-Length the handler set; -1 for none
-	failed   bool   // a write to the caller failed: it did not get the whole answer
-	upgraded bool   // 101 Switching Protocols, or the connection was hijacked
+	status   int     // 0 until the header is written
+	ans      []byte  // the stored answer: status and header, then the body written so far
+	head     int     // the length of the status and header at the start of the answer
+	size     int     // the body's size, as the handler wrote it
+	over     bool    // the answer passed the limit: ans is nil
+	declared int64   // the Content-Length the handler set; -1 for none
+	failed   bool    // a write to the caller failed: it did not get the whole answer
+	upgraded bool    // 101 Switching Protocols, or the connection was hijacked
+	buf      *[]byte // the pooled buffer ans is in; nil once it is not
+}
+
+// answerBufs are the buffers a recorder keeps the answer in while the handler
+// writes: the answer stored is then a copy of its own length, and a record held for
+// a retention keeps no spare capacity. An answer that outgrows one leaves it.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, answerBufCap); return &b }}
+
+const answerBufCap = 1024
+
+// putBuf gives the pooled buffer back, once ans is no longer in it.
+func (w *recorder) putBuf() {
+	if w.buf != nil {
+		answerBufs.Put(w.buf)
+		w.buf = nil
+	}
+}
+
+// seal ends the recording: a write after the handler returned (which net/http does
+// not allow) must not reach a buffer another request now uses.
+func (w *recorder) seal() {
+	w.over, w.ans = true, nil
+	w.putBuf()
 }
 
 // snapshot starts the stored answer with the status and the header as they are sent.
@@ -419,10 +444,13 @@ func (w *recorder) snapshot(code int) {
 			w.declared = n
 		}
 	}
-	w.ans = appendHTTPHead(make([]byte, 0, 256), code, h)
+	w.buf = answerBufs.Get().(*[]byte)
+	w.ans = appendHTTPHead((*w.buf)[:0], code, h)
 	w.head = len(w.ans)
 	if w.head > w.max {
-		w.over, w.ans = true, nil
+		w.seal()
+	} else if cap(w.ans) != answerBufCap { // a head larger than the buffer
+		w.putBuf()
 	}
 }
 
@@ -449,9 +477,13 @@ func (w *recorder) Write(b []byte) (int, error) {
 	w.size += len(b)
 	if !w.over {
 		if len(w.ans)+len(b) > w.max {
-			w.over, w.ans = true, nil
+			w.seal()
 		} else {
+			grows := len(w.ans)+len(b) > cap(w.ans)
 			w.ans = append(w.ans, b...)
+			if grows {
+				w.putBuf()
+			}
 		}
 	}
 	return n, err
@@ -472,17 +504,26 @@ func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
 	}
 	trailer := trailersOf(w.ResponseWriter.Header())
 	total = w.head + w.size
+	ans = w.ans
 	if len(trailer) > 0 && !w.over {
-		w.ans = withTrailers(w.ans, w.head, trailer)
-		total = len(w.ans)
+		ans = withTrailers(ans, w.head, trailer)
+		total = len(ans)
 	}
+	over := w.over
 	switch {
 	case !whole:
-		return encodeNotKeptWhy(w.status, w.size, whyIncomplete), 0, false
-	case w.over || total > w.max:
-		return encodeNotKept(w.status, total), 0, false
+		ans, keepable = encodeNotKeptWhy(w.status, w.size, whyIncomplete), false
+	case over || total > w.max:
+		ans, keepable = encodeNotKept(w.status, total), false
+	case cap(ans) != len(ans):
+		// Its own (not the pooled buffer's), of its own length: a store may keep it
+		// for the whole retention.
+		ans, keepable = append(make([]byte, 0, len(ans)), ans...), true
+	default:
+		keepable = true
 	}
-	return w.ans, total, true
+	w.seal()
+	return ans, total, keepable
 }
 
 // bodyAllowed reports whether a response with status has a body.

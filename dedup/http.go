@@ -89,8 +89,9 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			r.Body = body
-			c.workHTTP(r, t, next).ServeHTTP(w, r)
+			r2 := r.WithContext(ctx) // a request of its own: the caller's keeps its body
+			r2.Body = body
+			c.workHTTP(r2, t, next).ServeHTTP(w, r2)
 			return
 		}
 		h := w.Header()

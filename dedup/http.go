@@ -53,6 +53,14 @@ func NewMiddleware(store Store, opts ...Option) func(http.Handler) http.Handler 
 
 var errBodyTooLarge = errors.New("request body too large")
 
+// httpRun is what a keyed HTTP request needs, in one allocation: its ticket, the
+// body read for its fingerprint and, when it runs, the recorder of its answer.
+type httpRun struct {
+	t    ticket
+	body bodyReader
+	rec  recorder
+}
+
 func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, next http.Handler) {
 	ctx := r.Context()
 	key, err := ParseKey(vs)
@@ -61,8 +69,9 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
-	body, err := c.fingerprintHTTP(r, t)
+	run := &httpRun{t: ticket{key: c.storeKey(ctx, key), inbound: key}}
+	t := &run.t
+	body, err := c.fingerprintHTTP(r, t, &run.body)
 	if err != nil {
 		c.report(ctx, outMalformed, nil)
 		if errors.Is(err, errBodyTooLarge) {
@@ -74,7 +83,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		c.runHTTP(w, r, body, t, c.workHTTP(r, t, next))
+		c.runHTTP(w, r, body, t, &run.rec, c.workHTTP(r, t, next))
 	case vReplay:
 		c.replayHTTP(w, ctx, t)
 	case vConflict:
@@ -111,7 +120,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 // message: the rest goes to the handler as it comes, so that a client stream or a
 // bidi stream is not held until the client ends it (a bidi client waits for an
 // answer before it sends more).
-func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error) {
+func (c *core) fingerprintHTTP(r *http.Request, t *ticket, br *bodyReader) (io.ReadCloser, error) {
 	h := sha256.New()
 	h.Write([]byte(r.Method))
 	h.Write([]byte{0})
@@ -133,7 +142,8 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 			return nil, err
 		}
 		h.Write(b)
-		body = &bodyReader{b: b}
+		*br = bodyReader{b: b}
+		body = br
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -238,9 +248,9 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 
 func (r *bodyReader) Close() error { return nil }
 
-func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, next http.Handler) {
+func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, rec *recorder, next http.Handler) {
 	ctx := r.Context()
-	rec := &recorder{ResponseWriter: w, max: c.c.maxResponse}
+	*rec = recorder{ResponseWriter: w, max: c.c.maxResponse}
 	r2 := r.WithContext(c.runCtx(ctx, t))
 	r2.Body = body
 	completed := false

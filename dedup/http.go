@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -52,6 +53,14 @@ func NewMiddleware(store Store, opts ...Option) func(http.Handler) http.Handler 
 
 var errBodyTooLarge = errors.New("request body too large")
 
+// httpRun is what a keyed HTTP request needs, in one allocation: its ticket, the
+// body read for its fingerprint and, when it runs, the recorder of its answer.
+type httpRun struct {
+	t    ticket
+	body bodyReader
+	rec  recorder
+}
+
 func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, next http.Handler) {
 	ctx := r.Context()
 	key, err := ParseKey(vs)
@@ -60,8 +69,9 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
-	body, err := c.fingerprintHTTP(r, t)
+	run := &httpRun{t: ticket{key: c.storeKey(ctx, key), inbound: key}}
+	t := &run.t
+	body, err := c.fingerprintHTTP(r, t, &run.body)
 	if err != nil {
 		c.report(ctx, outMalformed, nil)
 		if errors.Is(err, errBodyTooLarge) {
@@ -73,7 +83,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		c.runHTTP(w, r, body, t, c.workHTTP(r, t, next))
+		c.runHTTP(w, r, body, t, &run.rec, c.workHTTP(r, t, next))
 	case vReplay:
 		c.replayHTTP(w, ctx, t)
 	case vConflict:
@@ -88,8 +98,9 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			r.Body = body
-			c.workHTTP(r, t, next).ServeHTTP(w, r)
+			r2 := r.WithContext(ctx) // a request of its own: the caller's keeps its body
+			r2.Body = body
+			c.workHTTP(r2, t, next).ServeHTTP(w, r2)
 			return
 		}
 		// The store's failure, not this server's: the caller's breaker stays neutral.
@@ -112,7 +123,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 // message: the rest goes to the handler as it comes, so that a client stream or a
 // bidi stream is not held until the client ends it (a bidi client waits for an
 // answer before it sends more).
-func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error) {
+func (c *core) fingerprintHTTP(r *http.Request, t *ticket, br *bodyReader) (io.ReadCloser, error) {
 	h := sha256.New()
 	h.Write([]byte(r.Method))
 	h.Write([]byte{0})
@@ -134,7 +145,8 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) (io.ReadCloser, error
 			return nil, err
 		}
 		h.Write(b)
-		body = &bodyReader{b: b}
+		*br = bodyReader{b: b}
+		body = br
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -239,9 +251,9 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 
 func (r *bodyReader) Close() error { return nil }
 
-func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, next http.Handler) {
+func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, rec *recorder, next http.Handler) {
 	ctx := r.Context()
-	rec := &recorder{ResponseWriter: w, max: c.c.maxResponse}
+	*rec = recorder{ResponseWriter: w, max: c.c.maxResponse}
 	r2 := r.WithContext(c.runCtx(ctx, t))
 	r2.Body = body
 	completed := false
@@ -267,6 +279,7 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	// of several messages (not deduplicated).
 	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout || comeBackHTTP(status, rec.Header()) ||
 		(rec.status == 0 && ctx.Err() != nil) || rec.upgraded || streamed {
+		rec.seal()
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return
@@ -402,14 +415,37 @@ var notStored = map[string]bool{
 type recorder struct {
 	http.ResponseWriter
 	max      int
-	status   int    // 0 until the header is written
-	ans      []byte // the stored answer: status and header, then the body written so far
-	head     int    // the length of the status and header at the start of the answer
-	size     int    // the body's size, as the handler wrote it
-	over     bool   // the answer passed the limit: ans is nil
-	declared int64  // the Content-Length the handler set; -1 for none
-	failed   bool   // a write to the caller failed: it did not get the whole answer
-	upgraded bool   // 101 Switching Protocols, or the connection was hijacked
+	status   int     // 0 until the header is written
+	ans      []byte  // the stored answer: status and header, then the body written so far
+	head     int     // the length of the status and header at the start of the answer
+	size     int     // the body's size, as the handler wrote it
+	over     bool    // the answer passed the limit: ans is nil
+	declared int64   // the Content-Length the handler set; -1 for none
+	failed   bool    // a write to the caller failed: it did not get the whole answer
+	upgraded bool    // 101 Switching Protocols, or the connection was hijacked
+	buf      *[]byte // the pooled buffer ans is in; nil once it is not
+}
+
+// answerBufs are the buffers a recorder keeps the answer in while the handler
+// writes: the answer stored is then a copy of its own length, and a record held for
+// a retention keeps no spare capacity. An answer that outgrows one leaves it.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, answerBufCap); return &b }}
+
+const answerBufCap = 1024
+
+// putBuf gives the pooled buffer back, once ans is no longer in it.
+func (w *recorder) putBuf() {
+	if w.buf != nil {
+		answerBufs.Put(w.buf)
+		w.buf = nil
+	}
+}
+
+// seal ends the recording: a write after the handler returned (which net/http does
+// not allow) must not reach a buffer another request now uses.
+func (w *recorder) seal() {
+	w.over, w.ans = true, nil
+	w.putBuf()
 }
 
 // snapshot starts the stored answer with the status and the header as they are sent.
@@ -422,10 +458,13 @@ func (w *recorder) snapshot(code int) {
 			w.declared = n
 		}
 	}
-	w.ans = appendHTTPHead(make([]byte, 0, 256), code, h)
+	w.buf = answerBufs.Get().(*[]byte)
+	w.ans = appendHTTPHead((*w.buf)[:0], code, h)
 	w.head = len(w.ans)
 	if w.head > w.max {
-		w.over, w.ans = true, nil
+		w.seal()
+	} else if cap(w.ans) != answerBufCap { // a head larger than the buffer
+		w.putBuf()
 	}
 }
 
@@ -452,9 +491,13 @@ func (w *recorder) Write(b []byte) (int, error) {
 	w.size += len(b)
 	if !w.over {
 		if len(w.ans)+len(b) > w.max {
-			w.over, w.ans = true, nil
+			w.seal()
 		} else {
+			grows := len(w.ans)+len(b) > cap(w.ans)
 			w.ans = append(w.ans, b...)
+			if grows {
+				w.putBuf()
+			}
 		}
 	}
 	return n, err
@@ -475,17 +518,26 @@ func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
 	}
 	trailer := trailersOf(w.ResponseWriter.Header())
 	total = w.head + w.size
+	ans = w.ans
 	if len(trailer) > 0 && !w.over {
-		w.ans = withTrailers(w.ans, w.head, trailer)
-		total = len(w.ans)
+		ans = withTrailers(ans, w.head, trailer)
+		total = len(ans)
 	}
+	over := w.over
 	switch {
 	case !whole:
-		return encodeNotKeptWhy(w.status, w.size, whyIncomplete), 0, false
-	case w.over || total > w.max:
-		return encodeNotKept(w.status, total), 0, false
+		ans, keepable = encodeNotKeptWhy(w.status, w.size, whyIncomplete), false
+	case over || total > w.max:
+		ans, keepable = encodeNotKept(w.status, total), false
+	case cap(ans) != len(ans):
+		// Its own (not the pooled buffer's), of its own length: a store may keep it
+		// for the whole retention.
+		ans, keepable = append(make([]byte, 0, len(ans)), ans...), true
+	default:
+		keepable = true
 	}
-	return w.ans, total, true
+	w.seal()
+	return ans, total, keepable
 }
 
 // bodyAllowed reports whether a response with status has a body.

@@ -83,6 +83,7 @@ const (
 // without a goroutine of its own.
 type MemoryStore struct {
 	seed                 maphash.Seed
+	epoch                time.Time // the store's clock starts here ([MemoryStore.clock])
 	maxEntries, maxBytes int64
 	// entries counts the records held and those being added; bytes, the bytes held
 	// and those being added. A call that takes either past its bound evicts before
@@ -90,7 +91,8 @@ type MemoryStore struct {
 	entries, bytes atomic.Int64
 	seq            atomic.Uint64 // completion order
 	evicted        atomic.Int64
-	// reapAfter is the earliest end (Unix ns) of a lease reapLeases has not removed.
+	// reapAfter is the earliest end (on the store's clock) of a lease reapLeases
+	// has not removed.
 	reapAfter atomic.Int64
 	_         [16]byte
 	shards    [memShards]memShard
@@ -109,23 +111,24 @@ type memShard struct {
 
 type memEntry struct {
 	key        string
-	state      State
-	token, fp  string
-	expires    time.Time
+	token, fp  string // token: running only
+	expires    int64  // on the store's clock ([MemoryStore.clock])
 	answer     []byte
 	seq        uint64        // done: completion order
 	done       chan struct{} // running: closed when it stops running (made on first Wait)
 	prev, next *memEntry
+	state      State
 }
 
 // NewMemoryStore returns an empty [MemoryStore].
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	s := &MemoryStore{seed: maphash.MakeSeed(), maxEntries: DefaultMaxEntries, maxBytes: DefaultMaxBytes}
+	s := &MemoryStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxEntries: DefaultMaxEntries, maxBytes: DefaultMaxBytes}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
 		}
 	}
+	s.reapAfter.Store(math.MinInt64) // the clock may read before 0: a clock of another bubble (testing/synctest)
 	for i := range s.shards {
 		s.shards[i].m = map[string]*memEntry{}
 		s.shards[i].oldest.Store(math.MaxUint64)
@@ -155,17 +158,33 @@ func (s *MemoryStore) Stats() MemoryStats {
 	return st
 }
 
+// clock is the time on the store's clock: nanoseconds since the store was made, on
+// the monotonic clock. A record's end is one int64, not a time.Time (24 bytes, with
+// a pointer): smaller records for the whole retention.
+func (s *MemoryStore) clock() int64 { return int64(time.Since(s.epoch)) }
+
+// after is d after now on the store's clock, at most the clock's end.
+func after(now int64, d time.Duration) int64 {
+	switch {
+	case d > 0 && now > math.MaxInt64-int64(d):
+		return math.MaxInt64
+	case d < 0 && now < math.MinInt64-int64(d):
+		return math.MinInt64
+	}
+	return now + int64(d)
+}
+
 func (s *MemoryStore) shard(key string) *memShard {
 	return &s.shards[maphash.String(s.seed, key)%memShards]
 }
 
 // live returns key's entry if it has not expired, removing it if it has.
-func (s *MemoryStore) live(sh *memShard, key string, now time.Time) *memEntry {
+func (s *MemoryStore) live(sh *memShard, key string, now int64) *memEntry {
 	e := sh.m[key]
 	if e == nil {
 		return nil
 	}
-	if now.Before(e.expires) {
+	if now < e.expires {
 		return e
 	}
 	s.remove(sh, e)
@@ -218,20 +237,20 @@ func (sh *memShard) unlink(e *memEntry) {
 }
 
 // sweep removes sh's expired answers from its front.
-func (s *MemoryStore) sweep(sh *memShard, now time.Time) {
-	for e := sh.head; e != nil && !now.Before(e.expires); e = sh.head {
+func (s *MemoryStore) sweep(sh *memShard, now int64) {
+	for e := sh.head; e != nil && now >= e.expires; e = sh.head {
 		s.remove(sh, e)
 	}
 }
 
-func (e *memEntry) entry(now time.Time) Entry {
-	return Entry{State: e.state, Fingerprint: e.fp, Left: e.expires.Sub(now), Answer: e.answer}
+func (e *memEntry) entry(now int64) Entry {
+	return Entry{State: e.state, Fingerprint: e.fp, Left: time.Duration(e.expires - now), Answer: e.answer}
 }
 
 // dropOldest removes the store's oldest answer: evicted (and counted) if its
 // retention has not ended. It holds no lock but the answer's shard's, one shard at
 // a time. It reports false when the store holds no answer.
-func (s *MemoryStore) dropOldest(now time.Time) bool {
+func (s *MemoryStore) dropOldest(now int64) bool {
 	for {
 		best, oldest := -1, uint64(math.MaxUint64)
 		for i := range s.shards {
@@ -246,7 +265,7 @@ func (s *MemoryStore) dropOldest(now time.Time) bool {
 		sh.mu.Lock()
 		e := sh.head // the oldest, unless another call took it since
 		if e != nil {
-			if now.Before(e.expires) {
+			if now < e.expires {
 				s.evicted.Add(1)
 			}
 			s.remove(sh, e)
@@ -262,8 +281,8 @@ func (s *MemoryStore) dropOldest(now time.Time) bool {
 // have ended yet, and reports whether it removed one. It is the last resort of a
 // store full of running requests, so it spares the scan until the earliest lease's
 // end it saw (or a new lease's end before it).
-func (s *MemoryStore) reapLeases(now time.Time) bool {
-	if now.UnixNano() < s.reapAfter.Load() {
+func (s *MemoryStore) reapLeases(now int64) bool {
+	if now < s.reapAfter.Load() {
 		return false
 	}
 	s.reapAfter.Store(math.MaxInt64)
@@ -274,7 +293,7 @@ func (s *MemoryStore) reapLeases(now time.Time) bool {
 		for _, e := range sh.m {
 			switch {
 			case e.state != Running:
-			case !now.Before(e.expires):
+			case now >= e.expires:
 				s.remove(sh, e)
 				reaped = true
 			default:
@@ -287,8 +306,7 @@ func (s *MemoryStore) reapLeases(now time.Time) bool {
 }
 
 // leaseEnds lowers the time before which reapLeases has nothing to find.
-func (s *MemoryStore) leaseEnds(t time.Time) {
-	n := t.UnixNano()
+func (s *MemoryStore) leaseEnds(n int64) {
 	for {
 		cur := s.reapAfter.Load()
 		if n >= cur || s.reapAfter.CompareAndSwap(cur, n) {
@@ -301,7 +319,7 @@ func (s *MemoryStore) leaseEnds(t time.Time) {
 // holds its bound of records.
 func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Entry, error) {
 	sh := s.shard(key)
-	now := time.Now()
+	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := s.live(sh, key, now); e != nil {
@@ -322,7 +340,7 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 			return false, Entry{}, ErrStoreFull
 		}
 	}
-	e := &memEntry{key: key, state: Running, token: l.Token, fp: l.Fingerprint, expires: now.Add(l.TTL)}
+	e := &memEntry{key: key, state: Running, token: l.Token, fp: l.Fingerprint, expires: after(now, l.TTL)}
 	sh.m[key] = e
 	s.leaseEnds(e.expires)
 	return true, Entry{}, nil
@@ -334,7 +352,7 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 // refused with [ErrAnswerTooLarge].
 func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []byte, retain time.Duration) error {
 	sh := s.shard(key)
-	now := time.Now()
+	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := s.live(sh, key, now)
@@ -358,7 +376,8 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 			return ErrAnswerTooLarge
 		}
 	}
-	e.state, e.answer, e.expires, e.seq = Done, answer, now.Add(retain), s.seq.Add(1) // Complete's caller gives answer up
+	e.state, e.answer, e.expires, e.seq = Done, answer, after(now, retain), s.seq.Add(1) // Complete's caller gives answer up
+	e.token = ""                                                                         // a done record has no lease
 	sh.bytes += size
 	sh.append(e)
 	if e.done != nil {
@@ -370,7 +389,7 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 
 // dropUntilFits drops the oldest answers while the store's bytes are past its
 // bound, and reports whether they fit.
-func (s *MemoryStore) dropUntilFits(now time.Time) bool {
+func (s *MemoryStore) dropUntilFits(now int64) bool {
 	for s.bytes.Load() > s.maxBytes {
 		if !s.dropOldest(now) {
 			return false
@@ -382,7 +401,7 @@ func (s *MemoryStore) dropUntilFits(now time.Time) bool {
 // Release implements [Store].
 func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 	sh := s.shard(key)
-	now := time.Now()
+	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := s.live(sh, key, now)
@@ -396,7 +415,7 @@ func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 // Get implements [Store].
 func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 	sh := s.shard(key)
-	now := time.Now()
+	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := s.live(sh, key, now); e != nil {
@@ -410,7 +429,7 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 	sh := s.shard(key)
 	for {
-		now := time.Now()
+		now := s.clock()
 		sh.mu.Lock()
 		e := s.live(sh, key, now)
 		if e == nil || e.state != Running {
@@ -424,7 +443,7 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 		if e.done == nil {
 			e.done = make(chan struct{})
 		}
-		ch, left := e.done, e.expires.Sub(now)
+		ch, left := e.done, time.Duration(e.expires-now)
 		sh.mu.Unlock()
 		t := time.NewTimer(left)
 		select {

@@ -1,0 +1,63 @@
+package dedup_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+)
+
+// TestStoredAnswerHasNoSpareCapacity: a memory store holds each answer for its whole
+// retention, so what it is given is the answer's own bytes, no buffer around them;
+// and answers written one after another (the recorder's buffers are reused) are
+// each replayed as written.
+func TestStoredAnswerHasNoSpareCapacity(t *testing.T) {
+	store := dedup.NewMemoryStore()
+	h := dedup.NewMiddleware(store)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		if r.URL.Query().Has("trailer") {
+			w.Header().Set("Trailer", "X-Sum")
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		for i := range n {
+			w.Write([]byte(strings.Repeat(string(rune('a'+i%26)), 100)))
+		}
+		if r.URL.Query().Has("trailer") {
+			w.Header().Set("X-Sum", strconv.Itoa(n))
+		}
+	}))
+	serve := func(key, query string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/?"+query, strings.NewReader("x"))
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	cases := map[string]string{"small": "n=1", "empty": "n=0", "grows": "n=30", "trailer": "n=3&trailer"}
+	firsts := map[string]string{}
+	for key, q := range cases {
+		w := serve(key, q)
+		firsts[key] = w.Body.String() + "|" + w.Result().Trailer.Get("X-Sum")
+		e, err := store.Get(context.Background(), "0::"+key)
+		if err != nil || e.State != dedup.Done {
+			t.Fatalf("%s: %+v, %v", key, e, err)
+		}
+		if cap(e.Answer) != len(e.Answer) {
+			t.Errorf("%s: the stored answer has %d bytes in a buffer of %d", key, len(e.Answer), cap(e.Answer))
+		}
+	}
+	for key, q := range cases {
+		w := serve(key, q)
+		if w.Header().Get(dedup.ReplayedHeader) != "true" || w.Code != http.StatusCreated {
+			t.Fatalf("%s: not a replay: %d %v", key, w.Code, w.Header())
+		}
+		if got := w.Body.String() + "|" + w.Result().Trailer.Get("X-Sum"); got != firsts[key] {
+			t.Errorf("%s: replayed %q, first %q", key, got, firsts[key])
+		}
+	}
+}

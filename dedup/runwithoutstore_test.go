@@ -1,0 +1,41 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+)
+
+// downStore is a store that cannot be reached.
+type downStore struct{ dedup.Store }
+
+func (downStore) Acquire(context.Context, string, dedup.Lease) (bool, dedup.Entry, error) {
+	return false, dedup.Entry{}, errors.New("connection refused")
+}
+
+// TestRunWithoutStoreLeavesTheRequestAlone: a request run without its store gets
+// its body back as it was read, on a request of its own: the caller's request (a
+// middleware outside may look at it once the handler returned) is not changed.
+func TestRunWithoutStoreLeavesTheRequestAlone(t *testing.T) {
+	var got string
+	h := dedup.NewMiddleware(downStore{}, dedup.WithRunWithoutStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = string(b)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("charge"))
+	r.Header.Set("Idempotency-Key", "k")
+	body := r.Body
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if got != "charge" {
+		t.Fatalf("the handler read %q", got)
+	}
+	if r.Body != body {
+		t.Fatal("the caller's request has another body")
+	}
+}

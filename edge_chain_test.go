@@ -1,0 +1,103 @@
+package deadlinekit_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/dedup"
+)
+
+// payments is the gRPC hop behind a gateway: a ledger behind the server stack with
+// dedup, and a client of it through the client stack (opts).
+func payments(t *testing.T, opts ...deadlinekit.Option) (*ledger, testgrpc.TestServiceClient) {
+	t.Helper()
+	led := &ledger{}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore()))...)
+	testgrpc.RegisterTestServiceServer(gs, led)
+	go gs.Serve(l)
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(l.Addr().String(), append(deadlinekit.DialOptions(opts...), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return led, testgrpc.NewTestServiceClient(cc)
+}
+
+// gatewayHandler forwards a payment to the gRPC hop with the caller's key, as a
+// user writes it from the README, and answers the hop's failure with answer.
+func gatewayHandler(c testgrpc.TestServiceClient, answer func(*http.Request, error) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ctx := r.Context()
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", k)
+		}
+		resp, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: body}})
+		if err != nil {
+			deadlinekit.WriteHTTPError(w, answer(r, deadlinekit.FromGRPC(err, nil)))
+			return
+		}
+		io.WriteString(w, resp.GetUsername())
+	})
+}
+
+func postKeyed(t *testing.T, url string, keys []string, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	for _, k := range keys {
+		req.Header.Add("Idempotency-Key", k)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, strings.TrimSpace(string(b))
+}
+
+// A key used again for a different payment is refused by the gRPC hop's dedup
+// (FailedPrecondition); the gateway in front of it answers 422, as dedup's own HTTP
+// middleware does and the README promises, whether it relays the failure as it came
+// (WriteHTTPError) or in public words (Public).
+func TestKeyReusedThroughAGRPCHopIs422(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		answer func(*http.Request, error) error
+		body   string
+	}{
+		{"relayed", func(_ *http.Request, err error) error { return err }, "dedup: this idempotency-key was used for a different call (method or message differ)"},
+		{"public", func(r *http.Request, err error) error { return deadlinekit.Public(r.Context(), err) }, "this Idempotency-Key was used for a different request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			led, client := payments(t)
+			gw := httptest.NewServer(deadlinekit.NewHandler(gatewayHandler(client, c.answer)))
+			defer gw.Close()
+			if resp, body := postKeyed(t, gw.URL, []string{"order-1"}, "100"); resp.StatusCode != 200 || body != "charge 1" {
+				t.Fatalf("first payment: %d %q", resp.StatusCode, body)
+			}
+			resp, body := postKeyed(t, gw.URL, []string{"order-1"}, "250")
+			if resp.StatusCode != http.StatusUnprocessableEntity || body != c.body {
+				t.Fatalf("the key again for another amount: %d %q; want 422 %q", resp.StatusCode, body, c.body)
+			}
+			if n := led.n.Load(); n != 1 {
+				t.Fatalf("the ledger charged %d times, want 1", n)
+			}
+		})
+	}
+}

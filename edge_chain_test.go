@@ -101,3 +101,26 @@ func TestKeyReusedThroughAGRPCHopIs422(t *testing.T) {
 		})
 	}
 }
+
+// A gateway that forwards its caller's key by hand, with no edge option: a key
+// grpc-go cannot send (not ASCII) or dedup would refuse is refused by the client
+// stack before sending, InvalidArgument naming the character, and the gateway
+// answers 400, not grpc-go's Internal (500). The ledger never runs.
+func TestForwardedMalformedKeyIsInvalidArgument(t *testing.T) {
+	led, client := payments(t)
+	gw := httptest.NewServer(deadlinekit.NewHandler(gatewayHandler(client, func(_ *http.Request, err error) error { return err })))
+	defer gw.Close()
+	for _, c := range []struct{ key, body string }{
+		{"clé", "malformed Idempotency-Key: character 'é' (U+00E9) at position 2 is not visible ASCII"},
+		{"a b", "malformed Idempotency-Key: character ' ' (U+0020) at position 1 is not visible ASCII"},
+		{strings.Repeat("k", 300), "malformed Idempotency-Key: longer than 255 characters"},
+	} {
+		resp, body := postKeyed(t, gw.URL, []string{c.key}, "100")
+		if resp.StatusCode != http.StatusBadRequest || body != c.body {
+			t.Errorf("key %.20q: %d %q; want 400 %q", c.key, resp.StatusCode, body, c.body)
+		}
+	}
+	if n := led.n.Load(); n != 0 {
+		t.Fatalf("the ledger ran %d times", n)
+	}
+}

@@ -115,10 +115,15 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 // under a call span the toolkit starts; grpc-go's OpenTelemetry plugin
 // (opentelemetry.DialOption) goes before these options, so that its call span
 // (gRFC A72) is the one the toolkit records on.
+//
+// A call whose outgoing idempotency-key metadata is malformed (a key forwarded
+// from an HTTP caller with a character outside ASCII, two values, more than 255
+// characters: what [dedup.ParseKey] refuses) is refused before any layer sends it,
+// InvalidArgument with the reason, which HTTPStatus answers 400.
 func DialOptions(opts ...Option) []grpc.DialOption {
 	c := newConfig(opts)
-	var unary []grpc.UnaryClientInterceptor
-	var stream []grpc.StreamClientInterceptor
+	unary := []grpc.UnaryClientInterceptor{unaryKeyCheck}
+	stream := []grpc.StreamClientInterceptor{streamKeyCheck}
 	if c.has(Retry) {
 		unary = append(unary, retry.UnaryClientInterceptor(c.retryOptions()...))
 	}

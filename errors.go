@@ -206,12 +206,17 @@ func HTTPStatus(err error) int {
 // The message is err's own, except that a gRPC status gives its message without
 // grpc-go's "rpc error: code = ... desc =" prefix, and that a bare
 // [*deadline.BudgetError] or [*propagate.TimeoutError] takes this package's prefix,
-// "deadlinekit: ".
+// "deadlinekit: ". Under [WithEdge], the message is [Public]'s, and err goes on the
+// request's span.
 func WriteHTTPError(w http.ResponseWriter, err error) {
 	if err == nil {
 		return
 	}
 	x := toWire(err)
+	if st := edgeOfWriter(w); st != nil {
+		x.msg = publicText(err, x) // at the edge, Public's words
+		st.record(err)
+	}
 	h := w.Header()
 	switch {
 	case x.pushback < 0:

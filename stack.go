@@ -24,12 +24,16 @@ import (
 // overrun; a repeat that takes the key over is admitted again before h runs. And
 // dedup, inside retry's server side, stores the answer as the caller received it,
 // with the "do not retry" retry's server side adds when h's own retries gave up.
-// Put the user's tracing (otelhttp.NewHandler) outside it, so that the refusals are
-// on the server span:
+// With [WithEdge], the edge's key check and writer go outside propagate. Put the
+// user's tracing (otelhttp.NewHandler) outside it, so that the refusals are on the
+// server span:
 //
 //	srv := &http.Server{Handler: otelhttp.NewHandler(deadlinekit.NewHandler(mux), "svc")}
 func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	c := newConfig(opts)
+	if c.edge {
+		h = edgeInner(h)
+	}
 	if c.dedup.store != nil {
 		h = dedup.NewMiddleware(c.dedup.store, c.dedupOptions()...)(h)
 	}
@@ -41,6 +45,9 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	}
 	if c.has(Propagate) {
 		h = propagate.NewMiddleware(c.propagateOptions()...)(h)
+	}
+	if c.edge {
+		h = edgeOuter(h)
 	}
 	return h
 }

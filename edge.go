@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -53,6 +54,10 @@ func internalHeader(k string) bool {
 type edgeState struct {
 	ctx     context.Context // the request's, for its span
 	handler bool            // the handler wrote the answer (edgeInner)
+	// handlerErr is the error the gRPC handler returned (edgeUnaryInner).
+	handlerErr error
+	replayed   atomic.Bool  // a gRPC answer marked idempotent-replayed (dedup's replay)
+	pushback   atomic.Value // string: the grpc-retry-pushback-ms a gRPC layer set
 }
 
 type edgeKey struct{}

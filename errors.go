@@ -253,12 +253,17 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 // it survives a "do not retry" in the trailer; a failure that came from a downstream
 // carries the trailer deadlinekit-relayed: 1, as with [WriteHTTPError].
 //
-// The error returned unwraps to err, for the server's own interceptors.
+// The error returned unwraps to err, for the server's own interceptors. Under
+// [WithEdge], the message is [Public]'s, and err goes on the call's span.
 func GRPCError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	x := toWire(err)
+	if st := edgeOf(ctx); st != nil {
+		x.msg = publicText(err, x) // at the edge, Public's words
+		st.record(err)
+	}
 	var kv []string
 	if x.pushback != 0 {
 		v := pushback.DoNotRetry

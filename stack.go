@@ -94,6 +94,10 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 	c := newConfig(opts)
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
+	if c.edge {
+		unary = append(unary, edgeUnaryOuter)
+		stream = append(stream, edgeStreamOuter)
+	}
 	if c.has(Propagate) {
 		po := c.propagateOptions()
 		unary = append(unary, propagate.UnaryServerInterceptor(po...))
@@ -109,6 +113,10 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 	}
 	if c.dedup.store != nil {
 		unary = append(unary, dedup.UnaryServerInterceptor(c.dedup.store, c.dedupOptions()...))
+	}
+	if c.edge {
+		unary = append(unary, edgeUnaryInner)
+		stream = append(stream, edgeStreamInner)
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
 }

@@ -80,13 +80,15 @@ func TestKeyReusedThroughAGRPCHopIs422(t *testing.T) {
 		name   string
 		answer func(*http.Request, error) error
 		body   string
+		opts   []deadlinekit.Option
 	}{
-		{"relayed", func(_ *http.Request, err error) error { return err }, "dedup: this idempotency-key was used for a different call (method or message differ)"},
-		{"public", func(r *http.Request, err error) error { return deadlinekit.Public(r.Context(), err) }, "this Idempotency-Key was used for a different request"},
+		{"relayed", func(_ *http.Request, err error) error { return err }, "dedup: this idempotency-key was used for a different call (method or message differ)", nil},
+		{"public", func(r *http.Request, err error) error { return deadlinekit.Public(r.Context(), err) }, "this Idempotency-Key was used for a different request", nil},
+		{"edge", func(_ *http.Request, err error) error { return err }, "this Idempotency-Key was used for a different request", []deadlinekit.Option{deadlinekit.WithEdge()}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			led, client := payments(t)
-			gw := httptest.NewServer(deadlinekit.NewHandler(gatewayHandler(client, c.answer)))
+			gw := httptest.NewServer(deadlinekit.NewHandler(gatewayHandler(client, c.answer), c.opts...))
 			defer gw.Close()
 			if resp, body := postKeyed(t, gw.URL, []string{"order-1"}, "100"); resp.StatusCode != 200 || body != "charge 1" {
 				t.Fatalf("first payment: %d %q", resp.StatusCode, body)
@@ -122,5 +124,30 @@ func TestForwardedMalformedKeyIsInvalidArgument(t *testing.T) {
 	}
 	if n := led.n.Load(); n != 0 {
 		t.Fatalf("the ledger ran %d times", n)
+	}
+}
+
+// An edge gateway in front of the gRPC hop, with two Idempotency-Key lines or a key
+// it cannot forward: 400 naming the fault, and nothing forwarded or run (before, the
+// first line went on and the payment ran).
+func TestEdgeGatewayRefusesDoubledKey(t *testing.T) {
+	led, client := payments(t)
+	gw := httptest.NewServer(deadlinekit.NewHandler(gatewayHandler(client, func(_ *http.Request, err error) error { return err }), deadlinekit.WithEdge()))
+	defer gw.Close()
+	for _, c := range []struct {
+		keys []string
+		body string
+	}{
+		{[]string{"order-1", "order-2"}, "malformed Idempotency-Key: 2 values, want one"},
+		{[]string{"order-1", "order-1"}, "malformed Idempotency-Key: 2 values, want one"},
+		{[]string{"clé"}, "malformed Idempotency-Key: character 'é' (U+00E9) at position 2 is not visible ASCII"},
+	} {
+		resp, body := postKeyed(t, gw.URL, c.keys, "100")
+		if resp.StatusCode != http.StatusBadRequest || body != c.body {
+			t.Errorf("keys %q: %d %q; want 400 %q", c.keys, resp.StatusCode, body, c.body)
+		}
+	}
+	if n := led.n.Load(); n != 0 {
+		t.Fatalf("the ledger charged %d times, want 0", n)
 	}
 }

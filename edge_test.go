@@ -13,6 +13,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
 // edgeAnswer is one answer of the edge, as an end user reads it.
@@ -202,4 +203,32 @@ func FuzzEdge(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The edge's guard, full (one slot, no queue): the request beyond it is refused 503
+// "overloaded, retry in N s" with Retry-After, and without the guard's internal
+// signals (deadlinekit-unprocessed, grpc-retry-pushback-ms).
+func TestEdgeQueueFull(t *testing.T) {
+	release, running := make(chan struct{}), make(chan struct{})
+	h := deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running <- struct{}{}
+		<-release
+		fmt.Fprint(w, "charged")
+	}), deadlinekit.WithEdge(), deadlinekit.WithShortCircuit(shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(0, shortcircuit.FIFO)))
+	done := make(chan edgeAnswer)
+	go func() { done <- ask(t, h, nil, "100") }()
+	<-running
+	a := ask(t, h, nil, "100")
+	close(release)
+	if first := <-done; first.status != 200 {
+		t.Fatalf("the first: %d %q", first.status, first.body)
+	}
+	if a.status != http.StatusServiceUnavailable || !strings.HasPrefix(a.body, "overloaded, retry in ") || a.header.Get("Retry-After") == "" {
+		t.Fatalf("beyond the guard's slot: %d %q Retry-After %q; want 503 \"overloaded, retry in …\"", a.status, a.body, a.header.Get("Retry-After"))
+	}
+	for _, k := range internalHeaders {
+		if _, ok := a.header[k]; ok {
+			t.Errorf("the edge sent %s", k)
+		}
+	}
 }

@@ -232,3 +232,58 @@ func TestEdgeQueueFull(t *testing.T) {
 		}
 	}
 }
+
+// publicReasons are how every public text starts.
+var publicReasons = []string{"request cancelled", "not enough time left to serve the request", "deadline exceeded",
+	"downstream unavailable", "overloaded, retry in ", "rate limited", "invalid request", "not found", "conflict",
+	"permission denied", "unauthenticated", "the request cannot be served in the current state", "not implemented",
+	"internal error", "this Idempotency-Key was used for a different request", "malformed Idempotency-Key: "}
+
+// FuzzEdgeRelay: whatever a downstream answers (status, body, pushback, Retry-After),
+// an edge handler that relays it with WriteHTTPError sends the end user a failure
+// status, one of the public texts (none repeats the downstream's body, but dedup's
+// refusal of the caller's own key), and no internal header.
+func FuzzEdgeRelay(f *testing.F) {
+	f.Add(504, "shortcircuit: 979µs left, floor 21.5ms", "-1", "")
+	f.Add(503, "dial tcp 10.0.0.7:6379: connection refused", "", "3")
+	f.Add(400, "idempotency-key: malformed Idempotency-Key: empty", "", "")
+	f.Add(422, "dedup: this Idempotency-Key was used for a different request", "", "")
+	f.Add(409, "dedup: the first request is still being processed", "1500", "2")
+	f.Add(200, "", "x", "Wed, 21 Oct 2015 07:28:00 GMT")
+	f.Fuzz(func(t *testing.T, code int, body, pb, retryAfter string) {
+		h := deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			resp := &http.Response{StatusCode: code, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}
+			if pb != "" {
+				resp.Header.Set("Grpc-Retry-Pushback-Ms", pb)
+			}
+			if retryAfter != "" {
+				resp.Header.Set("Retry-After", retryAfter)
+			}
+			err := deadlinekit.FromHTTP(resp, nil)
+			if err == nil {
+				fmt.Fprint(w, "ok")
+				return
+			}
+			deadlinekit.WriteHTTPError(w, err)
+		}), deadlinekit.WithEdge())
+		a := ask(t, h, nil, "")
+		if a.status == 200 {
+			return
+		}
+		if a.status < 400 || a.status > 599 || len(a.body) > 300 || !utf8.ValidString(a.body) {
+			t.Fatalf("answered %d %q", a.status, a.body)
+		}
+		public := false
+		for _, p := range publicReasons {
+			public = public || strings.HasPrefix(a.body, p)
+		}
+		if !public {
+			t.Fatalf("the downstream's %d %q reached the end user as %q", code, body, a.body)
+		}
+		for _, k := range internalHeaders {
+			if _, ok := a.header[k]; ok {
+				t.Fatalf("sent %s", k)
+			}
+		}
+	})
+}

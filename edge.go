@@ -16,8 +16,9 @@ import (
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
-// WithEdge makes the server an edge, one that answers end users, in [NewHandler]
-// and [ServerOptions] (connectkit: not yet):
+// WithEdge makes the server an edge, one that answers end users, in [NewHandler],
+// [ServerOptions] and connectkit's HandlerOption (there the layers' refusals and
+// the key check; a handler's connect error is its own):
 //
 //   - the toolkit's own refusals (the guard's, propagate's, dedup's) are answered in
 //     public words with their status and Retry-After ("not enough time left to serve

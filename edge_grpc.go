@@ -2,6 +2,8 @@ package deadlinekit
 
 import (
 	"context"
+	"errors"
+	"net/http"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -11,6 +13,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
 
 // outgoingKeyError is the refusal of a call whose outgoing idempotency-key metadata
@@ -206,4 +209,40 @@ func (s *edgeServerStream) SendHeader(md metadata.MD) error {
 
 func (s *edgeServerStream) SetTrailer(md metadata.MD) {
 	s.ServerStream.SetTrailer(s.st.publicMD(md))
+}
+
+// edgeRPCOuter is the edge's outermost layer for frameworks the library does not
+// import (connectkit's HandlerOption): the key check, and the layers' refusals in
+// public words, without their internal metadata. Each layer there answers its
+// refusal as the framework's error, with the metadata on it.
+func edgeRPCOuter(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any, error) {
+	if vs, ok := in.Header[idempotency.Header]; ok {
+		if _, err := dedup.ParseKey(vs); err != nil {
+			return nil, &rpc.Refusal{Err: &grpcError{st: status.New(codes.InvalidArgument, err.Error()), err: err}}
+		}
+	}
+	ctx, st := withEdge(ctx)
+	resp, err := handle(ctx)
+	if err == nil || st.fromHandler(err) {
+		return resp, err
+	}
+	var m interface{ Meta() http.Header }
+	if errors.As(err, &m) {
+		if m.Meta().Get(dedup.ReplayedHeader) != "" {
+			return resp, err // a stored answer
+		}
+		if v := m.Meta().Get(pushback.Key); v != "" {
+			st.pushback.Store(v)
+		}
+	}
+	return nil, &rpc.Refusal{Err: st.publicStatus(err)}
+}
+
+// edgeRPCInner is the edge's innermost layer there: it notes the handler's own error.
+func edgeRPCInner(ctx context.Context, _ *rpc.Inbound, handle rpc.Handle) (any, error) {
+	resp, err := handle(ctx)
+	if st := edgeOf(ctx); st != nil {
+		st.handler, st.handlerErr = true, err
+	}
+	return resp, err
 }

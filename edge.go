@@ -54,7 +54,7 @@ func internalHeader(k string) bool {
 // edgeState is one request's at the edge: whether the handler itself answered.
 type edgeState struct {
 	ctx     context.Context // the request's, for its span
-	handler bool            // the handler wrote the answer (edgeInner)
+	handler atomic.Bool     // the handler answered (edgeInner, the inner interceptors)
 	// handlerErr is the error the gRPC handler returned (edgeUnaryInner).
 	handlerErr error
 	replayed   atomic.Bool  // a gRPC answer marked idempotent-replayed (dedup's replay)
@@ -135,18 +135,18 @@ type handlerWriter struct {
 
 func (w *handlerWriter) WriteHeader(code int) {
 	if code >= 200 {
-		w.st.handler = true
+		w.st.handler.Store(true)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *handlerWriter) Write(b []byte) (int, error) {
-	w.st.handler = true
+	w.st.handler.Store(true)
 	return w.ResponseWriter.Write(b)
 }
 
 func (w *handlerWriter) Flush() {
-	w.st.handler = true
+	w.st.handler.Store(true)
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
@@ -176,7 +176,7 @@ func (w *edgeWriter) WriteHeader(code int) {
 		return
 	}
 	w.wrote = true
-	if code >= 400 && !w.st.handler && h.Get(dedup.ReplayedHeader) == "" {
+	if code >= 400 && !w.st.handler.Load() && h.Get(dedup.ReplayedHeader) == "" {
 		text := w.layerText(code)
 		stripInternal(h)
 		writeText(w.ResponseWriter, code, text)

@@ -69,7 +69,8 @@ func edgeUnaryOuter(ctx context.Context, req any, info *grpc.UnaryServerInfo, ha
 func edgeUnaryInner(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
 	if st := edgeOf(ctx); st != nil {
-		st.handler, st.handlerErr = true, err
+		st.handlerErr = err
+		st.handler.Store(true)
 	}
 	return resp, err
 }
@@ -91,7 +92,8 @@ func edgeStreamOuter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, ha
 func edgeStreamInner(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	err := handler(srv, ss)
 	if st := edgeOf(ss.Context()); st != nil {
-		st.handler, st.handlerErr = true, err
+		st.handlerErr = err
+		st.handler.Store(true)
 	}
 	return err
 }
@@ -124,7 +126,7 @@ func withEdge(ctx context.Context) (context.Context, *edgeState) {
 // fromHandler reports whether err is the handler's own answer (also when a layer
 // passed it on as another error with the same status).
 func (st *edgeState) fromHandler(err error) bool {
-	if !st.handler || st.handlerErr == nil {
+	if !st.handler.Load() || st.handlerErr == nil {
 		return false
 	}
 	if err == st.handlerErr {
@@ -242,7 +244,8 @@ func edgeRPCOuter(ctx context.Context, in *rpc.Inbound, handle rpc.Handle) (any,
 func edgeRPCInner(ctx context.Context, _ *rpc.Inbound, handle rpc.Handle) (any, error) {
 	resp, err := handle(ctx)
 	if st := edgeOf(ctx); st != nil {
-		st.handler, st.handlerErr = true, err
+		st.handlerErr = err
+		st.handler.Store(true)
 	}
 	return resp, err
 }

@@ -80,6 +80,7 @@ type config struct {
 	hedge          []hedge.Option
 	breaker        []breaker.Option
 	dedup          dedupConfig
+	edge           bool // WithEdge: the server answers end users
 }
 
 func newConfig(opts []Option) *config {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -167,9 +168,12 @@ func (e *WireError) derive() (int, codes.Code) {
 //   - budget below the floor or spent ([deadline.ErrInsufficientBudget], also
 //     retry's deadline-rule StopError), or [context.DeadlineExceeded]: 504;
 //   - a [*WireError]: its status;
-//   - a malformed inbound deadline header ([propagate.ErrMalformedTimeout]): 400;
+//   - a malformed inbound deadline header ([propagate.ErrMalformedTimeout]) or
+//     Idempotency-Key ([dedup.ErrMalformedKey]): 400;
 //   - a gRPC status: the status of its code (ResourceExhausted with a wait, also one
-//     beside a "do not retry": 503, without: 429; see [GRPCError] for the rest);
+//     beside a "do not retry": 503, without: 429; a key used for a different
+//     request, FailedPrecondition marked [dedup.IsKeyReused]: 422, as dedup's HTTP
+//     middleware answers it; see [GRPCError] for the rest);
 //   - a [*retry.StatusError] (an HTTP answer as an error: a retry observer's event;
 //     retry.NewTransport itself returns the response, never one): its status, with
 //     its header's pushback and Retry-After, as [FromHTTP] reads them;
@@ -202,12 +206,17 @@ func HTTPStatus(err error) int {
 // The message is err's own, except that a gRPC status gives its message without
 // grpc-go's "rpc error: code = ... desc =" prefix, and that a bare
 // [*deadline.BudgetError] or [*propagate.TimeoutError] takes this package's prefix,
-// "deadlinekit: ".
+// "deadlinekit: ". Under [WithEdge], the message is [Public]'s, and err goes on the
+// request's span.
 func WriteHTTPError(w http.ResponseWriter, err error) {
 	if err == nil {
 		return
 	}
 	x := toWire(err)
+	if st := edgeOfWriter(w); st != nil {
+		x.msg = publicText(err, x) // at the edge, Public's words
+		st.record(err)
+	}
 	h := w.Header()
 	switch {
 	case x.pushback < 0:
@@ -233,7 +242,7 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 // The code follows the rules of [HTTPStatus]: Canceled; Unavailable for an open
 // circuit, with the time until its next probe; DeadlineExceeded (with -1 for
 // a refusal for lack of budget); a [*WireError]'s code; InvalidArgument for a
-// malformed deadline header; a gRPC status's own code (so exhausted retries keep the
+// malformed deadline header or Idempotency-Key; a gRPC status's own code (so exhausted retries keep the
 // last attempt's code); an HTTP status mapped as google.rpc.Code documents it (400
 // InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 404 NotFound, 409
 // Aborted, 429 ResourceExhausted, 499 Canceled, 501 Unimplemented, 502 Unavailable,
@@ -244,12 +253,17 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 // it survives a "do not retry" in the trailer; a failure that came from a downstream
 // carries the trailer deadlinekit-relayed: 1, as with [WriteHTTPError].
 //
-// The error returned unwraps to err, for the server's own interceptors.
+// The error returned unwraps to err, for the server's own interceptors. Under
+// [WithEdge], the message is [Public]'s, and err goes on the call's span.
 func GRPCError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	x := toWire(err)
+	if st := edgeOf(ctx); st != nil {
+		x.msg = publicText(err, x) // at the edge, Public's words
+		st.record(err)
+	}
 	var kv []string
 	if x.pushback != 0 {
 		v := pushback.DoNotRetry
@@ -386,6 +400,9 @@ func FromGRPC(err error, trailer *metadata.MD) error {
 		e.RetryAfter = pushback.ComeBackGRPC(st, md)
 	}
 	e.HTTPStatus, _ = e.derive()
+	if dedup.IsKeyReused(err) {
+		e.HTTPStatus = http.StatusUnprocessableEntity // as dedup's HTTP middleware answers it
+	}
 	return e
 }
 
@@ -433,7 +450,7 @@ func toWire(err error) wire {
 			x.st = nil
 		}
 		return x
-	case errors.Is(err, propagate.ErrMalformedTimeout):
+	case errors.Is(err, propagate.ErrMalformedTimeout), errors.Is(err, dedup.ErrMalformedKey):
 		return wire{status: http.StatusBadRequest, code: codes.InvalidArgument, msg: message(err)}
 	}
 	if st, ok := status.FromError(err); ok {
@@ -528,6 +545,9 @@ func fromStatus(err error, st *status.Status) wire {
 		x.pushback = d
 	}
 	x.status = httpFromCode(x.code, x.pushback)
+	if dedup.IsKeyReused(err) {
+		x.status = http.StatusUnprocessableEntity // as dedup's HTTP middleware answers it
+	}
 	return x
 }
 

@@ -2,12 +2,20 @@ package deadlinekit
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
 // Public returns err as an edge service answers it to an end user: the same HTTP
@@ -28,9 +36,59 @@ func Public(ctx context.Context, err error) error {
 		span.SetStatus(otelcodes.Error, err.Error())
 	}
 	x := toWire(err)
-	wait := comeBack(x.pushback, x.comeBack)
-	return &WireError{HTTPStatus: x.status, Code: x.code, Message: reason(x.code, x.pushback, wait),
+	return &WireError{HTTPStatus: x.status, Code: x.code, Message: publicText(err, x),
 		Pushback: x.pushback, RetryAfter: x.comeBack, relayed: x.relayed}
+}
+
+// Public texts that are the same on every path.
+const (
+	textKeyReused = "this Idempotency-Key was used for a different request"
+	keyErrorLead  = "malformed Idempotency-Key: " // dedup.KeyError's message
+)
+
+// publicText is what the edge tells an end user about err, whose answer is x: a
+// text that helps the caller fix its request when one is safe to give (its own
+// Idempotency-Key or deadline header was malformed, its key was used for another
+// request), else the stable reason of x's code.
+func publicText(err error, x wire) string {
+	var ke *dedup.KeyError
+	var te *propagate.TimeoutError
+	switch {
+	case errors.As(err, &ke):
+		return ke.Error()
+	case errors.As(err, &te):
+		// The header and what is wrong with it, without the caller's value.
+		return "malformed " + te.Header + " header: " + te.Reason
+	case dedup.IsKeyReused(err) || x.status == http.StatusUnprocessableEntity && x.code == codes.FailedPrecondition:
+		return textKeyReused
+	case x.code == codes.InvalidArgument && x.relayed:
+		// A hop below refused the caller's key (dedup's words, verbatim).
+		if m, ok := relayedKeyError(x.msg); ok {
+			return m
+		}
+	}
+	return reason(x.code, x.pushback, comeBack(x.pushback, x.comeBack))
+}
+
+// relayedKeyError finds dedup's refusal of a malformed key in msg, a downstream's
+// message: the text from "malformed Idempotency-Key: " on, when it is short,
+// printable text (a reason dedup.ParseKey gives, which names only the caller's
+// own key's faults).
+func relayedKeyError(msg string) (string, bool) {
+	i := strings.Index(msg, keyErrorLead)
+	if i < 0 || i > len("idempotency-key: ") {
+		return "", false
+	}
+	m := msg[i:]
+	if len(m) > 200 || !utf8.ValidString(m) {
+		return "", false
+	}
+	for _, r := range m {
+		if !unicode.IsPrint(r) {
+			return "", false
+		}
+	}
+	return m, true
 }
 
 // reason is the stable public reason of an answer with code c.

@@ -3,6 +3,7 @@ package deadlinekit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,9 +14,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
 
@@ -37,6 +41,12 @@ func TestPublicAnswer(t *testing.T) {
 		{"cancelled", context.Canceled, 499, "request cancelled", ""},
 		{"overloaded", &deadlinekit.WireError{Code: codes.ResourceExhausted, Message: "pool 10.0.0.7 full", Pushback: 1500 * time.Millisecond}, 503, "overloaded, retry in 2 s", "2"},
 		{"the handler's own failure", errors.New("pq: connection to 10.1.2.3 refused"), 500, "internal error", ""},
+		{"a malformed key", fmt.Errorf("gateway: %w", mustKeyError(strings.Repeat("k", 256))), 400, "malformed Idempotency-Key: longer than 255 characters", ""},
+		{"a key with a non-ASCII character", mustKeyError("clé"), 400, "malformed Idempotency-Key: character 'é' (U+00E9) at position 2 is not visible ASCII", ""},
+		{"a malformed key a gRPC hop refused", deadlinekit.FromGRPC(status.Error(codes.InvalidArgument, "idempotency-key: malformed Idempotency-Key: empty"), nil), 400, "malformed Idempotency-Key: empty", ""},
+		{"a hop's other invalid argument", deadlinekit.FromGRPC(status.Error(codes.InvalidArgument, "pq: column \"amount\" of 10.1.2.3 is null"), nil), 400, "invalid request", ""},
+		{"a malformed deadline header", &propagate.TimeoutError{Header: "Grpc-Timeout", Value: "soon", Reason: "no digits"}, 400, "malformed Grpc-Timeout header: no digits", ""},
+		{"a key reused, over HTTP", deadlinekit.FromHTTP(&http.Response{StatusCode: 422, Header: http.Header{}, Body: http.NoBody}, nil), 422, "this Idempotency-Key was used for a different request", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
@@ -77,4 +87,12 @@ func TestRelayedMessageLeadsWithTheRefusal(t *testing.T) {
 	if got := strings.TrimSpace(w.Body.String()); got != open.Error() {
 		t.Errorf("relayed %q; want %q", got, open.Error())
 	}
+}
+
+func mustKeyError(key string) error {
+	_, err := dedup.ParseKey([]string{key})
+	if err == nil {
+		panic("key " + key + " parses")
+	}
+	return err
 }

@@ -34,6 +34,9 @@ func init() {
 	rpc.Register("deadlinekit.server", func(opts []Option) []rpc.Layer {
 		c := newConfig(opts)
 		var layers []rpc.Layer
+		if c.edge {
+			layers = append(layers, rpc.Layer{Server: edgeRPCOuter})
+		}
 		if c.has(Propagate) {
 			layers = append(layers, rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(c.propagateOptions()))
 		}
@@ -45,6 +48,9 @@ func init() {
 		}
 		if c.dedup.store != nil {
 			layers = append(layers, rpc.Lookup[func(dedup.Store, []dedup.Option) rpc.Layer]("dedup")(c.dedup.store, c.dedupOptions()))
+		}
+		if c.edge {
+			layers = append(layers, rpc.Layer{Server: edgeRPCInner})
 		}
 		return layers
 	})

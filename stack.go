@@ -25,12 +25,16 @@ import (
 // overrun; a repeat that takes the key over is admitted again before h runs. And
 // dedup, inside retry's server side, stores the answer as the caller received it,
 // with the "do not retry" retry's server side adds when h's own retries gave up.
-// Put the user's tracing (otelhttp.NewHandler) outside it, so that the refusals are
-// on the server span:
+// With [WithEdge], the edge's key check and writer go outside propagate. Put the
+// user's tracing (otelhttp.NewHandler) outside it, so that the refusals are on the
+// server span:
 //
 //	srv := &http.Server{Handler: otelhttp.NewHandler(deadlinekit.NewHandler(mux), "svc")}
 func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	c := newConfig(opts)
+	if c.edge {
+		h = edgeInner(h)
+	}
 	if c.dedup.store != nil {
 		h = dedup.NewMiddleware(c.dedup.store, c.dedupOptions()...)(h)
 	}
@@ -42,6 +46,9 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	}
 	if c.has(Propagate) {
 		h = propagate.NewMiddleware(c.propagateOptions()...)(h)
+	}
+	if c.edge {
+		h = edgeOuter(h)
 	}
 	return h
 }
@@ -88,6 +95,10 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 	c := newConfig(opts)
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
+	if c.edge {
+		unary = append(unary, edgeUnaryOuter)
+		stream = append(stream, edgeStreamOuter)
+	}
 	if c.has(Propagate) {
 		po := c.propagateOptions()
 		unary = append(unary, propagate.UnaryServerInterceptor(po...))
@@ -103,6 +114,10 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 	}
 	if c.dedup.store != nil {
 		unary = append(unary, dedup.UnaryServerInterceptor(c.dedup.store, c.dedupOptions()...))
+	}
+	if c.edge {
+		unary = append(unary, edgeUnaryInner)
+		stream = append(stream, edgeStreamInner)
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
 }
@@ -124,10 +139,15 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 // round robin over the endpoints; a target with one endpoint behaves as before. A
 // service config from the resolver takes precedence, as does the user's own
 // grpc.WithDefaultServiceConfig placed after these options.
+//
+// A call whose outgoing idempotency-key metadata is malformed (a key forwarded
+// from an HTTP caller with a character outside ASCII, two values, more than 255
+// characters: what [dedup.ParseKey] refuses) is refused before any layer sends it,
+// InvalidArgument with the reason, which HTTPStatus answers 400.
 func DialOptions(opts ...Option) []grpc.DialOption {
 	c := newConfig(opts)
-	var unary []grpc.UnaryClientInterceptor
-	var stream []grpc.StreamClientInterceptor
+	unary := []grpc.UnaryClientInterceptor{unaryKeyCheck}
+	stream := []grpc.StreamClientInterceptor{streamKeyCheck}
 	if c.has(Retry) {
 		unary = append(unary, retry.UnaryClientInterceptor(c.retryOptions()...))
 	}

@@ -78,7 +78,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 		return nil, status.Error(codes.Aborted, "dedup: the first call with this idempotency-key is still being processed; come back in "+deadline.Format(t.comeBack))
 	case vMismatch:
 		c.report(ctx, outMismatch, t)
-		return nil, status.Error(codes.FailedPrecondition, "dedup: this idempotency-key was used for a different call (method or message differ)")
+		return nil, keyReused("dedup: this idempotency-key was used for a different call (method or message differ)")
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
@@ -260,7 +260,7 @@ func (c *core) replayGRPC(ctx context.Context, t *ticket) (any, error) {
 			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept")
 	case *httpAnswer:
 		c.report(ctx, outMismatch, t)
-		return nil, status.Error(codes.FailedPrecondition, "dedup: this idempotency-key was used for a different request (an HTTP one)")
+		return nil, keyReused("dedup: this idempotency-key was used for a different request (an HTTP one)")
 	default:
 		t.err = err
 		c.report(ctx, outUnavailable, t)

@@ -156,8 +156,8 @@ func TestGRPCRefusals(t *testing.T) {
 	done := make(chan grpcAnswer)
 	go func() { done <- unary(context.Background(), c, "k", "1") }()
 	<-svc.ran
-	if a := unary(context.Background(), c, "k", "2"); status.Code(a.err) != codes.FailedPrecondition {
-		t.Errorf("another message: %v, want FailedPrecondition", a.err)
+	if a := unary(context.Background(), c, "k", "2"); status.Code(a.err) != codes.FailedPrecondition || !dedup.IsKeyReused(a.err) {
+		t.Errorf("another message: %v, want FailedPrecondition with the key-reused ErrorInfo (an HTTP hop answers 422)", a.err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

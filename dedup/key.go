@@ -4,7 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // MaxKeyLength is the longest idempotency key accepted, in characters (the quotes of
@@ -73,7 +79,7 @@ func bareKey(v string) (string, error) {
 		case c == '"' || c == '\\':
 			return "", &KeyError{Reason: "a quote or backslash in an unquoted key at position " + strconv.Itoa(i)}
 		case c < 0x21 || c > 0x7e:
-			return "", &KeyError{Reason: "character " + strconv.QuoteRuneToASCII(rune(c)) + " at position " + strconv.Itoa(i) + " is not visible ASCII"}
+			return "", &KeyError{Reason: badChar(v, i) + " is not visible ASCII"}
 		}
 	}
 	return v, nil
@@ -96,7 +102,7 @@ func quotedKey(v string) (string, error) {
 			}
 			escapes = true
 		} else if c < 0x20 || c > 0x7e {
-			return "", &KeyError{Reason: "character " + strconv.QuoteRuneToASCII(rune(c)) + " at position " + strconv.Itoa(i) + " is not printable ASCII"}
+			return "", &KeyError{Reason: badChar(v, i) + " is not printable ASCII"}
 		}
 		n++
 		if n > MaxKeyLength {
@@ -136,4 +142,52 @@ func (t *ticket) setFingerprint(sum *[sha256.Size]byte) {
 	putToken((*[tokenLen]byte)(b[2*sha256.Size:]))
 	s := string(b[:])
 	t.fp, t.token = s[:2*sha256.Size], s[2*sha256.Size:]
+}
+
+// badChar names the character that starts at byte i of v, as the user typed it: the
+// whole rune ('é' (U+00E9)), not its first byte, or the byte when v is not UTF-8
+// there. The position is in bytes.
+func badChar(v string, i int) string {
+	r, size := utf8.DecodeRuneInString(v[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("byte 0x%02X at position %d (not UTF-8)", v[i], i)
+	}
+	return fmt.Sprintf("character %s (U+%04X) at position %d", strconv.QuoteRune(r), r, i)
+}
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo on this package's gRPC and
+// connect refusals that carry one.
+const ErrorDomain = "deadlinekit.dev/dedup"
+
+// KeyReusedReason is the google.rpc.ErrorInfo reason on the FailedPrecondition that
+// refuses a key used before for a different request (method, path or message
+// differ). An HTTP hop that relays the refusal answers 422, as this package's HTTP
+// middleware does, rather than FailedPrecondition's general 400 (see
+// deadlinekit.HTTPStatus).
+const KeyReusedReason = "IDEMPOTENCY_KEY_REUSED"
+
+// keyReused is the refusal of a key used before for a different request: status
+// FailedPrecondition with msg and ErrorInfo{KeyReusedReason, ErrorDomain}.
+func keyReused(msg string) error {
+	st := status.New(codes.FailedPrecondition, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: KeyReusedReason, Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// IsKeyReused reports whether err, a gRPC or connect call's error, is this package's
+// refusal of a key used before for a different request (FailedPrecondition with the
+// ErrorInfo of [KeyReusedReason] in [ErrorDomain]).
+func IsKeyReused(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == KeyReusedReason && info.GetDomain() == ErrorDomain {
+			return true
+		}
+	}
+	return false
 }

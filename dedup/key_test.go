@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/deadlinekit/deadlinekit/dedup"
 )
@@ -45,8 +46,12 @@ func TestParseKeyHostile(t *testing.T) {
 		{"DEL", []string{"ab\x7fc"}, "not visible ASCII"},
 		{"tab inside quotes", []string{"\"a\tb\""}, "not printable ASCII"},
 		{"space unquoted", []string{"a b"}, "not visible ASCII"},
-		{"non-ASCII", []string{"clé"}, "not visible ASCII"},
-		{"non-ASCII quoted", []string{`"clé"`}, "not printable ASCII"},
+		{"non-ASCII", []string{"clé"}, `character 'é' (U+00E9) at position 2 is not visible ASCII`},
+		{"non-ASCII quoted", []string{`"clé"`}, `character 'é' (U+00E9) at position 3 is not printable ASCII`},
+		{"a rune of four bytes", []string{"k🔑"}, `character '🔑' (U+1F511) at position 1`},
+		{"not UTF-8", []string{"k\xc3("}, `byte 0xC3 at position 1 (not UTF-8) is not visible ASCII`},
+		{"not UTF-8 quoted", []string{"\"k\xff\""}, `byte 0xFF at position 2 (not UTF-8) is not printable ASCII`},
+		{"control", []string{"k\x01"}, `character '\x01' (U+0001) at position 1`},
 		{"quote inside bare", []string{`a"b`}, "quote"},
 		{"opening quote only", []string{`"abc`}, "closing quote"},
 		{"closing quote only", []string{`abc"`}, "quote"},
@@ -83,6 +88,9 @@ func FuzzParseKey(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, dedup.ErrMalformedKey) {
 				t.Fatalf("error %v is not ErrMalformedKey", err)
+			}
+			if !utf8.ValidString(err.Error()) {
+				t.Fatalf("error %q is not UTF-8: it cannot be a message", err)
 			}
 			return
 		}

@@ -75,7 +75,7 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 			metadata.Pairs(pushback.Key, pushbackMs(t.comeBack)))
 	case vMismatch:
 		c.report(ctx, outMismatch, t)
-		return nil, refusal(codes.FailedPrecondition, "dedup: this Idempotency-Key was used for a different call (procedure or message differ)", nil)
+		return nil, &rpc.Refusal{Err: keyReused("dedup: this Idempotency-Key was used for a different call (procedure or message differ)")}
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
@@ -211,7 +211,7 @@ func (c *core) replayRPC(ctx context.Context, in *rpc.Inbound, t *ticket) (any, 
 			codes.Code(a.status).String()+", but its answer ("+strconv.Itoa(a.size)+" bytes) was above the size limit and was not kept", nil)
 	case *httpAnswer:
 		c.report(ctx, outMismatch, t)
-		return nil, refusal(codes.FailedPrecondition, "dedup: this Idempotency-Key was used for a different request (an HTTP one)", nil)
+		return nil, &rpc.Refusal{Err: keyReused("dedup: this Idempotency-Key was used for a different request (an HTTP one)")}
 	}
 	if err == nil {
 		err = errCorrupt

@@ -12,10 +12,10 @@ import (
 	"github.com/deadlinekit/deadlinekit/dedup"
 )
 
-// downStore is a store that cannot be reached.
-type downStore struct{ dedup.Store }
+// failingStore is a store that cannot be reached.
+type failingStore struct{ dedup.Store }
 
-func (downStore) Acquire(context.Context, string, dedup.Lease) (bool, dedup.Entry, error) {
+func (failingStore) Acquire(context.Context, string, dedup.Lease) (bool, dedup.Entry, error) {
 	return false, dedup.Entry{}, errors.New("connection refused")
 }
 
@@ -24,7 +24,7 @@ func (downStore) Acquire(context.Context, string, dedup.Lease) (bool, dedup.Entr
 // middleware outside may look at it once the handler returned) is not changed.
 func TestRunWithoutStoreLeavesTheRequestAlone(t *testing.T) {
 	var got string
-	h := dedup.NewMiddleware(downStore{}, dedup.WithRunWithoutStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := dedup.NewMiddleware(failingStore{}, dedup.WithRunWithoutStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got = string(b)
 	}))

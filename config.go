@@ -40,6 +40,11 @@ const (
 	Retry
 	Hedge
 	Breaker
+	// Keys is the server side's passing of idempotency keys without a store: a
+	// handler serving a request with an Idempotency-Key sends keys derived from it
+	// on its own writes (dedup.PassKeys). On by default where [WithDedup] gives no
+	// store (with one, dedup derives them itself, unless dedup.WithoutKeyDerivation).
+	Keys
 )
 
 func (l Layer) String() string {
@@ -54,6 +59,8 @@ func (l Layer) String() string {
 		return "hedge"
 	case Breaker:
 		return "breaker"
+	case Keys:
+		return "keys"
 	}
 	return "Layer(?)"
 }
@@ -70,7 +77,7 @@ type config struct {
 	floor, reserve time.Duration
 	floorSet       bool // WithFloor was given: a static floor for every layer
 	reserveSet     bool // WithReserve was given: that reserve, unbounded
-	without        [Breaker + 1]bool
+	without        [Keys + 1]bool
 	idempotent     []string
 	hedger         *hedge.Hedger
 	circuits       *breaker.Breaker
@@ -122,7 +129,7 @@ func WithReserve(d time.Duration) Option {
 func Without(layers ...Layer) Option {
 	return optionFunc(func(c *config) {
 		for _, l := range layers {
-			if l >= Propagate && l <= Breaker {
+			if l >= Propagate && l <= Keys {
 				c.without[l] = true
 			}
 		}

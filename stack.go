@@ -37,6 +37,8 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	}
 	if c.dedup.store != nil {
 		h = dedup.NewMiddleware(c.dedup.store, c.dedupOptions()...)(h)
+	} else if c.has(Keys) {
+		h = dedup.PassKeys(c.dedupOptions()...)(h)
 	}
 	if c.has(ShortCircuit) {
 		h = shortcircuit.NewMiddleware(c.shortcircuitOptions()...)(h)
@@ -114,6 +116,8 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 	}
 	if c.dedup.store != nil {
 		unary = append(unary, dedup.UnaryServerInterceptor(c.dedup.store, c.dedupOptions()...))
+	} else if c.has(Keys) {
+		unary = append(unary, dedup.PassKeysUnaryServerInterceptor(c.dedupOptions()...))
 	}
 	if c.edge {
 		unary = append(unary, edgeUnaryInner)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,3 +198,64 @@ func isUnavailable(err error) bool {
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// doBody is do, with the answer's body.
+func doBody(h http.Handler, key string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", strings.NewReader("100"))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
+}
+
+// TestClusterMasterStalls: on a Cluster, a master that stalls (CLIENT PAUSE: it
+// answers no client while the cluster still sees it up) is marked down alone: its
+// keys get 503 (the first at the bound, the next at once), while the keys of the
+// other masters are served; once it answers again, its keys are served too.
+func TestClusterMasterStalls(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}) // go-redis's defaults
+	s := redisstore.New(rdb, redisstore.WithTimeout(100*time.Millisecond))
+	defer func() { rdb.Close(); s.Close() }()
+	var n atomic.Int64
+	h := dedup.NewMiddleware(s)(charge(&n, nil))
+	for m := range 3 { // load the slot map and the scripts on every master
+		if code, body := doBody(h, onMaster(c, m, "warm-")); code != http.StatusCreated {
+			t.Fatalf("master %d: %d %s", m, code, body)
+		}
+	}
+	const pause = 2 * time.Second
+	if err := c.Admin(c.Masters[0]).Do(t.Context(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	code, body := doBody(h, onMaster(c, 0, "stalled-"))
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer") {
+		t.Fatalf("a key on the stalled master: %d %s, want 503 at the bound", code, body)
+	}
+	code, body = doBody(h, onMaster(c, 0, "stalled-again-"))
+	if code != http.StatusServiceUnavailable || strings.Contains(body, "did not answer") {
+		t.Fatalf("a second key on the stalled master: %d %s, want 503 at once", code, body)
+	}
+	for m := 1; m < 3; m++ {
+		if code, body := doBody(h, onMaster(c, m, "other-")); code != http.StatusCreated {
+			t.Fatalf("a key on master %d while master 0 stalls: %d %s", m, code, body)
+		}
+	}
+	if time.Since(paused) >= pause {
+		t.Fatalf("the stall ended (%v) before the test could see it: the machine is too slow", pause)
+	}
+	time.Sleep(time.Until(paused.Add(pause)))
+	for i := 0; ; i++ {
+		code, body := doBody(h, onMaster(c, 0, "back-"+strconv.Itoa(i)+"-"))
+		if code == http.StatusCreated {
+			break
+		}
+		if i > 1000 {
+			t.Fatalf("master 0 answers again, but its keys get %d %s", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

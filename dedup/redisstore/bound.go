@@ -96,7 +96,7 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 		}
 	} else {
 		// The first lookup loads the slot map over the network: bounded.
-		if err := s.bounded(ctx, &s.slots, s.timeout, lookup); err != nil {
+		if err := s.bounded(ctx, &s.slots, s.timeout, lookup, callOpts{}); err != nil {
 			return nil, err
 		}
 		s.loaded.Store(true)
@@ -108,9 +108,21 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 	return h.(*health), nil
 }
 
+// callOpts says what happens to a call its caller abandoned.
+type callOpts struct {
+	// finish: a completion or a release, whose context (the lease's end) it keeps
+	// when abandoned, so that it may still land before the lease ends; other calls
+	// end at the bound.
+	finish bool
+	// undo runs, on the abandoned call's goroutine, once it returned: Redis may
+	// have run it (an Acquire's lease, taken for a request that got a 503 and
+	// runs no handler, is given back).
+	undo func(ctx context.Context)
+}
+
 // do runs f, a call to the Redis that holds name, within the store's bound and the
 // request's deadline, unless that Redis is down.
-func (s *Store) do(ctx context.Context, name string, f func(context.Context) error) error {
+func (s *Store) do(ctx context.Context, name string, f func(context.Context) error, o callOpts) error {
 	h, err := s.healthOf(ctx, name)
 	if err != nil {
 		return s.failed(ctx, err)
@@ -119,7 +131,7 @@ func (s *Store) do(ctx context.Context, name string, f func(context.Context) err
 	if s.replicas > 0 {
 		bound += s.waitFor
 	}
-	return s.failed(ctx, s.bounded(ctx, h, bound, f))
+	return s.failed(ctx, s.bounded(ctx, h, bound, f, o))
 }
 
 // call states, for the handover between a call's goroutine and its caller.
@@ -131,10 +143,11 @@ const (
 
 // bounded runs f on its own goroutine with a context that ends after bound
 // (whatever the request's: a call abandoned at the request's deadline goes on to
-// its bound, so that it still tells h whether Redis answers), and returns its error,
-// or a [dedup.UnavailableError] when bound passes first (or the request's context
-// ends first: its error), or when h says that Redis is down.
-func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f func(context.Context) error) error {
+// its bound, so that it still tells h whether Redis answers; a finishing call, to
+// its context's deadline if later), and returns its error, or a
+// [dedup.UnavailableError] when bound passes first (or the request's context ends
+// first: its error), or when h says that Redis is down.
+func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f func(context.Context) error, o callOpts) error {
 	probe, retryIn, ok := h.admit(time.Now())
 	if !ok {
 		return &dedup.UnavailableError{RetryIn: retryIn}
@@ -152,34 +165,46 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 	s.running.Add(1)
 	s.mu.RUnlock()
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+	// bctx ends at the bound: the caller waits no longer, and Redis is down,
+	// whenever the client returns. The call's own context may end later.
+	bctx, bcancel := context.WithTimeout(context.Background(), bound)
+	end := time.Now().Add(bound)
+	if d, ok := ctx.Deadline(); ok && o.finish && d.After(end) {
+		end = d
+	}
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	var settled atomic.Bool
 	settle := func(o outcome) {
 		if settled.CompareAndSwap(false, true) {
 			h.done(probe, o, time.Now())
 		}
 	}
-	// At the bound, Redis is down, whenever the client returns.
-	stop := context.AfterFunc(cctx, func() { settle(failedCall) })
+	stop := context.AfterFunc(bctx, func() { settle(failedCall) })
 	var state atomic.Int32
 	done := make(chan error, 1)
 	go func() {
 		defer s.running.Done()
+		defer cancel()
+		defer bcancel() // after the handover: bctx ending early would read as the bound
 		err := f(cctx)
 		if stop() {
 			settle(judge(err))
 		}
 		if !state.CompareAndSwap(callRunning, callReturned) {
+			if o.undo != nil {
+				uctx, ucancel := context.WithTimeout(context.Background(), bound)
+				o.undo(uctx)
+				ucancel()
+			}
 			s.abandoned.Add(-1)
 		}
 		done <- err
-		cancel()
 	}()
 	var cause error
 	select {
 	case err := <-done:
 		return s.result(h, err)
-	case <-cctx.Done():
+	case <-bctx.Done():
 		cause = errTimedOut
 	case <-ctx.Done():
 		cause = ctx.Err()

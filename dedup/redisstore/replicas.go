@@ -65,7 +65,7 @@ func (s *Store) acquireReplicated(ctx context.Context, key string, l dedup.Lease
 			s.giveBack(ctx, keys, l.Token)
 		}
 		return err
-	})
+	}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }})
 	if err != nil {
 		return false, dedup.Entry{}, err
 	}

@@ -73,11 +73,16 @@ return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 `)
 
 // complete replaces the lease whose record starts with ARGV[1] by the answer
-// ARGV[2], under the lease's fingerprint.
+// ARGV[2], under the lease's fingerprint. A record already done with this very
+// answer is a success: a completion the store gave up on at its bound, that Redis
+// ran after all, is then tried again.
 var complete = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], 'D' .. string.sub(v, #ARGV[1] + 1) .. '\n' .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if v and #ARGV[2] > 0 and string.sub(v, 1, 1) == 'D' and #v > #ARGV[2] and string.sub(v, -#ARGV[2] - 1) == '\n' .. ARGV[2] then
   return 1
 end
 return 0
@@ -107,10 +112,11 @@ func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, d
 		return s.acquireReplicated(ctx, key, l)
 	}
 	var v any
-	err := s.do(ctx, s.name(key), func(ctx context.Context) (err error) {
-		v, err = acquire.Run(ctx, s.rdb, []string{s.name(key)}, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
+	keys := []string{s.name(key)}
+	err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
+		v, err = acquire.Run(ctx, s.rdb, keys, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
 		return err
-	})
+	}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }})
 	if err != nil {
 		return false, dedup.Entry{}, err
 	}
@@ -136,7 +142,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer []byte, 
 			v, err = complete.Run(ctx, s.rdb, keys, args...).Result()
 		}
 		return err
-	})
+	}, callOpts{finish: true})
 	if err != nil {
 		return err
 	}
@@ -158,7 +164,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	err := s.do(ctx, s.name(key), func(ctx context.Context) (err error) {
 		n, err = release.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token)).Int()
 		return err
-	})
+	}, callOpts{finish: true})
 	if err != nil {
 		return err
 	}
@@ -174,7 +180,7 @@ func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
 	err := s.do(ctx, s.name(key), func(ctx context.Context) (err error) {
 		v, err = get.Run(ctx, s.rdb, []string{s.name(key)}).Result()
 		return err
-	})
+	}, callOpts{})
 	if err != nil {
 		return dedup.Entry{}, err
 	}

@@ -259,3 +259,43 @@ func TestClusterMasterStalls(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAbandonedCallsLandSafely: an Acquire abandoned at the bound on a stalled Redis
+// that Redis runs once it resumes gives its lease back (its request got a 503 and
+// runs no handler: the lease would block the key for its whole TTL); a completion
+// Redis already ran, tried again, succeeds.
+func TestAbandonedCallsLandSafely(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	defer rdb.Close()
+	s := redisstore.New(rdb, redisstore.WithTimeout(50*time.Millisecond))
+	ctx := t.Context()
+	lease := dedup.Lease{Token: "a", Fingerprint: "fp", TTL: time.Minute}
+	if ok, _, err := s.Acquire(ctx, "warm", lease); err != nil || !ok { // loads the script
+		t.Fatal(ok, err)
+	}
+	if err := s.Complete(ctx, "warm", "a", []byte("answer"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "warm", "a", []byte("answer"), time.Minute); err != nil {
+		t.Fatalf("a completion tried again: %v", err)
+	}
+	if err := s.Complete(ctx, "warm", "b", []byte("other"), time.Minute); err != dedup.ErrLeaseLost {
+		t.Fatalf("another completion: %v, want ErrLeaseLost", err)
+	}
+
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Acquire(ctx, "k", lease); !isUnavailable(err) {
+		srv.Resume()
+		t.Fatalf("paused: %v, want ErrUnavailable", err)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // waits for the abandoned Acquire, and its give-back
+	if n, err := rdb.Exists(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || n != 0 {
+		t.Fatalf("the abandoned Acquire's lease is still held (%d, %v)", n, err)
+	}
+}

@@ -28,7 +28,10 @@ const DefaultTimeout = 250 * time.Millisecond
 // beyond, calls fail at once; [Store.Close] waits for them).
 //
 // A call that fails or reaches d marks its Redis (a Cluster: the key's master) down:
-// see [FirstPause]. With [WithReplicaWait], the bound of a write is d plus the
+// see [FirstPause]. Completions and releases are bounded too, but never refused for
+// a Redis marked down: an answer that is not stored runs its key again once the
+// lease ends, so each is tried, and one abandoned at the bound goes on until the
+// lease ends. With [WithReplicaWait], the bound of a write is d plus the
 // replica wait's timeout. Default [DefaultTimeout] (250 ms); zero or less keeps the
 // default.
 func WithTimeout(d time.Duration) Option {
@@ -110,9 +113,10 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 
 // callOpts says what happens to a call its caller abandoned.
 type callOpts struct {
-	// finish: a completion or a release, whose context (the lease's end) it keeps
-	// when abandoned, so that it may still land before the lease ends; other calls
-	// end at the bound.
+	// finish: a completion or a release. It goes to Redis even while Redis is
+	// down (it does not fail fast: an answer not stored runs its key again once the
+	// lease ends), and keeps its context (the lease's end) when abandoned, so that
+	// it may still land before the lease ends; other calls end at the bound.
 	finish bool
 	// undo runs, on the abandoned call's goroutine, once it returned: Redis may
 	// have run it (an Acquire's lease, taken for a request that got a 503 and
@@ -148,7 +152,10 @@ const (
 // [dedup.UnavailableError] when bound passes first (or the request's context ends
 // first: its error), or when h says that Redis is down.
 func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f func(context.Context) error, o callOpts) error {
-	probe, retryIn, ok := h.admit(time.Now())
+	probe, retryIn, ok := false, time.Duration(0), true
+	if !o.finish {
+		probe, retryIn, ok = h.admit(time.Now())
+	}
 	if !ok {
 		return &dedup.UnavailableError{RetryIn: retryIn}
 	}

@@ -22,7 +22,8 @@
 // release: the lease's end), whatever the client's options: go-redis's retries, its
 // dial and read timeouts, and a read that ignores the context's deadline without
 // ContextTimeoutEnabled. A call that fails, or reaches the bound, marks its Redis (on
-// a Cluster, the key's master) down: every call to it then fails at once with a
+// a Cluster, the key's master) down: every lease and lookup on it then fails at
+// once (completions and releases are still tried) with a
 // [dedup.UnavailableError] saying when the next try goes, for [FirstPause] (100 ms),
 // doubling to [MaxPause] (1 s) while the probes fail; one call at a time probes, and
 // its success lets traffic back. So a Redis that is killed or stalls costs a request

@@ -7,7 +7,8 @@ import (
 )
 
 // The pauses of the health state: after a call to a Redis fails (or does not answer
-// within [WithTimeout]), the store fails every call to it at once for FirstPause;
+// within [WithTimeout]), the store fails every lease and lookup on it at once
+// for FirstPause (completions and releases are still tried);
 // then one call at a time (a probe) goes to Redis: its success lets traffic back,
 // its failure doubles the pause, up to MaxPause.
 const (

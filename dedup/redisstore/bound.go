@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,19 +234,16 @@ func (s *Store) result(h *health, err error) error {
 	return &dedup.UnavailableError{RetryIn: h.retryIn(time.Now()), Err: err}
 }
 
-// judge reads a call's error: Redis answered (an error reply too, but for those
-// that say it cannot serve), or it failed.
+// judge reads a call's error: Redis answered (an error reply too: LOADING or
+// CLUSTERDOWN come from a node that is up, and each request meets them at once;
+// marking a live master down for a failover elsewhere would refuse its keys after
+// the failover ended), or it failed.
 func judge(err error) outcome {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return succeeded
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
-		for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "READONLY"} {
-			if strings.HasPrefix(re.Error(), p) {
-				return failedCall
-			}
-		}
 		return succeeded
 	}
 	return failedCall

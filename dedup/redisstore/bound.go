@@ -26,8 +26,8 @@ const DefaultTimeout = 250 * time.Millisecond
 // client gives up, and its result is discarded (at most 1024 such calls at once:
 // beyond, calls fail at once; [Store.Close] waits for them).
 //
-// A call that fails or reaches d marks its Redis (a Cluster: the key's master) down:
-// see [FirstPause]. Completions and releases are bounded too, but never refused for
+// A call that fails, or reaches d while no other call to its Redis succeeded, marks
+// that Redis (a Cluster: the key's master) down: see [FirstPause]. Completions and releases are bounded too, but never refused for
 // a Redis marked down: an answer that is not stored runs its key again once the
 // lease ends, so each is tried, and one abandoned at the bound goes on until the
 // lease ends. With [WithReplicaWait], the bound of a write is d plus the
@@ -173,6 +173,7 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 
 	// bctx ends at the bound: the caller waits no longer, and Redis is down,
 	// whenever the client returns. The call's own context may end later.
+	start := time.Now()
 	bctx, bcancel := context.WithTimeout(context.Background(), bound)
 	end := time.Now().Add(bound)
 	if d, ok := ctx.Deadline(); ok && o.finish && d.After(end) {
@@ -185,7 +186,7 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 			h.done(probe, o, time.Now())
 		}
 	}
-	stop := context.AfterFunc(bctx, func() { settle(failedCall) })
+	stop := context.AfterFunc(bctx, func() { settle(h.timedOut(start)) })
 	var state atomic.Int32
 	done := make(chan error, 1)
 	go func() {
@@ -220,7 +221,7 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 	}
 	s.abandoned.Add(1)
 	if cause == errTimedOut {
-		settle(failedCall)
+		settle(h.timedOut(start))
 		return &dedup.UnavailableError{RetryIn: h.retryIn(time.Now()), Err: cause}
 	}
 	return &dedup.UnavailableError{Err: cause}

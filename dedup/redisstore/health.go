@@ -19,7 +19,8 @@ const (
 // health is what the store knows of one Redis (a single node, or one master of a
 // Cluster): up, or down until a probe succeeds. Its zero value is up.
 type health struct {
-	down    atomic.Bool // read alone on the fast path
+	down    atomic.Bool  // read alone on the fast path
+	lastOK  atomic.Int64 // when a call last succeeded (UnixNano)
 	mu      sync.Mutex
 	pause   time.Duration // the current pause, while down
 	until   time.Time     // no probe before
@@ -62,6 +63,11 @@ func (h *health) admit(now time.Time) (probe bool, retryIn time.Duration, ok boo
 // done records how a call admitted at probe ended at now, and returns the time
 // until the next probe when Redis is down.
 func (h *health) done(probe bool, o outcome, now time.Time) time.Duration {
+	if o == succeeded {
+		if n := now.UnixNano(); h.lastOK.Load() < n {
+			h.lastOK.Store(n)
+		}
+	}
 	if o == succeeded && !probe && !h.down.Load() {
 		return 0 // the fast path
 	}
@@ -88,6 +94,16 @@ func (h *health) done(probe bool, o outcome, now time.Time) time.Duration {
 		return 0
 	}
 	return max(h.until.Sub(now), 0)
+}
+
+// timedOut is the outcome of a call started at start that reached its bound: a
+// failure, unless another call succeeded since it started (Redis answers: this
+// call was slow, on a loaded machine or behind a large answer).
+func (h *health) timedOut(start time.Time) outcome {
+	if h.lastOK.Load() > start.UnixNano() {
+		return neutral
+	}
+	return failedCall
 }
 
 // retryIn is the time until the next probe may go, while down (at least 1 ms:

@@ -64,3 +64,22 @@ func TestHealthPauses(t *testing.T) {
 		}
 	})
 }
+
+// TestHealthSlowCallWhileOthersSucceed: a call that reaches its bound marks Redis
+// down only if no other call succeeded since it started: Redis that answers others
+// is up, and the call was slow.
+func TestHealthSlowCallWhileOthersSucceed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h health
+		start := time.Now()
+		time.Sleep(time.Millisecond)
+		h.done(false, succeeded, time.Now())
+		if o := h.timedOut(start); o != neutral {
+			t.Fatalf("slow call while another succeeded: %v, want neutral", o)
+		}
+		time.Sleep(time.Millisecond)
+		if o := h.timedOut(time.Now()); o != failedCall {
+			t.Fatalf("a call that no success followed: %v, want a failure", o)
+		}
+	})
+}

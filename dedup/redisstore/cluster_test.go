@@ -109,7 +109,7 @@ func TestClusterFailover(t *testing.T) {
 	c := redistest.StartCluster(t, 3, 1)
 	rdb := clusterClient(t, c)
 	r := newRuns()
-	h := dedup.NewMiddleware(redisstore.New(rdb))(r)
+	h := dedup.NewMiddleware(redisstore.New(rdb, roomy))(r)
 	var unavailable, doubled atomic.Int64
 	round := func(prefix string, n int, mid func()) {
 		var next atomic.Int64

@@ -2,10 +2,7 @@
 // sees every idempotency key: New(client) on the user's own redis.UniversalClient
 // (github.com/redis/go-redis/v9: a single node, Sentinel or Cluster).
 //
-//	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
-//		Addrs:                 []string{"redis:6379"},
-//		ContextTimeoutEnabled: true, // bound every call by the request's deadline
-//	})
+//	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"redis:6379"}})
 //	h = dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("payments:")))(h)
 //
 // Every replica of a service uses the same prefix; every service its own
@@ -20,11 +17,17 @@
 // polls with a pause growing from 1 ms to 50 ms, within its budget and never past the
 // first's lease ([dedup.PollWait]).
 //
-// Every call is bounded by the context the middleware gives it (the request's
-// deadline; completion and release: the lease's end) only when the client was built
-// with ContextTimeoutEnabled: true. Without it go-redis ignores the context's
-// deadline on the socket, and a call to a Redis that stopped answering blocks for the
-// client's ReadTimeout (3 s by default).
+// Every call to Redis is bounded by [WithTimeout] ([DefaultTimeout], 250 ms) and by
+// the context the middleware gives it (the request's deadline; completion and
+// release: the lease's end), whatever the client's options: go-redis's retries, its
+// dial and read timeouts, and a read that ignores the context's deadline without
+// ContextTimeoutEnabled. A call that fails, or reaches the bound, marks its Redis (on
+// a Cluster, the key's master) down: every lease and lookup on it then fails at
+// once (completions and releases are still tried) with a
+// [dedup.UnavailableError] saying when the next try goes, for [FirstPause] (100 ms),
+// doubling to [MaxPause] (1 s) while the probes fail; one call at a time probes, and
+// its success lets traffic back. So a Redis that is killed or stalls costs a request
+// at most the bound, and the rest a prompt 503 + Retry-After until it is back.
 //
 // On a Cluster, a call that fails makes the store ask the client to reload its slot
 // map (ClusterClient.ReloadState): go-redis reloads it on its own only after a MOVED

@@ -37,7 +37,7 @@ func leaseLoss(t *testing.T, opts ...redisstore.Option) lossFigures {
 	r.hold, r.holding = make(chan struct{}), true
 	// A repeat whose first still runs answers 409 at once (its budget is below the
 	// floor): it does not wait for a first that is held.
-	h := dedup.NewMiddleware(redisstore.New(rdb, opts...), dedup.WithFloor(time.Second))(r)
+	h := dedup.NewMiddleware(redisstore.New(rdb, append([]redisstore.Option{roomy}, opts...)...), dedup.WithFloor(time.Second))(r)
 	victim, replica := c.Masters[0], c.Replicas[0][0]
 	var f lossFigures
 	var firsts sync.WaitGroup

@@ -55,14 +55,22 @@ func (e *ReplicaWaitError) Error() string {
 // acquireReplicated is Acquire with the lease acknowledged by s.replicas replicas.
 func (s *Store) acquireReplicated(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
 	keys := []string{s.name(key)}
-	v, acked, err := s.evalWait(ctx, acquire, keys, []any{running(l.Token, l.Fingerprint), ms(l.TTL)})
+	var v any
+	var acked int
+	err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
+		v, acked, err = s.evalWait(ctx, acquire, keys, []any{running(l.Token, l.Fingerprint), ms(l.TTL)})
+		if err != nil {
+			s.giveBack(ctx, keys, l.Token) // the lease may have been taken before the failure
+		} else if n, ok := v.(int64); ok && n == 1 && acked < s.replicas {
+			s.giveBack(ctx, keys, l.Token)
+		}
+		return err
+	}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }})
 	if err != nil {
-		s.giveBack(ctx, keys, l.Token) // the lease may have been taken before the failure
-		return false, dedup.Entry{}, s.failed(ctx, err)
+		return false, dedup.Entry{}, err
 	}
 	if n, ok := v.(int64); ok && n == 1 {
 		if acked < s.replicas {
-			s.giveBack(ctx, keys, l.Token)
 			return false, dedup.Entry{}, &ReplicaWaitError{Acked: acked, Want: s.replicas, Timeout: s.waitFor}
 		}
 		return true, dedup.Entry{}, nil

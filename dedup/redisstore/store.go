@@ -37,6 +37,7 @@ type Store struct {
 	// replicas and waitFor: WithReplicaWait's (0: no waiting).
 	replicas int
 	waitFor  time.Duration
+	calls
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -46,7 +47,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	if rdb == nil {
 		panic("redisstore: New with a nil client")
 	}
-	s := &Store{rdb: rdb, prefix: DefaultPrefix}
+	s := &Store{rdb: rdb, prefix: DefaultPrefix, calls: calls{timeout: DefaultTimeout}}
 	s.cluster, _ = rdb.(*redis.ClusterClient)
 	for _, o := range opts {
 		if o != nil {
@@ -72,11 +73,16 @@ return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 `)
 
 // complete replaces the lease whose record starts with ARGV[1] by the answer
-// ARGV[2], under the lease's fingerprint.
+// ARGV[2], under the lease's fingerprint. A record already done with this very
+// answer is a success: a completion the store gave up on at its bound, that Redis
+// ran after all, is then tried again.
 var complete = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], 'D' .. string.sub(v, #ARGV[1] + 1) .. '\n' .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if v and #ARGV[2] > 0 and string.sub(v, 1, 1) == 'D' and #v > #ARGV[2] and string.sub(v, -#ARGV[2] - 1) == '\n' .. ARGV[2] then
   return 1
 end
 return 0
@@ -105,9 +111,14 @@ func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, d
 	if s.replicas > 0 {
 		return s.acquireReplicated(ctx, key, l)
 	}
-	v, err := acquire.Run(ctx, s.rdb, []string{s.name(key)}, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
+	var v any
+	keys := []string{s.name(key)}
+	err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
+		v, err = acquire.Run(ctx, s.rdb, keys, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
+		return err
+	}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }})
 	if err != nil {
-		return false, dedup.Entry{}, s.failed(ctx, err)
+		return false, dedup.Entry{}, err
 	}
 	if n, ok := v.(int64); ok && n == 1 {
 		return true, dedup.Entry{}, nil
@@ -124,13 +135,16 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer []byte, 
 	var v any
 	var err error
 	acked := s.replicas
-	if s.replicas > 0 {
-		v, acked, err = s.evalWait(ctx, complete, keys, args)
-	} else {
-		v, err = complete.Run(ctx, s.rdb, keys, args...).Result()
-	}
+	err = s.do(ctx, keys[0], func(ctx context.Context) (err error) {
+		if s.replicas > 0 {
+			v, acked, err = s.evalWait(ctx, complete, keys, args)
+		} else {
+			v, err = complete.Run(ctx, s.rdb, keys, args...).Result()
+		}
+		return err
+	}, callOpts{finish: true})
 	if err != nil {
-		return s.failed(ctx, err)
+		return err
 	}
 	if n, _ := v.(int64); n != 1 {
 		return dedup.ErrLeaseLost
@@ -146,9 +160,13 @@ func leasePrefix(token string) string { return "R" + token + "\n" }
 
 // Release implements [dedup.Store]: one round trip.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	n, err := release.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token)).Int()
+	var n int
+	err := s.do(ctx, s.name(key), func(ctx context.Context) (err error) {
+		n, err = release.Run(ctx, s.rdb, []string{s.name(key)}, leasePrefix(token)).Int()
+		return err
+	}, callOpts{finish: true})
 	if err != nil {
-		return s.failed(ctx, err)
+		return err
 	}
 	if n != 1 {
 		return dedup.ErrLeaseLost
@@ -158,9 +176,13 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 
 // Get implements [dedup.Store]: one round trip.
 func (s *Store) Get(ctx context.Context, key string) (dedup.Entry, error) {
-	v, err := get.Run(ctx, s.rdb, []string{s.name(key)}).Result()
+	var v any
+	err := s.do(ctx, s.name(key), func(ctx context.Context) (err error) {
+		v, err = get.Run(ctx, s.rdb, []string{s.name(key)}).Result()
+		return err
+	}, callOpts{})
 	if err != nil {
-		return dedup.Entry{}, s.failed(ctx, err)
+		return dedup.Entry{}, err
 	}
 	return parse(v)
 }
@@ -176,7 +198,7 @@ func (s *Store) Wait(ctx context.Context, key string) (dedup.Entry, error) {
 // unseen, and every key of the dead master's slots fails, for up to a minute.
 // Reloads are asynchronous and go-redis runs at most one at a time.
 func (s *Store) failed(ctx context.Context, err error) error {
-	if s.cluster != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && s.cluster != nil && !errors.Is(err, context.Canceled) {
 		s.cluster.ReloadState(ctx)
 	}
 	return err

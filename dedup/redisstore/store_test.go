@@ -27,6 +27,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
+// roomy is the bound of a store in a test that is not about the bound (WithTimeout):
+// on a loaded machine a call may take longer than the default's 250 ms, and the
+// store would then answer 503 for a while, as it should.
+var roomy = redisstore.WithTimeout(10 * time.Second)
+
 // counter counts the commands (round trips) a client sends.
 type counter struct{ n atomic.Int64 }
 
@@ -152,7 +157,7 @@ func TestRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb, c := client(t, srv)
 	var n atomic.Int64
-	h := dedup.NewMiddleware(redisstore.New(rdb))(charge(&n, nil))
+	h := dedup.NewMiddleware(redisstore.New(rdb, roomy))(charge(&n, nil))
 	// Load the scripts once (EVALSHA answers NOSCRIPT the first time).
 	h.ServeHTTP(httptest.NewRecorder(), keyed("warm"))
 	c.n.Store(0)
@@ -178,7 +183,7 @@ func TestConcurrentRepeatsOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb, _ := client(t, srv)
 	var n atomic.Int64
-	web := httptest.NewServer(dedup.NewMiddleware(redisstore.New(rdb))(charge(&n, nil)))
+	web := httptest.NewServer(dedup.NewMiddleware(redisstore.New(rdb, roomy))(charge(&n, nil)))
 	defer web.Close()
 	var wg sync.WaitGroup
 	answers := make([]answer, 50)
@@ -206,9 +211,9 @@ func TestTwoReplicas(t *testing.T) {
 	var nA, nB atomic.Int64
 	stuck := make(chan struct{})
 	opts := []dedup.Option{dedup.WithLeaseMargin(100 * time.Millisecond)}
-	a := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdbA), opts...)(charge(&nA, stuck))))
+	a := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdbA, roomy), opts...)(charge(&nA, stuck))))
 	defer a.Close()
-	b := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdbB), opts...)(charge(&nB, nil))))
+	b := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdbB, roomy), opts...)(charge(&nB, nil))))
 	defer b.Close()
 	defer close(stuck) // before the servers close: a.Close waits for its handler
 	go func() {
@@ -298,9 +303,9 @@ func TestTwoServicesOneRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb, _ := client(t, srv)
 	var nOrders, nPayments atomic.Int64
-	orders := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("orders:")))(charge(&nOrders, nil))))
+	orders := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("orders:"), roomy))(charge(&nOrders, nil))))
 	defer orders.Close()
-	payments := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("payments:")))(charge(&nPayments, nil))))
+	payments := httptest.NewServer(withTimeout(dedup.NewMiddleware(redisstore.New(rdb, redisstore.WithPrefix("payments:"), roomy))(charge(&nPayments, nil))))
 	defer payments.Close()
 	for range 2 {
 		if r := post(t, orders.URL, "k", "1s"); r.status != 201 {

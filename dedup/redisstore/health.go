@@ -1,0 +1,121 @@
+package redisstore
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The pauses of the health state: after a call to a Redis fails (or does not answer
+// within [WithTimeout]), the store fails every lease and lookup on it at once
+// for FirstPause (completions and releases are still tried);
+// then one call at a time (a probe) goes to Redis: its success lets traffic back,
+// its failure doubles the pause, up to MaxPause.
+const (
+	FirstPause = 100 * time.Millisecond
+	MaxPause   = time.Second
+)
+
+// health is what the store knows of one Redis (a single node, or one master of a
+// Cluster): up, or down until a probe succeeds. Its zero value is up.
+type health struct {
+	down    atomic.Bool  // read alone on the fast path
+	lastOK  atomic.Int64 // when a call last succeeded (UnixNano)
+	mu      sync.Mutex
+	pause   time.Duration // the current pause, while down
+	until   time.Time     // no probe before
+	probing bool          // a probe is out
+}
+
+// verdicts of a call, for [health.done].
+type outcome uint8
+
+const (
+	succeeded  outcome = iota // Redis answered
+	failedCall                // Redis failed, or did not answer within the bound
+	neutral                   // nothing learnt (the caller left first)
+)
+
+// admit says whether a call may go to Redis at now: at once while up; while down,
+// one probe at a time once the pause has passed. A call refused gets the time until
+// the next probe may go.
+func (h *health) admit(now time.Time) (probe bool, retryIn time.Duration, ok bool) {
+	if !h.down.Load() {
+		return false, 0, true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down.Load() {
+		return false, 0, true
+	}
+	if h.probing {
+		// The probe answers within the bound; if it fails, the next one goes a
+		// pause later.
+		return false, FirstPause, false
+	}
+	if now.Before(h.until) {
+		return false, h.until.Sub(now), false
+	}
+	h.probing = true
+	return true, 0, true
+}
+
+// done records how a call admitted at probe ended at now, and returns the time
+// until the next probe when Redis is down.
+func (h *health) done(probe bool, o outcome, now time.Time) time.Duration {
+	if o == succeeded {
+		if n := now.UnixNano(); h.lastOK.Load() < n {
+			h.lastOK.Store(n)
+		}
+	}
+	if o == succeeded && !probe && !h.down.Load() {
+		return 0 // the fast path
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if probe {
+		h.probing = false
+	}
+	switch {
+	case o == succeeded && (probe || !h.down.Load()):
+		h.down.Store(false)
+		h.pause = 0
+	case o == failedCall && !h.down.Load():
+		h.down.Store(true)
+		h.pause = FirstPause
+		h.until = now.Add(h.pause)
+	case o == failedCall && probe:
+		h.pause = min(2*h.pause, MaxPause)
+		h.until = now.Add(h.pause)
+	}
+	// A call admitted before Redis was seen down says nothing more of it: the
+	// probe decides.
+	if !h.down.Load() {
+		return 0
+	}
+	return max(h.until.Sub(now), 0)
+}
+
+// timedOut is the outcome of a call started at start that reached its bound: a
+// failure, unless another call succeeded since it started (Redis answers: this
+// call was slow, on a loaded machine or behind a large answer).
+func (h *health) timedOut(start time.Time) outcome {
+	if h.lastOK.Load() > start.UnixNano() {
+		return neutral
+	}
+	return failedCall
+}
+
+// retryIn is the time until the next probe may go, while down (at least 1 ms:
+// zero would read as "unknown").
+func (h *health) retryIn(now time.Time) time.Duration {
+	if !h.down.Load() {
+		return time.Millisecond
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.probing {
+		return FirstPause
+	}
+	return max(h.until.Sub(now), time.Millisecond)
+}

@@ -1,0 +1,85 @@
+package redisstore
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestHealthPauses: after a failure every call fails fast for FirstPause; then one
+// probe at a time goes; a failed probe doubles the pause up to MaxPause; a probe
+// that succeeds lets every call through again.
+func TestHealthPauses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h health
+		if _, _, ok := h.admit(time.Now()); !ok {
+			t.Fatal("a new health refuses")
+		}
+		if in := h.done(false, failedCall, time.Now()); in != FirstPause {
+			t.Fatalf("after a failure: next try in %v, want %v", in, FirstPause)
+		}
+		time.Sleep(FirstPause / 2)
+		if _, in, ok := h.admit(time.Now()); ok || in != FirstPause/2 {
+			t.Fatalf("within the pause: admitted %v, retry in %v, want refused, %v", ok, in, FirstPause/2)
+		}
+		// A call admitted before the failure that fails too changes nothing.
+		h.done(false, failedCall, time.Now())
+		time.Sleep(FirstPause / 2)
+		want := FirstPause
+		for range 6 {
+			probe, _, ok := h.admit(time.Now())
+			if !ok || !probe {
+				t.Fatalf("after the pause: probe %v admitted %v, want a probe", probe, ok)
+			}
+			if _, _, ok := h.admit(time.Now()); ok {
+				t.Fatal("a second call admitted while the probe is out")
+			}
+			want = min(2*want, MaxPause)
+			if in := h.done(true, failedCall, time.Now()); in != want {
+				t.Fatalf("failed probe: next in %v, want %v", in, want)
+			}
+			time.Sleep(want)
+		}
+		probe, _, ok := h.admit(time.Now())
+		if !ok || !probe {
+			t.Fatal("no probe after the longest pause")
+		}
+		// A probe whose caller left (nothing learnt) lets the next call probe.
+		h.done(true, neutral, time.Now())
+		probe, _, ok = h.admit(time.Now())
+		if !ok || !probe {
+			t.Fatal("no probe after a neutral one")
+		}
+		if in := h.done(true, succeeded, time.Now()); in != 0 {
+			t.Fatalf("after a good probe: next in %v", in)
+		}
+		for range 3 {
+			if probe, _, ok := h.admit(time.Now()); !ok || probe {
+				t.Fatal("up again, but calls are refused or probes")
+			}
+		}
+		// Down again: the pause starts over.
+		if in := h.done(false, failedCall, time.Now()); in != FirstPause {
+			t.Fatalf("down again: next in %v, want %v", in, FirstPause)
+		}
+	})
+}
+
+// TestHealthSlowCallWhileOthersSucceed: a call that reaches its bound marks Redis
+// down only if no other call succeeded since it started: Redis that answers others
+// is up, and the call was slow.
+func TestHealthSlowCallWhileOthersSucceed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h health
+		start := time.Now()
+		time.Sleep(time.Millisecond)
+		h.done(false, succeeded, time.Now())
+		if o := h.timedOut(start); o != neutral {
+			t.Fatalf("slow call while another succeeded: %v, want neutral", o)
+		}
+		time.Sleep(time.Millisecond)
+		if o := h.timedOut(time.Now()); o != failedCall {
+			t.Fatalf("a call that no success followed: %v, want a failure", o)
+		}
+	})
+}

@@ -1,0 +1,308 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/dedup/redisstore"
+	"github.com/deadlinekit/deadlinekit/internal/redistest"
+)
+
+// userClient is a client as the go-redis docs build it: its defaults (three
+// retries with a backoff, a 5 s dial and a 3 s read timeout, the context's deadline
+// not applied to the socket).
+func userClient(srv *redistest.Server) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: srv.Addr})
+}
+
+// outage is a service deduping on one Redis through a user's client.
+type outage struct {
+	srv   *redistest.Server
+	rdb   *redis.Client
+	store *redisstore.Store
+	web   *httptest.Server
+	ran   atomic.Int64
+}
+
+func newOutage(t *testing.T) *outage {
+	o := &outage{srv: redistest.Start(t)}
+	o.rdb = userClient(o.srv)
+	o.store = redisstore.New(o.rdb)
+	o.web = httptest.NewServer(withTimeout(dedup.NewMiddleware(o.store)(charge(&o.ran, nil))))
+	t.Cleanup(func() {
+		o.web.Close()
+		o.rdb.Close()
+		o.store.Close() // its abandoned calls end: goleak checks
+	})
+	return o
+}
+
+// timed posts a keyed request with a 10 s budget, and says how long it took.
+func (o *outage) timed(t *testing.T, key string) (answer, time.Duration) {
+	start := time.Now()
+	a := post(t, o.web.URL, key, "10s")
+	return a, time.Since(start)
+}
+
+// wantStoreDown checks a 503 that says when to come back (at most MaxPause) and
+// that the failure is not the server's own.
+func wantStoreDown(t *testing.T, what string, a answer) {
+	t.Helper()
+	ms, err := strconv.Atoi(a.header.Get("Grpc-Retry-Pushback-Ms"))
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "1" || a.header.Get("Deadlinekit-Relayed") != "1" ||
+		err != nil || ms < 1 || ms > int(redisstore.MaxPause/time.Millisecond) {
+		t.Fatalf("%s: %+v, want 503, Retry-After 1, a pushback within %v, relayed", what, a, redisstore.MaxPause)
+	}
+}
+
+// servedAgain posts fresh keys until one is served, and returns how many were
+// refused first.
+func (o *outage) servedAgain(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		a, _ := o.timed(t, "after-"+strconv.Itoa(i))
+		if a.status == http.StatusCreated {
+			return i
+		}
+		wantStoreDown(t, "Redis back, before the probe", a)
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis back for 30 s, the store still refuses")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRedisKilled: with Redis killed, a keyed request is answered 503 + Retry-After
+// well before go-redis itself gives up (its dial retries), the next ones at once,
+// and none runs its handler; once Redis is back, requests are served again.
+// (Before the store's bound: 503 after go-redis's 1.75 s.)
+func TestRedisKilled(t *testing.T) {
+	o := newOutage(t)
+	if a, _ := o.timed(t, "before"); a.status != http.StatusCreated {
+		t.Fatalf("before: %+v", a)
+	}
+	o.srv.Kill()
+
+	raw := userClient(o.srv)
+	start := time.Now()
+	err := raw.Ping(context.Background()).Err()
+	own := time.Since(start)
+	raw.Close()
+	if err == nil {
+		t.Fatal("a killed Redis answered")
+	}
+
+	a, took := o.timed(t, "during")
+	wantStoreDown(t, "Redis killed", a)
+	t.Logf("Redis killed: go-redis fails after %v, the store's 503 came after %v", own.Round(time.Millisecond), took.Round(time.Millisecond))
+	if took >= own/2 {
+		t.Errorf("503 after %v: not before half of go-redis's own %v", took, own)
+	}
+	for i := range 5 {
+		a, took := o.timed(t, "during-"+strconv.Itoa(i))
+		wantStoreDown(t, "Redis still killed", a)
+		if took >= own/2 {
+			t.Errorf("503 after %v: not before half of go-redis's own %v", took, own)
+		}
+	}
+	if n := o.ran.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want once (before)", n)
+	}
+
+	o.srv.Restart(t)
+	refused := o.servedAgain(t)
+	t.Logf("Redis back: %d requests refused before the store served again", refused)
+	if a, _ := o.timed(t, "after-"+strconv.Itoa(refused)); a.status != http.StatusCreated || !a.replayed {
+		t.Fatalf("a repeat once Redis is back: %+v", a)
+	}
+}
+
+// TestRedisPaused: with Redis stalled (SIGSTOP: connections accepted, nothing
+// answered), a keyed request is answered 503 at the store's bound, far before the
+// client's read timeout (and its retries); once Redis resumes, requests are served
+// again. The store's calls left blocked end with the client. (Before the store's
+// bound: a stalled Redis held a request 5 to 10 s.)
+func TestRedisPaused(t *testing.T) {
+	o := newOutage(t)
+	if a, _ := o.timed(t, "before"); a.status != http.StatusCreated {
+		t.Fatalf("before: %+v", a)
+	}
+	if err := o.srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			o.srv.Resume()
+		}
+	}()
+	own := o.rdb.Options().ReadTimeout // the least go-redis waits on a stalled Redis
+	for i := range 4 {
+		a, took := o.timed(t, "during-"+strconv.Itoa(i))
+		wantStoreDown(t, "Redis paused", a)
+		t.Logf("Redis paused: 503 after %v (go-redis's read timeout %v)", took.Round(time.Millisecond), own)
+		if took >= own/2 {
+			t.Errorf("503 after %v: not within half of go-redis's read timeout %v", took, own)
+		}
+	}
+	if n := o.ran.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want once (before)", n)
+	}
+	if err := o.srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	refused := o.servedAgain(t)
+	t.Logf("Redis resumed: %d requests refused before the store served again", refused)
+}
+
+// TestCloseWhilePaused: Close returns once the calls the store abandoned on a
+// stalled Redis have returned: at once after the client is closed (goleak checks
+// that none is left), and a call after Close fails without reaching Redis.
+func TestCloseWhilePaused(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	s := redisstore.New(rdb, redisstore.WithTimeout(50*time.Millisecond))
+	ctx := t.Context()
+	if _, err := s.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	if _, err := s.Get(ctx, "k"); !isUnavailable(err) {
+		t.Fatalf("paused: %v, want ErrUnavailable", err)
+	}
+	rdb.Close()
+	s.Close()
+	if _, err := s.Get(ctx, "k"); !isUnavailable(err) {
+		t.Fatalf("closed: %v, want ErrUnavailable", err)
+	}
+}
+
+func isUnavailable(err error) bool {
+	var ue *dedup.UnavailableError
+	return err != nil && errorsAs(err, &ue)
+}
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// doBody is do, with the answer's body.
+func doBody(h http.Handler, key string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/charges", strings.NewReader("100"))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Body.String()
+}
+
+// TestClusterMasterStalls: on a Cluster, a master that stalls (CLIENT PAUSE: it
+// answers no client while the cluster still sees it up) is marked down alone: its
+// keys get 503 (the first at the bound, the next at once), while the keys of the
+// other masters are served; once it answers again, its keys are served too.
+func TestClusterMasterStalls(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()}) // go-redis's defaults
+	s := redisstore.New(rdb, redisstore.WithTimeout(time.Second))
+	defer func() { rdb.Close(); s.Close() }()
+	var n atomic.Int64
+	h := dedup.NewMiddleware(s)(charge(&n, nil))
+	for m := range 3 { // load the slot map and the scripts on every master
+		for i := 0; ; i++ {
+			code, body := doBody(h, onMaster(c, m, "warm-"+strconv.Itoa(i)+"-"))
+			if code == http.StatusCreated {
+				break
+			}
+			if i == 100 {
+				t.Fatalf("master %d: %d %s", m, code, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	const pause = 5 * time.Second
+	if err := c.Admin(c.Masters[0]).Do(t.Context(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	code, body := doBody(h, onMaster(c, 0, "stalled-"))
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer") {
+		t.Fatalf("a key on the stalled master: %d %s, want 503 at the bound", code, body)
+	}
+	code, body = doBody(h, onMaster(c, 0, "stalled-again-"))
+	if code != http.StatusServiceUnavailable || strings.Contains(body, "did not answer") {
+		t.Fatalf("a second key on the stalled master: %d %s, want 503 at once", code, body)
+	}
+	for m := 1; m < 3; m++ {
+		if code, body := doBody(h, onMaster(c, m, "other-")); code != http.StatusCreated {
+			t.Fatalf("a key on master %d while master 0 stalls: %d %s", m, code, body)
+		}
+	}
+	if time.Since(paused) >= pause {
+		t.Fatalf("the stall ended (%v) before the test could see it: the machine is too slow", pause)
+	}
+	time.Sleep(time.Until(paused.Add(pause)))
+	for i := 0; ; i++ {
+		code, body := doBody(h, onMaster(c, 0, "back-"+strconv.Itoa(i)+"-"))
+		if code == http.StatusCreated {
+			break
+		}
+		if i > 1000 {
+			t.Fatalf("master 0 answers again, but its keys get %d %s", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAbandonedCallsLandSafely: an Acquire abandoned at the bound on a stalled Redis
+// that Redis runs once it resumes gives its lease back (its request got a 503 and
+// runs no handler: the lease would block the key for its whole TTL); a completion
+// Redis already ran, tried again, succeeds.
+func TestAbandonedCallsLandSafely(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	defer rdb.Close()
+	s := redisstore.New(rdb, redisstore.WithTimeout(50*time.Millisecond))
+	ctx := t.Context()
+	lease := dedup.Lease{Token: "a", Fingerprint: "fp", TTL: time.Minute}
+	if ok, _, err := s.Acquire(ctx, "warm", lease); err != nil || !ok { // loads the script
+		t.Fatal(ok, err)
+	}
+	if err := s.Complete(ctx, "warm", "a", []byte("answer"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "warm", "a", []byte("answer"), time.Minute); err != nil {
+		t.Fatalf("a completion tried again: %v", err)
+	}
+	if err := s.Complete(ctx, "warm", "b", []byte("other"), time.Minute); err != dedup.ErrLeaseLost {
+		t.Fatalf("another completion: %v, want ErrLeaseLost", err)
+	}
+
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Acquire(ctx, "k", lease); !isUnavailable(err) {
+		srv.Resume()
+		t.Fatalf("paused: %v, want ErrUnavailable", err)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // waits for the abandoned Acquire, and its give-back
+	if n, err := rdb.Exists(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || n != 0 {
+		t.Fatalf("the abandoned Acquire's lease is still held (%d, %v)", n, err)
+	}
+}

@@ -61,6 +61,7 @@ type config struct {
 	floor           time.Duration
 	defaultBudget   time.Duration
 	storeRetryAfter time.Duration
+	storeWait       time.Duration
 	runWithoutStore bool
 	noDerive        bool // WithoutKeyDerivation
 }
@@ -74,6 +75,7 @@ func newConfig(opts []Option) config {
 		floor:           deadline.DefaultFloor,
 		defaultBudget:   deadline.DefaultBudget,
 		storeRetryAfter: DefaultStoreRetryAfter,
+		storeWait:       DefaultStoreWait,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -170,6 +172,25 @@ func WithStoreRetryAfter(d time.Duration) Option {
 			c.storeRetryAfter = d
 		}
 	})
+}
+
+// DefaultStoreWait is how long a keyed request waits, at most, for a store that
+// cannot be reached to come back before its 503 / Unavailable: see [WithStoreWait].
+const DefaultStoreWait = 3 * time.Second
+
+// WithStoreWait sets how long a keyed request waits for a store that cannot be
+// reached, and says when it tries its backend again ([UnavailableError.RetryIn]:
+// redisstore's probe after a failure), before its 503 / Unavailable. The request
+// tries the store again at each of those times while its own budget, less the
+// floor (at least [MinRefusalReserve], its refusal's way back), can pay for the
+// wait; then, or after d in all, it gets its 503 with the store's come-back, which
+// its caller honours only if it has the time. A store outage shorter than the
+// request's budget so costs latency, not a refusal that its caller, with the same
+// store behind every replica, could not have answered any sooner. The request
+// holds its guard's slot meanwhile. Zero: never wait, a prompt 503. Default
+// [DefaultStoreWait] (3 s).
+func WithStoreWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.storeWait = max(d, 0) })
 }
 
 // WithRunWithoutStore makes a keyed request run its handler, without

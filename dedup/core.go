@@ -112,13 +112,17 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 	if t.token == "" { // setFingerprint gives one with the fingerprint
 		t.token = newToken()
 	}
-	var waitStart time.Time
-	for range 8 {
+	var waitStart, storeWaitStart time.Time
+	for tries := 0; tries < 8; tries++ {
 		ttl := c.leaseTTL(ctx)
 		start := time.Now()
 		got, e, err := c.store.Acquire(ctx, t.key, Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl})
 		record.DedupStore(ctx, "acquire", time.Since(start))
 		if err != nil {
+			if c.waitForStore(ctx, err, &storeWaitStart) {
+				tries-- // a wait for the store is no change of hands
+				continue
+			}
 			return c.failed(ctx, t, err)
 		}
 		if got {
@@ -136,6 +140,37 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 		}
 	}
 	return c.failed(ctx, t, errors.New("dedup: the key changed hands too often"))
+}
+
+// waitForStore waits until the store, which failed with err, says it tries its
+// backend again, when that fits in the request's budget (less its refusal's
+// reserve) and in [WithStoreWait] counted from *since (set on the first wait). It
+// reports whether the request waited and should try the store again.
+func (c *core) waitForStore(ctx context.Context, err error, since *time.Time) bool {
+	ue, ok := errors.AsType[*UnavailableError](err)
+	if !ok || ue.RetryIn <= 0 || c.c.storeWait <= 0 || callerLeft(ctx) {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	now := time.Now()
+	if since.IsZero() {
+		*since = now
+	}
+	wait := ue.RetryIn
+	if now.Add(wait).After(since.Add(c.c.storeWait)) || dl.Sub(now)-wait < max(c.c.floor, MinRefusalReserve) {
+		return false
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // found is the verdict for a record another request holds or held, when it

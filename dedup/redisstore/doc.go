@@ -25,7 +25,7 @@
 // a Cluster, the key's master) down: every lease and lookup on it then fails at
 // once (completions and releases are still tried) with a
 // [dedup.UnavailableError] saying when the next try goes, for [FirstPause] (100 ms),
-// doubling to [MaxPause] (1 s) while the probes fail; one call at a time probes, and
+// doubling to [MaxPause] (500 ms) while the probes fail; one call at a time probes, and
 // its success lets traffic back. So a Redis that is killed or stalls costs a request
 // at most the bound, and the rest a prompt 503 + Retry-After until it is back.
 //

@@ -38,7 +38,10 @@ func newOutage(t *testing.T) *outage {
 	o := &outage{srv: redistest.Start(t)}
 	o.rdb = userClient(o.srv)
 	o.store = redisstore.New(o.rdb)
-	o.web = httptest.NewServer(withTimeout(dedup.NewMiddleware(o.store)(charge(&o.ran, nil))))
+	// WithStoreWait(0): these tests are of the store's bounds, the prompt 503 a
+	// request gets when it does not wait for the store (TestRedisPausedWithinTheWait
+	// is the default's wait).
+	o.web = httptest.NewServer(withTimeout(dedup.NewMiddleware(o.store, dedup.WithStoreWait(0))(charge(&o.ran, nil))))
 	t.Cleanup(func() {
 		o.web.Close()
 		o.rdb.Close()
@@ -167,6 +170,51 @@ func TestRedisPaused(t *testing.T) {
 	t.Logf("Redis resumed: %d requests refused before the store served again", refused)
 }
 
+// TestRedisPausedWithinTheWait: by default a keyed request that meets the store
+// down waits for the store's next probe while its budget can pay for it
+// (dedup.WithStoreWait): Redis paused for less than the request's budget costs it
+// latency, not a 503 its caller has no time to come back from; paused longer than
+// the wait, it gets the 503 with the time it has left.
+func TestRedisPausedWithinTheWait(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	store := redisstore.New(rdb)
+	var ran atomic.Int64
+	web := httptest.NewServer(withTimeout(dedup.NewMiddleware(store)(charge(&ran, nil))))
+	t.Cleanup(func() {
+		web.Close()
+		rdb.Close()
+		store.Close()
+	})
+	if a := post(t, web.URL, "before", "10s"); a.status != http.StatusCreated {
+		t.Fatalf("before: %+v", a)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	during := make(chan answer, 1)
+	go func() { during <- post(t, web.URL, "during", "10s") }()
+	// Paused past the store's bound (250 ms): without the wait the request's 503
+	// would be on its way; a 201 can only come after the resume.
+	time.Sleep(600 * time.Millisecond)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-during; a.status != http.StatusCreated {
+		t.Fatalf("a request sent while Redis was paused for less than its budget: %+v, want served", a)
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times, want 2", n)
+	}
+	// Paused for longer than the wait: the 503, with the time left to come back in.
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	a := post(t, web.URL, "long", "10s")
+	wantStoreDown(t, "Redis paused past the wait", a)
+}
+
 // TestCloseWhilePaused: Close returns once the calls the store abandoned on a
 // stalled Redis have returned: at once after the client is closed (goleak checks
 // that none is left), and a call after Close fails without reaching Redis.
@@ -220,7 +268,7 @@ func TestClusterMasterStalls(t *testing.T) {
 	s := redisstore.New(rdb, redisstore.WithTimeout(time.Second))
 	defer func() { rdb.Close(); s.Close() }()
 	var n atomic.Int64
-	h := dedup.NewMiddleware(s)(charge(&n, nil))
+	h := dedup.NewMiddleware(s, dedup.WithStoreWait(0))(charge(&n, nil))
 	for m := range 3 { // load the slot map and the scripts on every master
 		for i := 0; ; i++ {
 			code, body := doBody(h, onMaster(c, m, "warm-"+strconv.Itoa(i)+"-"))

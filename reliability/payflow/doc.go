@@ -10,10 +10,9 @@
 //     client stack (deadlinekit.NewTransport), whose retries resend a payment whose
 //     answer was lost or refused;
 //   - gateway: HTTP behind deadlinekit.NewHandler, calling the payments replicas over
-//     gRPC through deadlinekit.DialOptions, round robin; it copies the inbound
-//     Idempotency-Key into the call's metadata by hand (the root stack carries a key
-//     down only from under dedup, which the gateway does not run), and answers
-//     failures through deadlinekit.Public;
+//     gRPC through deadlinekit.DialOptions (round robin, a circuit per replica); the
+//     stack passes the payment's key on, derived (dedup.PassKeys), and the gateway
+//     answers failures through deadlinekit.Public;
 //   - payments, two replicas: gRPC behind deadlinekit.ServerOptions with WithDedup on
 //     a redisstore over a go-redis client with its default options, all on one
 //     redis-server (internal/redistest); each payment charges the ledger, through

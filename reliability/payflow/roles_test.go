@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -288,10 +287,10 @@ var paymentsService = grpc.ServiceDesc{
 }
 
 // gateway is the HTTP edge: POST /pay calls the payments replicas over gRPC, round
-// robin, through the root stack. The root stack does not carry an inbound
-// Idempotency-Key into the gateway's gRPC calls (it derives keys only under dedup,
-// which the gateway does not run), so the gateway copies it into the call's
-// metadata, as the user had to.
+// robin with a circuit per replica (DialOptions' default policy), through the root
+// stack. The stack passes the payment's key on: the gateway's call carries a key
+// derived from the inbound Idempotency-Key (dedup.PassKeys), the same when the
+// client sends the payment again.
 func gateway(tp trace.TracerProvider) (http.Handler, func(), error) {
 	r := manual.NewBuilderWithScheme("payflow")
 	var addrs []resolver.Address
@@ -299,9 +298,8 @@ func gateway(tp trace.TracerProvider) (http.Handler, func(), error) {
 		addrs = append(addrs, resolver.Address{Addr: a})
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
-	opts := append(deadlinekit.DialOptions(deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))),
+	opts := append(deadlinekit.DialOptions(),
 		grpc.WithResolvers(r),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if tp != nil {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
@@ -318,9 +316,6 @@ func gateway(tp trace.TracerProvider) (http.Handler, func(), error) {
 			return
 		}
 		ctx := r.Context()
-		if k := r.Header.Get("Idempotency-Key"); k != "" {
-			ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", k)
-		}
 		var out wrapperspb.StringValue
 		if err := deadlinekit.FromGRPC(conn.Invoke(ctx, payMethod, wrapperspb.String(string(body)), &out), nil); err != nil {
 			deadlinekit.WriteHTTPError(w, deadlinekit.Public(ctx, err))

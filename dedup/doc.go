@@ -125,8 +125,8 @@
 // re-run of it (its first run's replica died after the downstream write, its lease
 // ended, a repeat runs it again) meets each downstream's stored answer instead of
 // repeating the side effect, the run's context carries a derivation of keys from
-// the request's key in its scope: package retry (WithIdempotencyKeys, over
-// HTTP, gRPC and connect) gives the n-th keyed write the handler sends (a request
+// the request's key in its scope: package retry (over HTTP, gRPC and connect,
+// with or without its WithIdempotencyKeys) gives the n-th keyed write the handler sends (a request
 // with a method that is not idempotent; gRPC: a method not declared idempotent) the
 // n-th key derived from the request's key, the same on every run, instead of a
 // random one. Every attempt and hedge of one write shares its key, as ever. A key is
@@ -152,6 +152,12 @@
 //
 // [WithoutKeyDerivation] turns it off (the default is on): the handler's writes
 // get random keys, and a forwarded key goes out unchanged.
+//
+// A server that does not deduplicate (a gateway in front of a deduplicating
+// service) passes keys on with [PassKeys] (the root stack's NewHandler and
+// ServerOptions put it in when they are given no store): its handler's writes
+// carry keys derived from its request's key, the same when its caller sends the
+// request again, which the service below deduplicates.
 //
 // # Stores
 //

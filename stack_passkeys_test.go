@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 )
 
 // A gateway that does not deduplicate (no WithDedup: the new user's shape)

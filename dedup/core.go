@@ -120,6 +120,10 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 		record.DedupStore(ctx, "acquire", time.Since(start))
 		if err != nil {
 			if c.waitForStore(ctx, err, &storeWaitStart) {
+				// A fresh token: the failed call may still reach the store, take
+				// the lease under the old one and give it back when it returns,
+				// which must not release the lease this request goes on to hold.
+				t.token = newToken()
 				tries-- // a wait for the store is no change of hands
 				continue
 			}

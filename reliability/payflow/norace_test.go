@@ -1,0 +1,5 @@
+//go:build !race
+
+package payflow_test
+
+const raceEnabled = false

@@ -174,7 +174,7 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 	// bctx ends at the bound: the caller waits no longer, and Redis is down,
 	// whenever the client returns. The call's own context may end later.
 	start := time.Now()
-	bctx, bcancel := context.WithTimeout(context.Background(), bound)
+	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	end := time.Now().Add(bound)
 	if d, ok := ctx.Deadline(); ok && o.finish && d.After(end) {
 		end = d
@@ -199,7 +199,8 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 		}
 		if !state.CompareAndSwap(callRunning, callReturned) {
 			if o.undo != nil {
-				uctx, ucancel := context.WithTimeout(context.Background(), bound)
+				//deadlinevet:detached the caller left at the bound; giving its lease back must outlive it
+				uctx, ucancel := context.WithTimeout(context.WithoutCancel(cctx), bound)
 				o.undo(uctx)
 				ucancel()
 			}

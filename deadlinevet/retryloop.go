@@ -219,34 +219,7 @@ func identOf(e ast.Expr) *ast.Ident {
 // retryLoop reports a loop that calls a retrying client and goes round again on
 // that call's error.
 func (c *checker) retryLoop(loop ast.Stmt, s *scope) {
-	var body *ast.BlockStmt
-	var cond ast.Expr
-	var loopVars []types.Object
-	collection := false
-	switch l := loop.(type) {
-	case *ast.ForStmt:
-		body, cond = l.Body, l.Cond
-		if a, ok := l.Init.(*ast.AssignStmt); ok && a.Tok == token.DEFINE {
-			for _, e := range a.Lhs {
-				if id, ok := e.(*ast.Ident); ok {
-					loopVars = append(loopVars, c.pass.TypesInfo.Defs[id])
-				}
-			}
-		}
-	case *ast.RangeStmt:
-		body = l.Body
-		if t := c.pass.TypesInfo.TypeOf(l.X); t != nil {
-			if b, ok := t.Underlying().(*types.Basic); !ok || b.Info()&types.IsInteger == 0 {
-				// ranging over a collection: each turn is another item, not another try
-				collection = true
-				for _, e := range []ast.Expr{l.Key, l.Value} {
-					if id, ok := e.(*ast.Ident); ok && e != nil {
-						loopVars = append(loopVars, c.pass.TypesInfo.ObjectOf(id))
-					}
-				}
-			}
-		}
-	}
+	body, cond, loopVars, collection := c.loopParts(loop)
 	if body == nil {
 		return
 	}
@@ -267,26 +240,8 @@ func (c *checker) retryLoop(loop ast.Stmt, s *scope) {
 				return true
 			}
 			pos, client := c.retryingCall(call)
-			if !client {
+			if !client || c.loopFeeds(call, n, body, loopVars, collection) {
 				return true
-			}
-			// A loop whose variables feed the call (in its arguments, or in
-			// what the body builds before it) sends another item each turn,
-			// not another try.
-			for _, v := range loopVars {
-				for _, a := range call.Args {
-					if usesObj(c.pass.TypesInfo, a, v) {
-						return true
-					}
-				}
-				for _, st := range body.List {
-					if !collection || st.Pos() >= n.Pos() {
-						break
-					}
-					if usesObj(c.pass.TypesInfo, st, v) {
-						return true
-					}
-				}
 			}
 			errObj := errVar(c.pass.TypesInfo, n)
 			if errObj == nil || !retriesOn(c.pass.TypesInfo, body, cond, errObj) {
@@ -305,6 +260,59 @@ func (c *checker) retryLoop(loop ast.Stmt, s *scope) {
 		}
 		return true
 	})
+}
+
+// loopParts returns loop's body, its condition (a for loop's), the variables it
+// declares (a for loop's init; a range's key and value, when it ranges over a
+// collection), and whether it ranges over a collection: each turn another item,
+// not another try. A loop of another kind has no body.
+func (c *checker) loopParts(loop ast.Stmt) (body *ast.BlockStmt, cond ast.Expr, loopVars []types.Object, collection bool) {
+	switch l := loop.(type) {
+	case *ast.ForStmt:
+		body, cond = l.Body, l.Cond
+		if a, ok := l.Init.(*ast.AssignStmt); ok && a.Tok == token.DEFINE {
+			for _, e := range a.Lhs {
+				if id, ok := e.(*ast.Ident); ok {
+					loopVars = append(loopVars, c.pass.TypesInfo.Defs[id])
+				}
+			}
+		}
+	case *ast.RangeStmt:
+		body = l.Body
+		if t := c.pass.TypesInfo.TypeOf(l.X); t != nil {
+			if b, ok := t.Underlying().(*types.Basic); !ok || b.Info()&types.IsInteger == 0 {
+				collection = true
+				for _, e := range []ast.Expr{l.Key, l.Value} {
+					if id, ok := e.(*ast.Ident); ok && e != nil {
+						loopVars = append(loopVars, c.pass.TypesInfo.ObjectOf(id))
+					}
+				}
+			}
+		}
+	}
+	return body, cond, loopVars, collection
+}
+
+// loopFeeds reports whether the loop's variables feed call, made in the
+// assignment at, in its arguments or (ranging over a collection) in what the body
+// builds before it: then the loop sends another item each turn, not another try.
+func (c *checker) loopFeeds(call *ast.CallExpr, at ast.Node, body *ast.BlockStmt, loopVars []types.Object, collection bool) bool {
+	for _, v := range loopVars {
+		for _, a := range call.Args {
+			if usesObj(c.pass.TypesInfo, a, v) {
+				return true
+			}
+		}
+		for _, st := range body.List {
+			if !collection || st.Pos() >= at.Pos() {
+				break
+			}
+			if usesObj(c.pass.TypesInfo, st, v) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // retryName names the retry layer that starts at pos.

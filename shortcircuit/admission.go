@@ -621,7 +621,22 @@ func (g *gradient) update(now, began time.Time, took, svc time.Duration) int {
 	}
 	g.sum += took
 	g.n++
-	samples, spans := max(g.cfg.Samples/2, 1), 4
+	samples, spans := g.windowNeeds()
+	span := now.Sub(g.from)
+	if g.n < samples || span < time.Duration(spans)*max(svc, time.Millisecond) {
+		return g.inForce()
+	}
+	g.closeWindow(now, span)
+	g.start(now, svc)
+	return g.inForce()
+}
+
+// windowNeeds is how many completions, and how many service times, the current
+// window needs before it measures: fewer in the lower window and while the limit
+// moves, more (doubling) while it keeps still. In an upper window it first ends
+// the steady state if the handler changed speed since the last one.
+func (g *gradient) windowNeeds() (samples, spans int) {
+	samples, spans = max(g.cfg.Samples/2, 1), 4
 	if g.phase == 1 {
 		samples, spans = max(g.cfg.Samples/4, 1), 2
 		if g.wide {
@@ -653,10 +668,12 @@ func (g *gradient) update(now, began time.Time, took, svc time.Duration) int {
 		}
 		samples, spans = samples*scale, spans*scale
 	}
-	span := now.Sub(g.from)
-	if g.n < samples || span < time.Duration(spans)*max(svc, time.Millisecond) {
-		return g.inForce()
-	}
+	return samples, spans
+}
+
+// closeWindow records the window that ends at now, span long, and moves to the
+// next one: at the end of the third, the limit moves by what they measured.
+func (g *gradient) closeWindow(now time.Time, span time.Duration) {
 	g.inFlight(now, g.cur) // close the area at now
 	w := &g.w[g.phase]
 	w.n, w.s, w.demand = g.area/float64(span), float64(g.sum)/float64(g.n), g.demand
@@ -678,8 +695,6 @@ func (g *gradient) update(now, began time.Time, took, svc time.Duration) int {
 		g.phase = 0
 		g.decide()
 	}
-	g.start(now, svc)
-	return g.inForce()
 }
 
 // decide moves the limit by what the three windows measured.

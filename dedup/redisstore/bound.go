@@ -151,79 +151,113 @@ const (
 // [dedup.UnavailableError] when bound passes first (or the request's context ends
 // first: its error), or when h says that Redis is down.
 func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f func(context.Context) error, o callOpts) error {
-	probe, retryIn, ok := false, time.Duration(0), true
-	if !o.finish {
-		probe, retryIn, ok = h.admit(time.Now())
+	probe, err := s.enter(h, o)
+	if err != nil {
+		return err
 	}
-	if !ok {
-		return &dedup.UnavailableError{RetryIn: retryIn}
-	}
-	s.mu.RLock()
-	if s.closed || s.abandoned.Load() >= maxAbandoned {
-		closed := s.closed
-		s.mu.RUnlock()
-		h.done(probe, neutral, time.Now())
-		if closed {
-			return &dedup.UnavailableError{Err: ErrClosed}
-		}
-		return &dedup.UnavailableError{RetryIn: FirstPause, Err: errTooManyAbandoned}
-	}
-	s.running.Add(1)
-	s.mu.RUnlock()
-
+	c := &boundedCall{s: s, h: h, probe: probe, start: time.Now(), done: make(chan error, 1)}
 	// bctx ends at the bound: the caller waits no longer, and Redis is down,
 	// whenever the client returns. The call's own context may end later.
-	start := time.Now()
 	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	end := time.Now().Add(bound)
 	if d, ok := ctx.Deadline(); ok && o.finish && d.After(end) {
 		end = d
 	}
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
-	var settled atomic.Bool
-	settle := func(o outcome) {
-		if settled.CompareAndSwap(false, true) {
-			h.done(probe, o, time.Now())
-		}
-	}
-	stop := context.AfterFunc(bctx, func() { settle(h.timedOut(start)) })
-	var state atomic.Int32
-	done := make(chan error, 1)
+	stop := context.AfterFunc(bctx, func() { c.settle(h.timedOut(c.start)) })
 	go func() {
 		defer s.running.Done()
 		defer cancel()
 		defer bcancel() // after the handover: bctx ending early would read as the bound
-		err := f(cctx)
-		if stop() {
-			settle(judge(err))
-		}
-		if !state.CompareAndSwap(callRunning, callReturned) {
-			if o.undo != nil {
-				//deadlinevet:detached the caller left at the bound; giving its lease back must outlive it
-				uctx, ucancel := context.WithTimeout(context.WithoutCancel(cctx), bound)
-				o.undo(uctx)
-				ucancel()
-			}
-			s.abandoned.Add(-1)
-		}
-		done <- err
+		c.run(cctx, f, o, bound, stop)
 	}()
+	return c.wait(ctx, bctx)
+}
+
+// enter admits a call to h's Redis: it fails fast while h is down (a finishing
+// call goes anyway), once the store is closed, or with too many calls abandoned;
+// probe says the call is h's probe. An admitted call counts in s.running.
+func (s *Store) enter(h *health, o callOpts) (probe bool, err error) {
+	probe, retryIn, ok := false, time.Duration(0), true
+	if !o.finish {
+		probe, retryIn, ok = h.admit(time.Now())
+	}
+	if !ok {
+		return false, &dedup.UnavailableError{RetryIn: retryIn}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		h.done(probe, neutral, time.Now())
+		return false, &dedup.UnavailableError{Err: ErrClosed}
+	}
+	if s.abandoned.Load() >= maxAbandoned {
+		h.done(probe, neutral, time.Now())
+		return false, &dedup.UnavailableError{RetryIn: FirstPause, Err: errTooManyAbandoned}
+	}
+	s.running.Add(1)
+	return probe, nil
+}
+
+// boundedCall is one call of [Store.bounded]: its goroutine and its caller hand
+// it over through state (running, then returned or abandoned), and the first of
+// its answer and its bound tells h what became of it.
+type boundedCall struct {
+	s       *Store
+	h       *health
+	probe   bool
+	start   time.Time
+	settled atomic.Bool
+	state   atomic.Int32
+	done    chan error
+}
+
+// settle tells h the call's outcome, once.
+func (c *boundedCall) settle(o outcome) {
+	if c.settled.CompareAndSwap(false, true) {
+		c.h.done(c.probe, o, time.Now())
+	}
+}
+
+// run is the call's goroutine: f, then, if its caller abandoned it meanwhile,
+// o.undo (what Redis may have done for a caller that got a 503), detached from the
+// caller, within bound.
+func (c *boundedCall) run(cctx context.Context, f func(context.Context) error, o callOpts, bound time.Duration, stop func() bool) {
+	err := f(cctx)
+	if stop() {
+		c.settle(judge(err))
+	}
+	if !c.state.CompareAndSwap(callRunning, callReturned) {
+		if o.undo != nil {
+			//deadlinevet:detached the caller left at the bound; giving its lease back must outlive it
+			uctx, ucancel := context.WithTimeout(context.WithoutCancel(cctx), bound)
+			o.undo(uctx)
+			ucancel()
+		}
+		c.s.abandoned.Add(-1)
+	}
+	c.done <- err
+}
+
+// wait returns the call's error, or abandons it when bctx (the bound) or ctx (the
+// request) ends first.
+func (c *boundedCall) wait(ctx, bctx context.Context) error {
 	var cause error
 	select {
-	case err := <-done:
-		return s.result(h, err)
+	case err := <-c.done:
+		return c.s.result(c.h, err)
 	case <-bctx.Done():
 		cause = errTimedOut
 	case <-ctx.Done():
 		cause = ctx.Err()
 	}
-	if !state.CompareAndSwap(callRunning, callAbandoned) {
-		return s.result(h, <-done) // it returned meanwhile
+	if !c.state.CompareAndSwap(callRunning, callAbandoned) {
+		return c.s.result(c.h, <-c.done) // it returned meanwhile
 	}
-	s.abandoned.Add(1)
+	c.s.abandoned.Add(1)
 	if cause == errTimedOut {
-		settle(h.timedOut(start))
-		return &dedup.UnavailableError{RetryIn: h.retryIn(time.Now()), Err: cause}
+		c.settle(c.h.timedOut(c.start))
+		return &dedup.UnavailableError{RetryIn: c.h.retryIn(time.Now()), Err: cause}
 	}
 	return &dedup.UnavailableError{Err: cause}
 }

@@ -2,7 +2,6 @@ package exactlyonce_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"net"
@@ -283,10 +282,7 @@ func redisServer(t *testing.T, persistent bool) *redistest.Server {
 		return redistest.Start(t)
 	}
 	srv, err := redistest.RunPersistent(t.TempDir())
-	if errors.Is(err, redistest.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
+	if err != nil { // ErrNotInstalled too: a checker that skips checks nothing
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)

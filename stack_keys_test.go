@@ -160,6 +160,12 @@ type call func(key, tenant string) (string, error)
 
 // httpA starts A over HTTP, with opts for its dedup, and returns the caller's call.
 func httpA(t *testing.T, h keysHandler, opts ...dedup.Option) call {
+	return httpServe(t, h, deadlinekit.WithDedup(dedup.NewMemoryStore(), append(opts, dedup.WithScope(scope))...))
+}
+
+// httpServe starts h over HTTP behind the stack with opts (the request's Tenant
+// header in its context, for scope) and returns the caller's call.
+func httpServe(t *testing.T, h keysHandler, opts ...deadlinekit.Option) call {
 	stack := deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		out, err := h(r.Context(), r.Header.Get("Idempotency-Key"))
 		if err != nil {
@@ -167,13 +173,18 @@ func httpA(t *testing.T, h keysHandler, opts ...dedup.Option) call {
 			return
 		}
 		fmt.Fprint(w, out)
-	}), deadlinekit.WithDedup(dedup.NewMemoryStore(), append(opts, dedup.WithScope(scope))...))
+	}), opts...)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		stack.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, r.Header.Get("Tenant"))))
 	}))
 	t.Cleanup(srv.Close)
+	return httpCall(srv.URL+"/orders", "order")
+}
+
+// httpCall is the caller's POST of body to url, with its key and tenant.
+func httpCall(url, body string) call {
 	return func(key, tenant string) (string, error) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("order"))
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("Tenant", tenant)
 		resp, err := http.DefaultClient.Do(req)
@@ -183,7 +194,7 @@ func httpA(t *testing.T, h keysHandler, opts ...dedup.Option) call {
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
-			return "", fmt.Errorf("A answered %d %s", resp.StatusCode, out)
+			return "", fmt.Errorf("%s answered %d %s", url, resp.StatusCode, out)
 		}
 		return string(out), nil
 	}
@@ -206,8 +217,14 @@ func (a aService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*te
 
 // grpcA starts A over gRPC, with opts for its dedup, and returns the caller's call.
 func grpcA(t *testing.T, h keysHandler, opts ...dedup.Option) call {
+	return grpcServe(t, h, deadlinekit.WithDedup(dedup.NewMemoryStore(), append(opts, dedup.WithScope(scope))...))
+}
+
+// grpcServe starts h over gRPC behind the stack with opts and returns the caller's
+// call (its key and tenant in metadata).
+func grpcServe(t *testing.T, h keysHandler, opts ...deadlinekit.Option) call {
 	l := listen(t)
-	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore(), append(opts, dedup.WithScope(scope))...))...)
+	gs := grpc.NewServer(deadlinekit.ServerOptions(opts...)...)
 	testgrpc.RegisterTestServiceServer(gs, aService{h: h})
 	go gs.Serve(l)
 	t.Cleanup(gs.Stop)

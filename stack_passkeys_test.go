@@ -2,20 +2,10 @@ package deadlinekit_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/deadlinekit/deadlinekit"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // A gateway that does not deduplicate (no WithDedup: the new user's shape)
@@ -24,65 +14,19 @@ import (
 // charged once. Without(deadlinekit.Keys) is the control: each run of the gateway
 // sends a key of its own, and the service charges twice.
 
-// httpGateway starts a gateway over HTTP, the stack without dedup, whose handler
-// writes once to B per run.
+// chargeOnce is the gateway's handler: one write to B per run.
+func chargeOnce(toB write) keysHandler {
+	return func(ctx context.Context, _ string) (string, error) { return toB(ctx, "charge 5", "") }
+}
+
+// httpGateway starts a gateway over HTTP, the stack with opts and no dedup.
 func httpGateway(t *testing.T, toB write, opts ...deadlinekit.Option) call {
-	srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		out, err := toB(r.Context(), "charge 5", "")
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		fmt.Fprint(w, out)
-	}), opts...))
-	t.Cleanup(srv.Close)
-	return func(key, _ string) (string, error) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("pay"))
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return "", fmt.Errorf("gateway answered %d %s", resp.StatusCode, out)
-		}
-		return string(out), nil
-	}
-}
-
-type gatewayService struct {
-	testgrpc.UnimplementedTestServiceServer
-	toB write
-}
-
-func (g gatewayService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	out, err := g.toB(ctx, "charge 5", "")
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	return &testgrpc.SimpleResponse{Username: out}, nil
+	return httpServe(t, chargeOnce(toB), opts...)
 }
 
 // grpcGateway is httpGateway over gRPC.
 func grpcGateway(t *testing.T, toB write, opts ...deadlinekit.Option) call {
-	l := listen(t)
-	gs := grpc.NewServer(deadlinekit.ServerOptions(opts...)...)
-	testgrpc.RegisterTestServiceServer(gs, gatewayService{toB: toB})
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	client := testgrpc.NewTestServiceClient(cc)
-	return func(key, _ string) (string, error) {
-		ctx := metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", key)
-		resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
-		return resp.GetUsername(), err
-	}
+	return grpcServe(t, chargeOnce(toB), opts...)
 }
 
 func TestGatewayPassesKeysWithoutDedup(t *testing.T) {

@@ -43,10 +43,12 @@ func PassKeys(opts ...Option) func(http.Handler) http.Handler {
 // well-formed idempotency-key metadata runs with its keys' derivation.
 func PassKeysUnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	c := &core{c: newConfig(opts)}
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if c.c.noDerive {
+	if c.c.noDerive {
+		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			return handler(ctx, req)
 		}
+	}
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if kctx, ok := c.passKeys(ctx, md[idempotency.Key]); ok {
 			ctx = kctx

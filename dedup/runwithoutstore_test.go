@@ -1,8 +1,6 @@
 package dedup_test
 
 import (
-	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,19 +10,12 @@ import (
 	"github.com/deadlinekit/deadlinekit/dedup"
 )
 
-// failingStore is a store that cannot be reached.
-type failingStore struct{ dedup.Store }
-
-func (failingStore) Acquire(context.Context, string, dedup.Lease) (bool, dedup.Entry, error) {
-	return false, dedup.Entry{}, errors.New("connection refused")
-}
-
 // TestRunWithoutStoreLeavesTheRequestAlone: a request run without its store gets
 // its body back as it was read, on a request of its own: the caller's request (a
 // middleware outside may look at it once the handler returned) is not changed.
 func TestRunWithoutStoreLeavesTheRequestAlone(t *testing.T) {
 	var got string
-	h := dedup.NewMiddleware(failingStore{}, dedup.WithRunWithoutStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := dedup.NewMiddleware(downStore{}, dedup.WithRunWithoutStore())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got = string(b)
 	}))

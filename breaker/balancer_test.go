@@ -21,7 +21,7 @@ import (
 )
 
 // listenGRPC starts a loopback server of s and returns its address.
-func listenGRPC(t *testing.T, s *grpcBackend) string {
+func listenGRPC(t *testing.T, s testgrpc.TestServiceServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,7 +3,6 @@ package breaker_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,15 +48,8 @@ func (s *grpcBackend) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest
 
 // serveGRPC starts a loopback server of s and returns a client through b.
 func serveGRPC(t *testing.T, s *grpcBackend, b *breaker.Breaker) (testgrpc.TestServiceClient, string) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(gs, s)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	return dialGRPC(t, lis.Addr().String(), b), lis.Addr().String()
+	addr := listenGRPC(t, s)
+	return dialGRPC(t, addr, b), addr
 }
 
 func dialGRPC(t *testing.T, addr string, b *breaker.Breaker) testgrpc.TestServiceClient {

@@ -2,7 +2,6 @@ package breaker_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,15 +50,7 @@ func (s *watchBackend) StreamingOutputCall(_ *testgrpc.StreamingOutputCallReques
 // interceptors, then through more.
 func serveWatch(t *testing.T, s *watchBackend, b *breaker.Breaker, more ...grpc.StreamClientInterceptor) testgrpc.TestServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(gs, s)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(listenGRPC(t, s), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(append([]grpc.StreamClientInterceptor{b.StreamClientInterceptor()}, more...)...))
 	if err != nil {

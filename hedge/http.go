@@ -110,13 +110,13 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	switch {
 	case write && !keyedWrite:
 		h.notIdempotent.Add(1)
-		ev.Skipped = record.HedgeSkipNotIdempotent
+		ev.Skipped = SkipNotIdempotent
 	case keyedWrite && !h.cfg.keyedWrites:
 		h.keyedWrites.Add(1)
-		ev.Skipped = record.HedgeSkipKeyedWrite
+		ev.Skipped = SkipKeyedWrite
 	case !replayable:
 		h.notReplayable.Add(1)
-		ev.Skipped = record.HedgeSkipNotIdempotent
+		ev.Skipped = SkipNotIdempotent
 	}
 	covered := h.covered(ctx)
 	if ev.Skipped == "" && h.marks() || covered {
@@ -124,7 +124,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	}
 	if ev.Skipped == "" && covered {
 		h.coveredCalls.Add(1)
-		ev.Skipped = record.HedgeSkipCovered
+		ev.Skipped = SkipCovered
 		tgt, start := h.target(ev.Target, httpHost), time.Now()
 		resp, err := t.base.RoundTrip(req)
 		if httpVerdict(h.cfg, resp, err) == success {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
-	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
@@ -114,7 +113,7 @@ func TestWarmUp(t *testing.T) {
 					t.Fatalf("%d events, want 10", len(events))
 				}
 				e := events[0]
-				if tc.wantHedges == 0 && (e.Attempts != 1 || e.Skipped != record.HedgeSkipWarmingUp) {
+				if tc.wantHedges == 0 && (e.Attempts != 1 || e.Skipped != hedge.SkipWarmingUp) {
 					t.Errorf("event = %+v, want 1 attempt, warming up", e)
 				}
 				if tc.wantHedges > 0 && (e.Attempts != 2 || e.Winner != 1 || e.Delay != 10*time.Millisecond || e.Target != target) {

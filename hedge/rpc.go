@@ -47,13 +47,13 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 		switch {
 		case keyedWrite && !hedgeable:
 			h.keyedWrites.Add(1)
-			ev.Skipped = record.HedgeSkipKeyedWrite
+			ev.Skipped = SkipKeyedWrite
 		case !hedgeable:
 			h.notIdempotent.Add(1)
-			ev.Skipped = record.HedgeSkipNotIdempotent
+			ev.Skipped = SkipNotIdempotent
 		default:
 			h.coveredCalls.Add(1)
-			ev.Skipped = record.HedgeSkipCovered
+			ev.Skipped = SkipCovered
 			start := time.Now()
 			a := send(ctx)
 			if a.Err == nil {

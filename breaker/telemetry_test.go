@@ -7,35 +7,23 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/internal/metrictest"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/retry"
 )
-
-// metricsReader installs, once per process, the SDK MeterProvider a service would
-// install at start-up: otelattr's instruments are made once, from the global
-// provider, and follow only the first one installed.
-var metricsReader = sync.OnceValue(func() *sdkmetric.ManualReader {
-	r := sdkmetric.NewManualReader()
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)))
-	return r
-})
 
 var runs atomic.Int32
 
@@ -53,7 +41,7 @@ func TestTelemetryThroughTheSDK(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
-	reader := metricsReader()
+	reader := metrictest.Global()
 	// A target of its own for each run: the metrics are the process's.
 	host := fmt.Sprintf("down%d.test", runs.Add(1))
 	target := "http://" + host + ":80"
@@ -106,30 +94,12 @@ func TestTelemetryThroughTheSDK(t *testing.T) {
 		}
 	}
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					if v, ok := p.Attributes.Value(otelattr.BreakerTargetKey); ok && v.AsString() == target {
-						o, _ := p.Attributes.Value(otelattr.BreakerOutcomeKey)
-						s, _ := p.Attributes.Value(otelattr.BreakerStateKey)
-						got[m.Name+"/"+o.AsString()+s.AsString()] += p.Value
-					}
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					if v, ok := p.Attributes.Value(otelattr.BreakerTargetKey); ok && v.AsString() == target {
-						got[m.Name] = p.Value
-					}
-				}
-			}
-		}
+	on := otelattr.BreakerTargetKey.String(target)
+	got := map[string]int64{
+		"deadlinekit.breaker.outcomes/failure": int64(metrictest.Total(t, reader, "deadlinekit.breaker.outcomes", on, otelattr.BreakerOutcomeKey.String("failure"))),
+		"deadlinekit.breaker.transitions/open": int64(metrictest.Total(t, reader, "deadlinekit.breaker.transitions", on, otelattr.BreakerStateKey.String("open"))),
+		"deadlinekit.breaker.refused/":         int64(metrictest.Total(t, reader, "deadlinekit.breaker.refused", on)),
+		"deadlinekit.breaker.state":            int64(metrictest.Total(t, reader, "deadlinekit.breaker.state", on)),
 	}
 	for name, want := range map[string]int64{
 		"deadlinekit.breaker.outcomes/failure": 2,

@@ -6,15 +6,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +20,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/metrictest"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
 
@@ -110,35 +107,10 @@ func only(t *testing.T, tp *fakeProvider, name string) *fakeSpan {
 	return s[0]
 }
 
-var (
-	meterOnce   sync.Once
-	meterReader *sdkmetric.ManualReader
-)
-
-// hedgeWins reads the deadlinekit.hedge.wins counter, installing a meter provider
-// the first time.
+// hedgeWins reads the deadlinekit.hedge.wins counter.
 func hedgeWins(t *testing.T) int64 {
 	t.Helper()
-	meterOnce.Do(func() {
-		meterReader = sdkmetric.NewManualReader()
-		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(meterReader)))
-	})
-	var rm metricdata.ResourceMetrics
-	if err := meterReader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "deadlinekit.hedge.wins" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				n += dp.Value
-			}
-		}
-	}
-	return n
+	return int64(metrictest.Total(t, metrictest.Global(), "deadlinekit.hedge.wins"))
 }
 
 var errBudget = &deadline.BudgetError{Remaining: 15 * time.Millisecond, Needed: 20 * time.Millisecond}

@@ -28,8 +28,13 @@
 //	deadlinekit.breaker.transitions        counter    {transition}  per target and new state
 //	deadlinekit.breaker.refused            counter    {call}        per target
 //	deadlinekit.breaker.outcomes           counter    {call}        per target and BreakerOutcomeKey
+//	deadlinekit.dedup.outcomes             counter    {request}     by DedupOutcomeKey
+//	deadlinekit.dedup.wait                 histogram  s             time repeats waited for the first's answer
+//	deadlinekit.dedup.store.duration       histogram  s             by DedupStoreOpKey
 //
-// Only the breaker's metrics carry an attribute (the target, whose number package
-// breaker bounds), so that no metric's cost grows with routes or methods; per-route
-// detail is on the spans.
+// A metric's attributes take a bounded set of values: the breaker's the target,
+// whose number package breaker bounds, and the others a fixed set of reasons,
+// outcomes or operations. No metric's cost grows with routes or methods; per-route
+// detail is on the spans. internal/vocab holds these names in one table, which the
+// instruments are made from and this list is checked against.
 package otelattr

@@ -120,7 +120,8 @@ const (
 	BreakerProbeKey = attribute.Key("deadlinekit.breaker.probe")
 	// BreakerRetryAfterKey is the time (ms) until the refusing circuit's next probe.
 	BreakerRetryAfterKey = attribute.Key("deadlinekit.breaker.retry_after_ms")
-	// BreakerFromKey is the state a circuit left, on a state-change event.
+	// BreakerFromKey is the state a circuit left, on a state-change event: "closed",
+	// "half_open" or "open".
 	BreakerFromKey = attribute.Key("deadlinekit.breaker.from")
 	// BreakerOutcomeKey is what a call said of its target, on the outcomes metric:
 	// "success", "failure", "neutral" (counted neither way: the caller cancelled or

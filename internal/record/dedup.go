@@ -19,27 +19,26 @@ type dedupInstrumentSet struct {
 	store    metric.Float64Histogram
 }
 
-var dedupInstruments = sync.OnceValue(func() *dedupInstrumentSet {
-	m := otel.GetMeterProvider().Meter(otelattr.ScopeName)
+var dedupInstruments = sync.OnceValue(func() *dedupInstrumentSet { return newDedupInstruments(otel.GetMeterProvider()) })
+
+func newDedupInstruments(mp metric.MeterProvider) *dedupInstrumentSet {
+	m := mp.Meter(otelattr.ScopeName)
 	s := &dedupInstrumentSet{}
-	s.outcomes, _ = m.Int64Counter("deadlinekit.dedup.outcomes",
-		metric.WithUnit("{request}"), metric.WithDescription("Keyed requests, by what deduplication did with them."))
-	s.wait, _ = m.Float64Histogram("deadlinekit.dedup.wait",
-		metric.WithUnit("s"), metric.WithDescription("Time repeats waited for the first request's answer."))
-	s.store, _ = m.Float64Histogram("deadlinekit.dedup.store.duration",
-		metric.WithUnit("s"), metric.WithDescription("Latency of the deduplication store's operations."))
+	s.outcomes = counter(m, "deadlinekit.dedup.outcomes")
+	s.wait = histogram(m, "deadlinekit.dedup.wait")
+	s.store = histogram(m, "deadlinekit.dedup.store.duration")
 	return s
-})
+}
 
 // dedupOptions are the attribute sets of the known outcomes and operations, made
 // once, so that counting does not allocate.
 var dedupOutcomeOptions, dedupStoreOptions = func() (map[string][]metric.AddOption, map[string][]metric.RecordOption) {
 	a := map[string][]metric.AddOption{}
-	for _, o := range []string{"first", "replayed", "waited", "conflict", "mismatch", "released", "store_unavailable", "malformed", "not_kept", "canceled"} {
+	for _, o := range values(otelattr.DedupOutcomeKey) {
 		a[o] = []metric.AddOption{metric.WithAttributes(otelattr.DedupOutcomeKey.String(o))}
 	}
 	r := map[string][]metric.RecordOption{}
-	for _, o := range []string{"acquire", "complete", "release", "wait", "get"} {
+	for _, o := range values(otelattr.DedupStoreOpKey) {
 		r[o] = []metric.RecordOption{metric.WithAttributes(otelattr.DedupStoreOpKey.String(o))}
 	}
 	return a, r

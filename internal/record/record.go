@@ -43,38 +43,21 @@ var instruments = sync.OnceValue(func() *instrumentSet { return newInstruments(o
 func newInstruments(mp metric.MeterProvider) *instrumentSet {
 	m := mp.Meter(otelattr.ScopeName)
 	s := &instrumentSet{}
-	// Errors from instrument creation are reported to the OTel error handler by
-	// the SDK and leave a usable no-op instrument behind.
-	s.retries, _ = m.Int64Counter("deadlinekit.retry.retries",
-		metric.WithUnit("{retry}"), metric.WithDescription("Retries sent: attempts after the first, by package retry."))
-	s.budgetRefusals, _ = m.Int64Counter("deadlinekit.retry.budget_refusals",
-		metric.WithUnit("{refusal}"), metric.WithDescription("Retries not sent because the retry budget was empty."))
-	s.hedgesSent, _ = m.Int64Counter("deadlinekit.hedge.sent",
-		metric.WithUnit("{hedge}"), metric.WithDescription("Hedged (backup) attempts sent."))
-	s.hedgeWins, _ = m.Int64Counter("deadlinekit.hedge.wins",
-		metric.WithUnit("{hedge}"), metric.WithDescription("Calls answered by a hedge rather than the primary."))
-	s.rejections, _ = m.Int64Counter("deadlinekit.shortcircuit.rejections",
-		metric.WithUnit("{request}"), metric.WithDescription("Requests refused before their handler ran, by reason."))
-	s.serverBudget, _ = m.Float64Histogram("deadlinekit.server.budget",
-		metric.WithUnit("s"), metric.WithDescription("Budget applied to inbound requests."))
-	s.overrun, _ = m.Float64Histogram("deadlinekit.server.overrun",
-		metric.WithUnit("s"), metric.WithDescription("Time handlers kept running after their deadline."))
-	s.breakerState, _ = m.Int64Gauge("deadlinekit.breaker.state",
-		metric.WithUnit("{state}"), metric.WithDescription("State of each circuit: 0 closed, 1 half-open, 2 open."))
-	s.breakerTransitions, _ = m.Int64Counter("deadlinekit.breaker.transitions",
-		metric.WithUnit("{transition}"), metric.WithDescription("Circuit state changes, by target and new state."))
-	s.breakerRefused, _ = m.Int64Counter("deadlinekit.breaker.refused",
-		metric.WithUnit("{call}"), metric.WithDescription("Calls refused by an open circuit before sending."))
-	s.breakerOutcomes, _ = m.Int64Counter("deadlinekit.breaker.outcomes",
-		metric.WithUnit("{call}"), metric.WithDescription("Calls through a circuit breaker, by target and outcome."))
-	s.inFlight, _ = m.Int64UpDownCounter("deadlinekit.shortcircuit.in_flight",
-		metric.WithUnit("{request}"), metric.WithDescription("Handlers running under a concurrency limit."))
-	s.queueLength, _ = m.Int64UpDownCounter("deadlinekit.shortcircuit.queue_length",
-		metric.WithUnit("{request}"), metric.WithDescription("Requests waiting for a slot of a concurrency limit."))
-	s.limit, _ = m.Int64Gauge("deadlinekit.shortcircuit.limit",
-		metric.WithUnit("{request}"), metric.WithDescription("Current concurrency limit."))
-	s.queueWait, _ = m.Float64Histogram("deadlinekit.shortcircuit.queue_wait",
-		metric.WithUnit("s"), metric.WithDescription("Time queued requests waited for a slot."))
+	s.retries = counter(m, "deadlinekit.retry.retries")
+	s.budgetRefusals = counter(m, "deadlinekit.retry.budget_refusals")
+	s.hedgesSent = counter(m, "deadlinekit.hedge.sent")
+	s.hedgeWins = counter(m, "deadlinekit.hedge.wins")
+	s.rejections = counter(m, "deadlinekit.shortcircuit.rejections")
+	s.serverBudget = histogram(m, "deadlinekit.server.budget")
+	s.overrun = histogram(m, "deadlinekit.server.overrun")
+	s.breakerState = gauge(m, "deadlinekit.breaker.state")
+	s.breakerTransitions = counter(m, "deadlinekit.breaker.transitions")
+	s.breakerRefused = counter(m, "deadlinekit.breaker.refused")
+	s.breakerOutcomes = counter(m, "deadlinekit.breaker.outcomes")
+	s.inFlight = upDown(m, "deadlinekit.shortcircuit.in_flight")
+	s.queueLength = upDown(m, "deadlinekit.shortcircuit.queue_length")
+	s.limit = gauge(m, "deadlinekit.shortcircuit.limit")
+	s.queueWait = histogram(m, "deadlinekit.shortcircuit.queue_wait")
 	return s
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/internal/metrictest"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel/attribute"
@@ -34,32 +35,6 @@ func withSDK(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder, *
 	return tp, rec, reader
 }
 
-// metricValues reads every counter's total and every histogram's count and sum.
-func metricValues(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					out[m.Name] += float64(p.Value)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					out[m.Name+".count"] += float64(p.Count)
-					out[m.Name+".sum"] += p.Sum
-				}
-			}
-		}
-	}
-	return out
-}
-
 func TestServerSide(t *testing.T) {
 	tp, rec, reader := withSDK(t)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "server")
@@ -76,16 +51,16 @@ func TestServerSide(t *testing.T) {
 	if s.Status().Code.String() != "Error" {
 		t.Errorf("short-circuited span status %v; want Error", s.Status())
 	}
-	m := metricValues(t, reader)
-	for name, want := range map[string]float64{
-		"deadlinekit.shortcircuit.rejections": 1,
-		"deadlinekit.server.budget.count":     1,
-		"deadlinekit.server.budget.sum":       0.25,
-		"deadlinekit.server.overrun.count":    1,
-		"deadlinekit.server.overrun.sum":      0.053,
-	} {
-		if got := m[name]; got < want-1e-9 || got > want+1e-9 {
-			t.Errorf("metric %s = %v; want %v", name, got, want)
+	metrictest.Want(t, reader, metricdata.Metrics{
+		Name: "deadlinekit.shortcircuit.rejections", Description: "Requests refused before their handler ran, by reason.", Unit: "{request}",
+		Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: []metricdata.DataPoint[int64]{
+			{Attributes: attribute.NewSet(otelattr.ShortCircuitReasonKey.String("below_floor")), Value: 1},
+		}},
+	})
+	for name, want := range map[string]float64{"deadlinekit.server.budget": 0.25, "deadlinekit.server.overrun": 0.053} {
+		p := metrictest.Points(t, reader, name)
+		if len(p) != 1 || p[0].Count != 1 || p[0].Sum < want-1e-9 || p[0].Sum > want+1e-9 {
+			t.Errorf("metric %s: points %+v; want one of count 1, sum %v", name, p, want)
 		}
 	}
 }
@@ -146,7 +121,7 @@ func TestRetriedCall(t *testing.T) {
 		t.Errorf("call span %q kind %v parent %v; want GET, client, under the server span", spans[3].Name(), spans[3].SpanKind(), spans[3].Parent().SpanID())
 	}
 	testkit.WantAttrs(t, spans[3], otelattr.AttemptsKey.Int(3), otelattr.RetryCountKey.Int(2), otelattr.RetryStopReasonKey.String("answered"), otelattr.BudgetSentKey.Float64(250))
-	if got := metricValues(t, reader)["deadlinekit.retry.retries"]; got != 2 {
+	if got := metrictest.Total(t, reader, "deadlinekit.retry.retries"); got != 2 {
 		t.Errorf("retries counter %v; want 2", got)
 	}
 }
@@ -177,9 +152,8 @@ func TestHedgedCall(t *testing.T) {
 		t.Errorf("call span named %q; want gRFC A72's Sent.svc.Get", spans[2].Name())
 	}
 	testkit.WantAttrs(t, spans[2], otelattr.AttemptsKey.Int(2), otelattr.HedgeCountKey.Int(1), otelattr.HedgeWonKey.Bool(true))
-	m := metricValues(t, reader)
-	if m["deadlinekit.hedge.sent"] != 1 || m["deadlinekit.hedge.wins"] != 1 {
-		t.Errorf("hedge counters sent %v wins %v; want 1 and 1", m["deadlinekit.hedge.sent"], m["deadlinekit.hedge.wins"])
+	if sent, wins := metrictest.Total(t, reader, "deadlinekit.hedge.sent"), metrictest.Total(t, reader, "deadlinekit.hedge.wins"); sent != 1 || wins != 1 {
+		t.Errorf("hedge counters sent %v wins %v; want 1 and 1", sent, wins)
 	}
 }
 
@@ -245,7 +219,7 @@ func TestBudgetRefusal(t *testing.T) {
 	RetryCall(ctx, 1, StopBudgetEmpty)
 	call.End(nil)
 	testkit.WantAttrs(t, rec.Ended()[0], otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("budget_empty"))
-	if got := metricValues(t, reader)["deadlinekit.retry.budget_refusals"]; got != 1 {
+	if got := metrictest.Total(t, reader, "deadlinekit.retry.budget_refusals"); got != 1 {
 		t.Errorf("budget refusals %v; want 1", got)
 	}
 }

@@ -69,6 +69,7 @@ var knownImports = map[string]string{
 	"log":           "log",
 	"net":           "net",
 	"http":          "net/http",
+	"strings":       "strings",
 	"time":          "time",
 	"deadlinekit":   "github.com/deadlinekit/deadlinekit",
 	"breaker":       "github.com/deadlinekit/deadlinekit/breaker",

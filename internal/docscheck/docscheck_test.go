@@ -58,6 +58,9 @@ func TestBrokenBlockFails(t *testing.T) {
 		{"free-name", "```go\nh := deadlinekit.NewHandler(mux)\n```\n", true},
 		{"syntax", "```go\nh := deadlinekit.NewHandler(\n```\n", true},
 		{"whole-broken", "```go\npackage main\n\nfunc main() { undefined() }\n```\n", true},
+		{"imports", "<!-- go: func(mux *http.ServeMux) -->\n```go\nimport (\n\t\"net/http\"\n\n\t\"github.com/deadlinekit/deadlinekit\"\n)\n\nh := deadlinekit.NewHandler(mux)\n```\n", false},
+		{"imports-unused", "```go\nimport \"github.com/deadlinekit/deadlinekit/hedge\"\n\nx := 1\n```\n", true},
+		{"imports-line", "```go\nimport \"fmt\"\n\nfmt.Println(undefinedName)\n```\n", true},
 		{"wrong-result", "<!-- go: func(ctx context.Context, err error) -->\n```go\nreturn nil, deadlinekit.GRPCError(ctx, err)\n```\n", true},
 	}
 	var blocks []block
@@ -72,13 +75,16 @@ func TestBrokenBlockFails(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the build of the broken blocks succeeded:\n%s", out)
 	}
+	t.Logf("the build's report:\n%s", out)
 	for _, c := range cases {
 		if got := strings.Contains(out, c.name+".md:"); got != c.fails {
 			t.Errorf("%s: reported %v, want %v\n%s", c.name, got, c.fails, out)
 		}
 	}
-	if !strings.Contains(out, "undefined.md:3:") {
-		t.Errorf("the undefined name is not reported at its Markdown line (undefined.md:3):\n%s", out)
+	for _, at := range []string{"undefined.md:3:", "imports-line.md:4:", "imports-unused.md:2:"} {
+		if !strings.Contains(out, at) {
+			t.Errorf("an error is not reported at its Markdown line %s:\n%s", at, out)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -127,16 +128,24 @@ func imports(src string) []string {
 	return paths
 }
 
-// fragment returns the Go file for a fragment b, in package pkg, as function n.
-// //line comments make the compiler's errors name b's Markdown file and lines.
+// fragment returns the Go file for a fragment b, in package pkg. A fragment may
+// start with its imports, shown to the reader; those it does not name are found
+// from the package names it uses. //line comments make the compiler's errors name
+// b's Markdown file and lines.
 func fragment(b block, pkg string) (string, error) {
+	decl, body := splitImports(b)
 	var head bytes.Buffer
 	fmt.Fprintf(&head, "package %s\n\n", pkg)
-	for _, p := range imports(b.sig + "\n" + b.code) {
-		fmt.Fprintf(&head, "import %q\n", p)
+	for _, p := range imports(b.sig + "\n" + body.code) {
+		if !strings.Contains(decl.code, strconv.Quote(p)) {
+			fmt.Fprintf(&head, "import %q\n", p)
+		}
+	}
+	if decl.code != "" {
+		head.WriteString(lineDirective(decl) + decl.code + "\n")
 	}
 	fmt.Fprintf(&head, "\nvar _ = %s {\n", b.sig)
-	src := head.String() + lineDirective(b) + b.code + "\n}\n"
+	src := head.String() + lineDirective(body) + body.code + "\n}\n"
 	// Use what the fragment declares at its top level, right after the declaration,
 	// so that an example may show a value it does not go on to use.
 	f, err := parser.ParseFile(token.NewFileSet(), "", src, parser.SkipObjectResolution)
@@ -162,6 +171,33 @@ func fragment(b block, pkg string) (string, error) {
 		src = src[:u.at] + "; " + blankUse(u.names) + src[u.at:]
 	}
 	return src, nil
+}
+
+// splitImports returns the import declarations b starts with, and the rest.
+func splitImports(b block) (decl, body block) {
+	lines := strings.Split(b.code, "\n")
+	n := 0 // lines of imports
+	for n < len(lines) {
+		line := strings.TrimSpace(lines[n])
+		switch {
+		case line == "import (":
+			for n++; n < len(lines) && strings.TrimSpace(lines[n]) != ")"; n++ {
+			}
+			n++
+		case strings.HasPrefix(line, "import "):
+			n++
+		case line == "" && n > 0:
+			n++
+		default:
+			decl, body = b, b
+			decl.code = strings.Join(lines[:n], "\n")
+			body.code, body.line = strings.Join(lines[n:], "\n"), b.line+n
+			return decl, body
+		}
+	}
+	decl, body = b, b
+	body.code, body.line = "", b.line+len(lines)
+	return decl, body
 }
 
 // blankUse returns the statement that uses names: "_, _ = a, b".

@@ -21,29 +21,55 @@ func TestDocsLinks(t *testing.T) {
 	}
 	files = append([]string{filepath.Join(root, "README.md")}, files...)
 	for _, f := range files {
-		md, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range mdLink.FindAllStringSubmatch(string(md), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-				continue
-			}
-			path, anchor, _ := strings.Cut(target, "#")
-			page := f
-			if path != "" {
-				page = filepath.Join(filepath.Dir(f), path)
-				if _, err := os.Stat(page); err != nil {
-					t.Errorf("%s: link %s: %v", f, target, err)
-					continue
-				}
-			}
-			if anchor != "" && !hasAnchor(t, page, anchor) {
-				t.Errorf("%s: link %s: no heading %q in %s", f, target, anchor, page)
-			}
+		for _, bad := range brokenLinks(t, f) {
+			t.Error(bad)
 		}
 	}
+}
+
+// TestBrokenLinkFails shows that a link to a missing file or heading is reported,
+// and a good one is not.
+func TestBrokenLinkFails(t *testing.T) {
+	dir := t.TempDir()
+	page := filepath.Join(dir, "page.md")
+	md := "# A page\n\n## What it costs\n\n[ok](page.md) [ok](#what-it-costs) [ok](page.md#a-page) " +
+		"[web](https://example.org/x) [missing](nothing.md) [no heading](#what-it-cost)\n"
+	if err := os.WriteFile(page, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := brokenLinks(t, page)
+	if len(bad) != 2 || !strings.Contains(bad[0], "nothing.md") || !strings.Contains(bad[1], "#what-it-cost") {
+		t.Fatalf("reported %q, want the two broken links", bad)
+	}
+}
+
+// brokenLinks returns the relative links of the Markdown file f whose file or
+// heading does not exist.
+func brokenLinks(t *testing.T, f string) []string {
+	md, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for _, m := range mdLink.FindAllStringSubmatch(string(md), -1) {
+		target := m[1]
+		if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+			continue
+		}
+		path, anchor, _ := strings.Cut(target, "#")
+		page := f
+		if path != "" {
+			page = filepath.Join(filepath.Dir(f), path)
+			if _, err := os.Stat(page); err != nil {
+				bad = append(bad, f+": link "+target+": "+err.Error())
+				continue
+			}
+		}
+		if anchor != "" && !hasAnchor(t, page, anchor) {
+			bad = append(bad, f+": link "+target+": no such heading in "+page)
+		}
+	}
+	return bad
 }
 
 // TestAnchor: the anchors of headings, as the repository's host makes them.

@@ -13,6 +13,7 @@ const root = "../.."
 
 // TestDocsCompile type-checks every ```go block of README.md and docs/*.md.
 func TestDocsCompile(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +47,7 @@ func TestDocsCompile(t *testing.T) {
 // compile, and names the block's file and line, and passes the others, all in one
 // build.
 func TestBrokenBlockFails(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, md string
 		fails    bool

@@ -63,6 +63,7 @@ func TestBrokenBlockFails(t *testing.T) {
 		{"imports", "<!-- go: func(mux *http.ServeMux) -->\n```go\nimport (\n\t\"net/http\"\n\n\t\"github.com/deadlinekit/deadlinekit\"\n)\n\nh := deadlinekit.NewHandler(mux)\n```\n", false},
 		{"imports-unused", "```go\nimport \"github.com/deadlinekit/deadlinekit/hedge\"\n\nx := 1\n```\n", true},
 		{"imports-line", "```go\nimport \"fmt\"\n\nfmt.Println(undefinedName)\n```\n", true},
+		{"info-string", "```golang title=x\nh := deadlinekit.NewHandlr(nil)\n```\n", true},
 		{"wrong-result", "<!-- go: func(ctx context.Context, err error) -->\n```go\nreturn nil, deadlinekit.GRPCError(ctx, err)\n```\n", true},
 	}
 	var blocks []block

@@ -42,7 +42,7 @@ func extract(file string, md []byte) ([]block, error) {
 		if i == len(lines) {
 			return nil, fmt.Errorf("%s:%d: unclosed code block", file, start)
 		}
-		if lang != "go" {
+		if f := strings.Fields(lang); len(f) == 0 || f[0] != "go" && f[0] != "golang" {
 			continue
 		}
 		b := block{file: file, line: start + 1, sig: "func()", code: strings.Join(lines[start:i], "\n")}

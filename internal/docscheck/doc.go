@@ -12,4 +12,9 @@
 // the imports are found from the package names it uses (the table in the test,
 // knownImports), and a name the fragment declares but does not use is used for it.
 // Errors point at the Markdown file and line of the block.
+//
+// It also checks that every relative link of those pages names a file and every
+// #anchor a heading, and holds a guide's facts that it found no other test
+// pinning: docs/overload.md's answer to a full queue (503 over HTTP,
+// ResourceExhausted with RetryInfo over gRPC, both saying the handler did not run).
 package docscheck

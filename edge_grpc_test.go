@@ -2,8 +2,10 @@ package deadlinekit_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +102,18 @@ func TestEdgeGRPC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ledger is the gRPC service behind the edge: it counts charges.
+type ledger struct {
+	testgrpc.UnimplementedTestServiceServer
+	n atomic.Int32
+}
+
+func (l *ledger) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	if string(req.GetPayload().GetBody()) == "decline" {
+		return nil, status.Error(codes.FailedPrecondition, "card declined")
+	}
+	n := l.n.Add(1)
+	return &testgrpc.SimpleResponse{Username: fmt.Sprint("charge ", n)}, nil
 }

@@ -652,6 +652,32 @@ func TestRoundTripGRPCHTTPGRPC(t *testing.T) {
 	}
 }
 
+// hopMethod is the one method of hopService: google.protobuf.Empty both ways.
+const hopMethod = "/stacktest.Hop/Work"
+
+// hopService is a gRPC service of one method, hopMethod, registered by hand, whose
+// handler is h.
+func hopService(h func(ctx context.Context) error) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: "stacktest.Hop",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Work",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+				in := new(emptypb.Empty)
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				call := func(ctx context.Context, _ any) (any, error) { return new(emptypb.Empty), h(ctx) }
+				if icpt == nil {
+					return call(ctx, in)
+				}
+				return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: hopMethod}, call)
+			},
+		}},
+	}
+}
+
 // serveRelay starts a gRPC server for h and returns a client connection to it.
 func serveRelay(t *testing.T, h func(ctx context.Context) error, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()

@@ -1,17 +1,14 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
-	"net"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -34,24 +31,11 @@ func (streamer) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, s te
 // its own, carrying the budget it was sent with and ending with the stream; the
 // caller's span carries nothing of it.
 func TestStreamCallSpan(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp, rec := recorder(t)
 	gs := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(gs, streamer{})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
+	conn := dial(t, serveGRPC(t, gs), grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
 		grpc.WithChainStreamInterceptor(propagate.StreamClientInterceptor(propagate.WithReserve(5*time.Millisecond))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

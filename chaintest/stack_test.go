@@ -1,10 +1,9 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,10 +15,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
@@ -27,30 +24,6 @@ import (
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
-
-// hopMethod is B's one method, registered by hand: google.protobuf.Empty both ways.
-const hopMethod = "/stacktest.Hop/Work"
-
-func hopService(h func(ctx context.Context) error) *grpc.ServiceDesc {
-	return &grpc.ServiceDesc{
-		ServiceName: "stacktest.Hop",
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{
-			MethodName: "Work",
-			Handler: func(_ any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-				in := new(emptypb.Empty)
-				if err := dec(in); err != nil {
-					return nil, err
-				}
-				call := func(ctx context.Context, _ any) (any, error) { return new(emptypb.Empty), h(ctx) }
-				if icpt == nil {
-					return call(ctx, in)
-				}
-				return icpt(ctx, in, &grpc.UnaryServerInfo{FullMethod: hopMethod}, call)
-			},
-		}},
-	}
-}
 
 // chain is client → A (HTTP) → B (gRPC) → C (HTTP) on loopback, each hop built with
 // the four constructors and nothing else. The hops record what they saw.
@@ -105,39 +78,26 @@ func startChain(t *testing.T, o chainOpts) *chain {
 	t.Cleanup(c.Close)
 
 	// B: gRPC, calls C over HTTP.
-	bToC := &http.Client{Transport: deadlinekit.NewTransport(nil, o.b...)}
-	t.Cleanup(bToC.CloseIdleConnections)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bToC := stackClient(t, o.b...)
 	count := grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		ch.hits[1].Add(1)
 		return h(ctx, req)
 	})
-	gs := grpc.NewServer(append([]grpc.ServerOption{count}, deadlinekit.ServerOptions(o.b...)...)...)
-	gs.RegisterService(hopService(func(ctx context.Context) error {
+	b := serveHop(t, func(ctx context.Context) error {
 		ch.saw(1, ctx)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
 		if err != nil {
 			return err
 		}
 		return deadlinekit.GRPCError(ctx, deadlinekit.FromHTTP(bToC.Do(req)))
-	}), nil)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
+	}, append([]grpc.ServerOption{count}, deadlinekit.ServerOptions(o.b...)...)...)
 
 	// A: HTTP, calls B over gRPC.
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(o.a...),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := dial(t, b, deadlinekit.DialOptions(o.a...)...)
 	a := httptest.NewServer(ch.counting(0, deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ch.saw(0, r.Context())
 		// Through the stack's retry layer the error carries the trailer's pushback.
-		err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
+		err := deadlinekit.FromGRPC(invoke(r.Context(), conn), nil)
 		if err != nil {
 			deadlinekit.WriteHTTPError(w, err)
 			return
@@ -146,8 +106,7 @@ func startChain(t *testing.T, o chainOpts) *chain {
 	}), o.a...)))
 	t.Cleanup(a.Close)
 	ch.aURL = a.URL
-	ch.client = &http.Client{Transport: deadlinekit.NewTransport(nil, o.a...)}
-	t.Cleanup(ch.client.CloseIdleConnections)
+	ch.client = stackClient(t, o.a...)
 	return ch
 }
 
@@ -235,23 +194,11 @@ func TestStackOutageIsNotAmplified(t *testing.T) {
 // Through the stack's client, a gRPC refusal's "do not retry" travels with the
 // error itself: FromGRPC needs no trailer to tell a refusal from a timeout.
 func TestFromGRPCThroughTheStack(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithFloor(time.Second))...)
-	gs.RegisterService(hopService(func(context.Context) error { return nil }), nil)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	addr := serveHop(t, func(context.Context) error { return nil }, deadlinekit.ServerOptions(deadlinekit.WithFloor(time.Second))...)
+	conn := dial(t, addr, deadlinekit.DialOptions()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err = deadlinekit.FromGRPC(conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
+	err := deadlinekit.FromGRPC(invoke(ctx, conn), nil)
 	if !errors.Is(err, deadline.ErrInsufficientBudget) {
 		t.Fatalf("FromGRPC(refusal, nil) = %v; want a budget refusal (matching deadline.ErrInsufficientBudget)", err)
 	}
@@ -260,10 +207,6 @@ func TestFromGRPCThroughTheStack(t *testing.T) {
 	}
 }
 
-// A dead downstream under steady load: with the breaker in the stack (beneath
-// retry), the calls reaching it stop once its circuit is open, and the refusals are
-// not retried (the next probe comes after the deadline); without it, every user
-// request puts retry's three attempts on it.
 // deadServer is a downstream that answers every request 503, with a count of them.
 func deadServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	hits := new(atomic.Int32)
@@ -275,6 +218,10 @@ func deadServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	return dead, hits
 }
 
+// A dead downstream under steady load: with the breaker in the stack (beneath
+// retry), the calls reaching it stop once its circuit is open, and the refusals are
+// not retried (the next probe comes after the deadline); without it, every user
+// request puts retry's three attempts on it.
 func TestStackBreakerStopsTheFlood(t *testing.T) {
 	dead, hits := deadServer(t)
 	const requests = 50
@@ -288,8 +235,7 @@ func TestStackBreakerStopsTheFlood(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hits.Store(0)
-			c := &http.Client{Transport: deadlinekit.NewTransport(nil, tc.opts...)}
-			defer c.CloseIdleConnections()
+			c := stackClient(t, tc.opts...)
 			var refused int
 			for range requests {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -330,9 +276,7 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 		probes = 3
 	)
 	dead, hits := deadServer(t)
-	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithBreaker(
-		breaker.WithSleep(breaker.Sleep{First: sleep, Max: sleep, Factor: 1}), breaker.WithProbes(probes)))}
-	defer c.CloseIdleConnections()
+	c := stackClient(t, deadlinekit.WithBreaker(breaker.WithSleep(breaker.Sleep{First: sleep, Max: sleep, Factor: 1}), breaker.WithProbes(probes)))
 
 	var wg sync.WaitGroup
 	var sent, refused atomic.Int32
@@ -384,10 +328,8 @@ func TestStackBreakerCutsToTheProbeRate(t *testing.T) {
 func TestStackSharedBreaker(t *testing.T) {
 	dead, hits := deadServer(t)
 	b := breaker.New()
-	one := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))}
-	two := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b))}
-	defer one.CloseIdleConnections()
-	defer two.CloseIdleConnections()
+	one := stackClient(t, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))
+	two := stackClient(t, deadlinekit.WithSharedBreaker(b))
 	for range breaker.DefaultConsecutiveFailures {
 		resp, err := one.Get(dead.URL)
 		if err != nil {
@@ -418,10 +360,8 @@ func TestStackSharedHedger(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
 	h := hedge.New()
-	one := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedHedger(h))}
-	two := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedHedger(h), deadlinekit.WithHedge(hedge.WithMaxExtraLoad(0)))}
-	defer one.CloseIdleConnections()
-	defer two.CloseIdleConnections()
+	one := stackClient(t, deadlinekit.WithSharedHedger(h))
+	two := stackClient(t, deadlinekit.WithSharedHedger(h), deadlinekit.WithHedge(hedge.WithMaxExtraLoad(0)))
 	for _, c := range []*http.Client{one, two, two} {
 		resp, err := c.Get(srv.URL)
 		if err != nil {
@@ -440,8 +380,7 @@ func TestStackSharedHedger(t *testing.T) {
 func TestStackRelaysAnOpenCircuit(t *testing.T) {
 	dead, _ := deadServer(t)
 	b := breaker.New()
-	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b))}
-	defer c.CloseIdleConnections()
+	c := stackClient(t, deadlinekit.WithSharedBreaker(b))
 	target := breaker.TargetName("http", dead.Listener.Addr().String())
 	for i := 0; b.State(target) != breaker.Open; i++ {
 		if i == breaker.DefaultConsecutiveFailures {
@@ -479,21 +418,14 @@ func TestStackRelaysAnOpenCircuit(t *testing.T) {
 // passes the downstream's word on, 503 and its pushback, not a refusal for lack of
 // budget (504, "do not retry"): the caller's own caller may have the time to come back.
 func TestStackRelaysAPushbackThatDidNotFit(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions()...)
-	gs.RegisterService(hopService(func(ctx context.Context) error {
+	addr := serveHop(t, func(ctx context.Context) error {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", "2000"))
 		return status.Error(codes.Unavailable, "draining")
-	}), nil)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn := dial(t, lis.Addr().String(), deadlinekit.DialOptions(deadlinekit.WithIdempotentMethods(hopMethod))...)
+	}, deadlinekit.ServerOptions()...)
+	conn := dial(t, addr, deadlinekit.DialOptions(deadlinekit.WithIdempotentMethods(hopMethod))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err = invoke(ctx, conn)
+	err := invoke(ctx, conn)
 	if err == nil {
 		t.Fatal("the call succeeded")
 	}
@@ -520,8 +452,7 @@ func TestStackOverloadDoesNotOpenTheCircuit(t *testing.T) {
 	defer srv.Close()
 	defer free() // before the server closes: a failed check must not leave the handler waiting
 	b := breaker.New()
-	c := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))}
-	defer c.CloseIdleConnections()
+	c := stackClient(t, deadlinekit.WithSharedBreaker(b), deadlinekit.Without(deadlinekit.Retry))
 	var wg sync.WaitGroup
 	wg.Go(func() { // holds the one slot
 		if resp, err := c.Get(srv.URL + "/hold"); err == nil {

@@ -1,11 +1,10 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
@@ -119,13 +117,8 @@ func TestChainAdaptiveLimitUnderOverload(t *testing.T) {
 		}
 	})))
 	defer inv.Close()
-	toInv := &http.Client{Transport: deadlinekit.NewTransport(nil)}
-	defer toInv.CloseIdleConnections()
+	toInv := stackClient(t)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stats shortcircuit.Counter
 	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithShortCircuit(
 		shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit),
@@ -137,14 +130,7 @@ func TestChainAdaptiveLimitUnderOverload(t *testing.T) {
 			}
 		})))...)
 	testgrpc.RegisterTestServiceServer(gs, &admissionOrders{client: toInv, inv: inv.URL, ran: &ordersRan})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, serveGRPC(t, gs), deadlinekit.DialOptions()...)
 	toOrders := testgrpc.NewTestServiceClient(conn)
 
 	mux := http.NewServeMux()
@@ -159,8 +145,7 @@ func TestChainAdaptiveLimitUnderOverload(t *testing.T) {
 	})
 	gw := httptest.NewServer(deadlinekit.NewHandler(mux))
 	defer gw.Close()
-	user := &http.Client{Transport: deadlinekit.NewTransport(nil)}
-	defer user.CloseIdleConnections()
+	user := stackClient(t)
 
 	rng := rand.New(rand.NewPCG(25, 1))
 	codes := map[int]int{}

@@ -1,40 +1,24 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/deadlinekit/deadlinekit"
-	"github.com/deadlinekit/deadlinekit/dedup"
 )
 
 // payments is the gRPC hop behind a gateway: a ledger behind the server stack with
 // dedup, and a client of it through the client stack (opts).
 func edgePayments(t *testing.T, opts ...deadlinekit.Option) (*ledger, testgrpc.TestServiceClient) {
 	t.Helper()
-	led := &ledger{}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore()))...)
-	testgrpc.RegisterTestServiceServer(gs, led)
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), append(deadlinekit.DialOptions(opts...), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	led, addr := serveLedger(t)
+	cc := dial(t, addr, deadlinekit.DialOptions(opts...)...)
 	return led, testgrpc.NewTestServiceClient(cc)
 }
 

@@ -1,9 +1,8 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,10 +13,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/dedup"
@@ -115,12 +112,7 @@ func TestHedgedKeyedGRPCAbortedIsNotTheAnswer(t *testing.T) {
 		}
 		return err
 	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions(conflictDedup())...)
-	gs.RegisterService(hopService(func(ctx context.Context) error {
+	addr := serveHop(t, func(ctx context.Context) error {
 		runs.Add(1)
 		select {
 		case <-conflicted:
@@ -128,20 +120,13 @@ func TestHedgedKeyedGRPCAbortedIsNotTheAnswer(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}), nil)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(hedgeSoon),
-		see, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	}, deadlinekit.ServerOptions(conflictDedup())...)
+	conn := dial(t, addr, append(deadlinekit.DialOptions(hedgeSoon), see)...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", "order-42")
-	err = conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty))
+	err := invoke(ctx, conn)
 	select {
 	case <-conflicted:
 	default:

@@ -1,9 +1,8 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,20 +11,16 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	experimental "google.golang.org/grpc/experimental/opentelemetry"
 	grpcotel "google.golang.org/grpc/stats/opentelemetry"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
-	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
@@ -33,22 +28,6 @@ import (
 var clientKeys = []attribute.Key{
 	otelattr.AttemptsKey, otelattr.RetryCountKey, otelattr.RetryStopReasonKey,
 	otelattr.HedgeCountKey, otelattr.HedgeWonKey, otelattr.HedgeSkipKey, otelattr.BudgetSentKey,
-}
-
-// traced installs a recording SDK and the W3C propagator for one test.
-func traced(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) {
-	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	oldTP, oldProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() {
-		otel.SetTracerProvider(oldTP)
-		otel.SetTextMapPropagator(oldProp)
-		_ = tp.Shutdown(context.Background())
-	})
-	return tp, rec
 }
 
 // front starts an HTTP service under otelhttp whose handler calls twice through
@@ -81,25 +60,13 @@ type spanTree struct {
 // two downstream calls') have ended: a downstream's server span may end after its
 // answer reached the caller (grpc-go ends it from the server's stats handler).
 func newTree(t *testing.T, rec *tracetest.SpanRecorder) *spanTree {
-	spans := rec.Ended()
-	for wait := time.Now().Add(5 * time.Second); servers(spans) < 3 && time.Now().Before(wait); spans = rec.Ended() {
-		time.Sleep(time.Millisecond)
-	}
+	var spans []sdktrace.ReadOnlySpan
+	waitFor(func() bool { spans = rec.Ended(); return servers(spans) >= 3 })
 	st := &spanTree{t: t, spans: spans, byID: map[trace.SpanID]sdktrace.ReadOnlySpan{}}
 	for _, s := range st.spans {
 		st.byID[s.SpanContext().SpanID()] = s
 	}
 	return st
-}
-
-func servers(spans []sdktrace.ReadOnlySpan) int {
-	n := 0
-	for _, s := range spans {
-		if s.SpanKind() == trace.SpanKindServer {
-			n++
-		}
-	}
-	return n
 }
 
 // ancestor reports whether a is an ancestor of s.
@@ -153,8 +120,8 @@ func (st *spanTree) check() {
 		if v, _ := value(c, otelattr.AttemptsKey); v.AsInt64() != 1 {
 			t.Errorf("call span %q: attempts %v; want 1", c.Name(), v.AsInt64())
 		}
-		if v, ok := value(c, otelattr.HedgeSkipKey); !ok || v.AsString() != string(record.HedgeSkipWarmingUp) {
-			t.Errorf("call span %q: hedge.skip %q; want %q", c.Name(), v.AsString(), record.HedgeSkipWarmingUp)
+		if v, ok := value(c, otelattr.HedgeSkipKey); !ok || v.AsString() != "warming_up" {
+			t.Errorf("call span %q: hedge.skip %q; want %q", c.Name(), v.AsString(), "warming_up")
 		}
 	}
 	if len(attempts) != 2 {
@@ -193,26 +160,13 @@ func downstreamHTTP(t *testing.T, tp trace.TracerProvider) string {
 	return srv.URL
 }
 
-func get(ctx context.Context, c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
-}
-
 // otelhttp's transport outermost: its client span is the call's span.
 func TestSpansOtelhttpTransport(t *testing.T) {
 	tp, rec := traced(t)
 	url := downstreamHTTP(t, tp)
 	c := &http.Client{Transport: otelhttp.NewTransport(deadlinekit.NewTransport(nil), otelhttp.WithTracerProvider(tp))}
 	defer c.CloseIdleConnections()
-	front(t, tp, func(ctx context.Context, i int) error { return get(ctx, c, url) })
+	front(t, tp, func(ctx context.Context, i int) error { _, err := get(ctx, c, url); return err })
 	newTree(t, rec).check()
 }
 
@@ -220,37 +174,15 @@ func TestSpansOtelhttpTransport(t *testing.T) {
 func TestSpansNoClientInstrumentation(t *testing.T) {
 	tp, rec := traced(t)
 	url := downstreamHTTP(t, tp)
-	c := &http.Client{Transport: deadlinekit.NewTransport(nil)}
-	defer c.CloseIdleConnections()
-	front(t, tp, func(ctx context.Context, i int) error { return get(ctx, c, url) })
+	c := stackClient(t)
+	front(t, tp, func(ctx context.Context, i int) error { _, err := get(ctx, c, url); return err })
 	st := newTree(t, rec)
 	st.check()
 }
 
 // downstreamGRPC is a gRPC service with the stack and the given server options.
 func downstreamGRPC(t *testing.T, opts ...grpc.ServerOption) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(append(deadlinekit.ServerOptions(), opts...)...)
-	gs.RegisterService(hopService(func(context.Context) error { return nil }), nil)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	return lis.Addr().String()
-}
-
-func dial(t *testing.T, target string, opts ...grpc.DialOption) *grpc.ClientConn {
-	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
-func invoke(ctx context.Context, conn *grpc.ClientConn) error {
-	return conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty))
+	return serveHop(t, func(context.Context) error { return nil }, append(deadlinekit.ServerOptions(), opts...)...)
 }
 
 // otelgrpc's stats handler: it starts a span per attempt, below the interceptors, so
@@ -296,18 +228,16 @@ func TestSpansJoinTheTraceWithoutSomeLayers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tp, rec := traced(t)
 			url := downstreamHTTP(t, tp)
-			c := &http.Client{Transport: deadlinekit.NewTransport(nil, tc.opts...)}
-			defer c.CloseIdleConnections()
+			c := stackClient(t, tc.opts...)
 			ctx, root := tp.Tracer("test").Start(context.Background(), "user request")
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			if err := get(ctx, c, url); err != nil {
+			if _, err := get(ctx, c, url); err != nil {
 				t.Fatal(err)
 			}
 			root.End()
 			var servers, joined int
-			for wait := time.Now().Add(5 * time.Second); servers == 0 && time.Now().Before(wait); {
-				time.Sleep(time.Millisecond)
+			waitFor(func() bool {
 				servers, joined = 0, 0
 				for _, s := range rec.Ended() {
 					if s.SpanKind() == trace.SpanKindServer {
@@ -317,7 +247,8 @@ func TestSpansJoinTheTraceWithoutSomeLayers(t *testing.T) {
 						}
 					}
 				}
-			}
+				return servers > 0
+			})
 			if servers != 1 || joined != 1 {
 				t.Errorf("%d server spans, %d of them in the caller's trace; want 1 and 1", servers, joined)
 			}

@@ -1,4 +1,4 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/hedge"
-	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -31,7 +30,7 @@ import (
 var hedgeFast = deadlinekit.WithHedge(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
 
 // isHedge reports whether r is a hedge (a copy after the first).
-func isHedge(r *http.Request) bool { return r.Header.Get(attempts.Header) != "" }
+func isHedge(r *http.Request) bool { return r.Header.Get("Grpc-Previous-Rpc-Attempts") != "" }
 
 // attemptsOf returns the recorded attempt spans by kind.
 func attemptsOf(rec *tracetest.SpanRecorder) map[string][]sdktrace.ReadOnlySpan {
@@ -42,26 +41,6 @@ func attemptsOf(rec *tracetest.SpanRecorder) map[string][]sdktrace.ReadOnlySpan 
 		}
 	}
 	return m
-}
-
-// waitSpans waits until rec holds n ended spans (a loser's span may end after the
-// winner's answer reached the caller).
-func waitSpans(rec *tracetest.SpanRecorder, n int) {
-	for wait := time.Now().Add(5 * time.Second); len(rec.Ended()) < n && time.Now().Before(wait); {
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func getAndClose(t *testing.T, ctx context.Context, c *http.Client, url string) (int, error) {
-	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 // clients are the two setups of the README: the toolkit alone, and under otelhttp.
@@ -91,11 +70,11 @@ func TestTraceHedgeWinCancelsThePrimary(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec.Reset()
 			ctx, parent := tp.Tracer("test").Start(context.Background(), "caller")
-			if code, err := getAndClose(t, ctx, c, srv.URL); err != nil || code != 200 {
+			if code, err := get(ctx, c, srv.URL); err != nil || code != 200 {
 				t.Fatalf("status %d, %v; want the hedge's 200", code, err)
 			}
 			parent.End()
-			waitSpans(rec, 4)
+			waitFor(func() bool { return len(rec.Ended()) >= 4 }) // a loser's span may end after the winner's answer reached the caller
 			a := attemptsOf(rec)
 			if len(a["primary"]) != 1 || len(a["hedge"]) != 1 {
 				t.Fatalf("attempt spans %v; want one primary and one hedge", a)
@@ -127,9 +106,9 @@ func TestTracePrimaryFailureIsAnError(t *testing.T) {
 	}))
 	defer srv.Close()
 	tp, rec := traced(t)
-	c := &http.Client{Transport: deadlinekit.NewTransport(nil)} // hedging warms up: no hedge
+	c := stackClient(t) // hedging warms up: no hedge
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "caller")
-	if code, err := getAndClose(t, ctx, c, srv.URL); err != nil || code != 200 {
+	if code, err := get(ctx, c, srv.URL); err != nil || code != 200 {
 		t.Fatalf("status %d, %v; want the retry's 200", code, err)
 	}
 	parent.End()
@@ -155,9 +134,7 @@ func TestTraceHedgeFailureIsAnError(t *testing.T) {
 		}
 		// The primary answers once the hedge's attempt has ended with its 503, so
 		// that the hedge is sent, and fails, however late a loaded machine runs it.
-		for wait := time.Now().Add(5 * time.Second); len(attemptsOf(rec)["hedge"]) == 0 && time.Now().Before(wait); {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(func() bool { return len(attemptsOf(rec)["hedge"]) > 0 })
 		io.WriteString(w, "primary")
 	}))
 	defer srv.Close()
@@ -165,7 +142,7 @@ func TestTraceHedgeFailureIsAnError(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec.Reset()
 			ctx, parent := tp.Tracer("test").Start(context.Background(), "caller")
-			if code, err := getAndClose(t, ctx, c, srv.URL); err != nil || code != 200 {
+			if code, err := get(ctx, c, srv.URL); err != nil || code != 200 {
 				t.Fatalf("status %d, %v; want the primary's 200", code, err)
 			}
 			parent.End()
@@ -206,7 +183,7 @@ func TestTraceCallerCancelIsNotAFailure(t *testing.T) {
 			ctx, parent := tp.Tracer("test").Start(context.Background(), "caller")
 			ctx, cancel := context.WithCancel(ctx)
 			go func() { <-arrived; cancel() }()
-			if _, err := getAndClose(t, ctx, c, srv.URL); err == nil {
+			if _, err := get(ctx, c, srv.URL); err == nil {
 				t.Fatal("a cancelled call succeeded")
 			}
 			parent.End()
@@ -266,10 +243,10 @@ func TestTraceServerSpanOfALeftCallerIsNotAnError(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 	}
-	waitSpans(rec, 1)
+	waitFor(func() bool { return len(rec.Ended()) >= 1 })
 	close(release)
 	<-first
-	waitSpans(rec, 2)
+	waitFor(func() bool { return len(rec.Ended()) >= 2 })
 	var left int
 	for _, s := range rec.Ended() {
 		if s.SpanKind() != trace.SpanKindServer || testkit.Attrs(s)[otelattr.ShortCircuitAdmissionKey].AsString() != "canceled" {

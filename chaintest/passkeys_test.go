@@ -1,4 +1,4 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"

@@ -1,8 +1,7 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -12,13 +11,10 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
@@ -44,15 +40,6 @@ func (b *chainB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*tes
 	return &testgrpc.SimpleResponse{}, nil
 }
 
-func value(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
-	for _, kv := range s.Attributes() {
-		if kv.Key == k {
-			return kv.Value, true
-		}
-	}
-	return attribute.Value{}, false
-}
-
 // TestChainSpans runs client → A (HTTP) → B (gRPC) → C (HTTP) on loopback with the
 // user's otelhttp / otelgrpc instrumentation outermost and the toolkit beneath, as the
 // README shows. C fails its first request, so B's call to C is retried. Every span
@@ -60,9 +47,7 @@ func value(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
 func TestChainSpans(t *testing.T) {
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	defer otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
+	tp, rec := recorder(t)
 	withTP := otelhttp.WithTracerProvider(tp)
 
 	server := func(name string, h http.Handler) *httptest.Server {
@@ -83,22 +68,11 @@ func TestChainSpans(t *testing.T) {
 	bToC := client()
 	defer bToC.CloseIdleConnections()
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))),
 		grpc.ChainUnaryInterceptor(propagate.UnaryServerInterceptor(), shortcircuit.UnaryServerInterceptor()))
 	testgrpc.RegisterTestServiceServer(gs, &chainB{c: bToC, cURL: c.URL})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
+	conn := dial(t, serveGRPC(t, gs), grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
 		grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(), propagate.UnaryClientInterceptor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	bClient := testgrpc.NewTestServiceClient(conn)
 
 	a := server("A", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -220,29 +194,16 @@ func (hedgeB) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgr
 // shares, and the hedge), and each of otelgrpc's client spans under the attempt that
 // sent it.
 func TestRetryOverHedgeSpans(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
+	tp, rec := recorder(t)
 	const method = "/grpc.testing.TestService/UnaryCall"
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 	testgrpc.RegisterTestServiceServer(gs, hedgeB{})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
+	conn := dial(t, serveGRPC(t, gs), grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))),
 		grpc.WithChainUnaryInterceptor(
 			retry.UnaryClientInterceptor(),
 			hedge.UnaryClientInterceptor(hedge.WithIdempotentMethods(method), hedge.WithDelay(hedge.Delay{Initial: 20 * time.Millisecond})),
 			propagate.UnaryClientInterceptor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

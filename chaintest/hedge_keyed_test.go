@@ -1,9 +1,8 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,9 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/dedup"
@@ -120,10 +117,6 @@ func keyedChain(t *testing.T, proto string, delay hedge.Option, opts []hedge.Opt
 		}
 		stopPayments = func() { toPayments.CloseIdleConnections(); ps.Close() }
 	case "gRPC":
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
 		count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			arrived()
 			return handler(ctx, req)
@@ -131,15 +124,10 @@ func keyedChain(t *testing.T, proto string, delay hedge.Option, opts []hedge.Opt
 		gs := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(count)},
 			deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore()))...)...)
 		gs.RegisterService(hopService(charge), nil)
-		go gs.Serve(lis)
-		conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(gatewayClient...),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := dial(t, serveGRPC(t, gs), deadlinekit.DialOptions(gatewayClient...)...)
 		pay = func(ctx context.Context, key string) error {
 			ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key)
-			return deadlinekit.FromGRPC(conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
+			return deadlinekit.FromGRPC(invoke(ctx, conn), nil)
 		}
 		stopPayments = func() { conn.Close(); gs.Stop() }
 	}

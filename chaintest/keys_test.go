@@ -1,11 +1,10 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -78,15 +76,6 @@ func scope(ctx context.Context) string {
 	return ""
 }
 
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 // grpcB starts B over gRPC and returns A's write to it, through a client stack with
 // retry.WithIdempotencyKeys.
 func grpcB(t *testing.T, b *keysB) write {
@@ -95,17 +84,9 @@ func grpcB(t *testing.T, b *keysB) write {
 
 // grpcBWith is grpcB through a client stack with opts.
 func grpcBWith(t *testing.T, b *keysB, opts ...deadlinekit.Option) write {
-	l := listen(t)
 	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore()))...)
 	testgrpc.RegisterTestServiceServer(gs, b)
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), append(deadlinekit.DialOptions(opts...),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := dial(t, serveGRPC(t, gs), deadlinekit.DialOptions(opts...)...)
 	client := testgrpc.NewTestServiceClient(cc)
 	return func(ctx context.Context, body, forward string) (string, error) {
 		if forward != "" {
@@ -133,7 +114,7 @@ func httpBWith(t *testing.T, b *keysB, opts ...deadlinekit.Option) write {
 		fmt.Fprint(w, b.run(string(body), r.Header.Get("Idempotency-Key")))
 	}), deadlinekit.WithDedup(dedup.NewMemoryStore())))
 	t.Cleanup(srv.Close)
-	client := &http.Client{Transport: deadlinekit.NewTransport(nil, opts...)}
+	client := stackClient(t, opts...)
 	return func(ctx context.Context, body, forward string) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/items", strings.NewReader(body))
 		if err != nil {
@@ -223,16 +204,9 @@ func grpcA(t *testing.T, h keysHandler, opts ...dedup.Option) call {
 // grpcServe starts h over gRPC behind the stack with opts and returns the caller's
 // call (its key and tenant in metadata).
 func grpcServe(t *testing.T, h keysHandler, opts ...deadlinekit.Option) call {
-	l := listen(t)
 	gs := grpc.NewServer(deadlinekit.ServerOptions(opts...)...)
 	testgrpc.RegisterTestServiceServer(gs, aService{h: h})
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := dial(t, serveGRPC(t, gs))
 	client := testgrpc.NewTestServiceClient(cc)
 	return func(key, tenant string) (string, error) {
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", key, "tenant", tenant)

@@ -1,9 +1,8 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
@@ -78,21 +76,10 @@ func TestTraceThreeHopsHedgeLoserIsNoError(t *testing.T) {
 	bToC := &http.Client{Transport: otelhttp.NewTransport(deadlinekit.NewTransport(nil), withTP)}
 	defer bToC.CloseIdleConnections()
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(append(deadlinekit.ServerOptions(), grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))...)
 	testgrpc.RegisterTestServiceServer(gs, &slowB{c: bToC, cURL: c.URL})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn := dial(t, serveGRPC(t, gs), append(deadlinekit.DialOptions(),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	toB := testgrpc.NewTestServiceClient(conn)
 
 	a := httptest.NewServer(otelhttp.NewHandler(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,15 +100,13 @@ func TestTraceThreeHopsHedgeLoserIsNoError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ctx, root := tp.Tracer("test").Start(ctx, "client")
-	if code, err := getAndClose(t, ctx, toA, a.URL); err != nil || code != http.StatusOK {
+	if code, err := get(ctx, toA, a.URL); err != nil || code != http.StatusOK {
 		t.Fatalf("chain answered %d, %v; want 200", code, err)
 	}
 	root.End()
 	// Every server span ends before the spans are read: A's primary, its hedge; B's
 	// two; C's stalled one, its 503 and its answer.
-	for wait := time.Now().Add(5 * time.Second); servers(rec.Ended()) < 7 && time.Now().Before(wait); {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(func() bool { return servers(rec.Ended()) >= 7 })
 	a.Close()
 	gs.GracefulStop()
 	c.Close()

@@ -1,11 +1,10 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -116,19 +114,9 @@ func (s keyedGRPCService) UnaryCall(ctx context.Context, req *testgrpc.SimpleReq
 }
 
 func startKeyedGRPC(t *testing.T, h keyedHandler, opts ...deadlinekit.Option) keyedCaller {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(deadlinekit.ServerOptions(opts...)...)
 	testgrpc.RegisterTestServiceServer(gs, keyedGRPCService{h: h})
-	go gs.Serve(l)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := dial(t, serveGRPC(t, gs))
 	client := testgrpc.NewTestServiceClient(cc)
 	return func(key, body string, budget time.Duration) keyedAnswer {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -352,7 +340,7 @@ func TestDedupReplayCarriesDoNotRetry(t *testing.T) {
 				http.Error(w, "down", http.StatusServiceUnavailable)
 			}))
 			defer down.Close()
-			client := &http.Client{Transport: deadlinekit.NewTransport(nil)}
+			client := stackClient(t)
 			call := p.start(t, func(ctx context.Context, body string) (string, error) {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, down.URL, nil)
 				resp, err := client.Do(req)

@@ -1,10 +1,9 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,10 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -45,26 +40,10 @@ func startFloorChain(tb testing.TB, work [4]time.Duration, opts ...deadlinekit.O
 			ch.mu.Unlock()
 		})))
 	}
-	serveGRPC := func(i int, h func(ctx context.Context) error) string {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		gs := grpc.NewServer(deadlinekit.ServerOptions(hopOpts(i)...)...)
-		gs.RegisterService(hopService(h), nil)
-		go gs.Serve(lis)
-		tb.Cleanup(gs.Stop)
-		return lis.Addr().String()
+	grpcHop := func(i int, h func(ctx context.Context) error) string {
+		return serveHop(tb, h, deadlinekit.ServerOptions(hopOpts(i)...)...)
 	}
-	dial := func(addr string) *grpc.ClientConn {
-		conn, err := grpc.NewClient(addr, append(deadlinekit.DialOptions(opts...), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	serveHTTP := func(i int, h func(ctx context.Context) error) string {
+	httpHop := func(i int, h func(ctx context.Context) error) string {
 		s := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := h(r.Context()); err != nil {
 				deadlinekit.WriteHTTPError(w, err)
@@ -75,12 +54,7 @@ func startFloorChain(tb testing.TB, work [4]time.Duration, opts ...deadlinekit.O
 		tb.Cleanup(s.Close)
 		return s.URL
 	}
-	httpClient := func() *http.Client {
-		c := &http.Client{Transport: deadlinekit.NewTransport(nil, opts...)}
-		tb.Cleanup(c.CloseIdleConnections)
-		return c
-	}
-	get := func(c *http.Client, ctx context.Context, url string) error {
+	callHTTP := func(c *http.Client, ctx context.Context, url string) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
@@ -88,27 +62,27 @@ func startFloorChain(tb testing.TB, work [4]time.Duration, opts ...deadlinekit.O
 		return deadlinekit.FromHTTP(c.Do(req))
 	}
 
-	ch.urls[3] = serveGRPC(3, func(ctx context.Context) error {
+	ch.urls[3] = grpcHop(3, func(ctx context.Context) error {
 		time.Sleep(work[3])
 		return nil
 	})
-	to4 := dial(ch.urls[3])
-	ch.urls[2] = serveHTTP(2, func(ctx context.Context) error {
+	to4 := dial(tb, ch.urls[3], deadlinekit.DialOptions(opts...)...)
+	ch.urls[2] = httpHop(2, func(ctx context.Context) error {
 		time.Sleep(work[2])
-		return deadlinekit.FromGRPC(to4.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
+		return deadlinekit.FromGRPC(invoke(ctx, to4), nil)
 	})
-	to3 := httpClient()
-	ch.urls[1] = serveGRPC(1, func(ctx context.Context) error {
+	to3 := stackClient(tb, opts...)
+	ch.urls[1] = grpcHop(1, func(ctx context.Context) error {
 		time.Sleep(work[1])
-		return deadlinekit.GRPCError(ctx, get(to3, ctx, ch.urls[2]))
+		return deadlinekit.GRPCError(ctx, callHTTP(to3, ctx, ch.urls[2]))
 	})
-	to2 := dial(ch.urls[1])
-	ch.urls[0] = serveHTTP(0, func(ctx context.Context) error {
+	to2 := dial(tb, ch.urls[1], deadlinekit.DialOptions(opts...)...)
+	ch.urls[0] = httpHop(0, func(ctx context.Context) error {
 		time.Sleep(work[0])
-		return deadlinekit.FromGRPC(to2.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil)
+		return deadlinekit.FromGRPC(invoke(ctx, to2), nil)
 	})
 	ch.url = ch.urls[0]
-	ch.client = httpClient()
+	ch.client = stackClient(tb, opts...)
 	return ch
 }
 
@@ -218,14 +192,10 @@ func TestChainSlowHopStillRefuses(t *testing.T) {
 	ch := startFloorChain(t, [4]time.Duration{time.Millisecond, 50 * time.Millisecond, time.Millisecond, time.Millisecond})
 	ch.warm(25)
 	// Straight to hop 2 (gRPC) with 30 ms.
-	conn, err := grpc.NewClient(ch.urls[1], append(deadlinekit.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, ch.urls[1], deadlinekit.DialOptions()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
-	err = conn.Invoke(ctx, hopMethod, new(emptypb.Empty), new(emptypb.Empty))
+	err := invoke(ctx, conn)
 	e := ch.lastEvent(1)
 	if err == nil || e.Admission != shortcircuit.BelowFloor || e.Floor < 45*time.Millisecond {
 		t.Errorf("30 ms to the 50 ms hop: %v; guard %v, floor %v; want refused below a floor of about 50 ms", err, e.Admission, e.Floor)
@@ -239,7 +209,7 @@ func TestChainSlowHopStillRefuses(t *testing.T) {
 // reserve), "defaults" today's (learned floors, a 1 ms client floor, a reserve of at
 // most 10% of the time left).
 //
-//	go test -run '^$' -bench ChainLeastBudget -benchtime 1x -count 3 .
+//	go test -run '^$' -bench ChainLeastBudget -benchtime 1x -count 3 ./chaintest
 func BenchmarkChainLeastBudget(b *testing.B) {
 	work := [4]time.Duration{3 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond, 3 * time.Millisecond}
 	for _, v := range []struct {

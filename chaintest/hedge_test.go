@@ -1,10 +1,9 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,10 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/hedge"
@@ -49,34 +44,21 @@ func startHedgeChain(tb testing.TB, work [3]func(ctx context.Context, n int64), 
 		io.WriteString(w, "ok")
 	})))
 	tb.Cleanup(c.Close)
-	toC := &http.Client{Transport: deadlinekit.NewTransport(nil, client(2)...)}
-	tb.Cleanup(toC.CloseIdleConnections)
+	toC := stackClient(tb, client(2)...)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions()...)
-	gs.RegisterService(hopService(func(ctx context.Context) error {
+	b := serveHop(tb, func(ctx context.Context) error {
 		work[1](ctx, ch.runs[1].Add(1))
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
 		if err != nil {
 			return err
 		}
 		return deadlinekit.GRPCError(ctx, deadlinekit.FromHTTP(toC.Do(req)))
-	}), nil)
-	go gs.Serve(lis)
-	tb.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(client(1)...),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
+	}, deadlinekit.ServerOptions()...)
+	conn := dial(tb, b, deadlinekit.DialOptions(client(1)...)...)
 
 	a := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		work[0](r.Context(), ch.runs[0].Add(1))
-		if err := deadlinekit.FromGRPC(conn.Invoke(r.Context(), hopMethod, new(emptypb.Empty), new(emptypb.Empty)), nil); err != nil {
+		if err := deadlinekit.FromGRPC(invoke(r.Context(), conn), nil); err != nil {
 			deadlinekit.WriteHTTPError(w, err)
 			return
 		}
@@ -84,8 +66,7 @@ func startHedgeChain(tb testing.TB, work [3]func(ctx context.Context, n int64), 
 	})))
 	tb.Cleanup(a.Close)
 	ch.url = a.URL
-	ch.client = &http.Client{Transport: deadlinekit.NewTransport(nil, client(0)...)}
-	tb.Cleanup(ch.client.CloseIdleConnections)
+	ch.client = stackClient(tb, client(0)...)
 	return ch
 }
 
@@ -230,7 +211,7 @@ func TestChainHedgesOnce(t *testing.T) {
 // (hedge.WithPercentile(0.9)), and at P90 with three copies (hedge.WithMaxAttempts(3));
 // "no-hedging" leaves hedging off (one attempt).
 //
-//	go test -run '^$' -bench HedgeChain -benchtime 1x -count 2 .
+//	go test -run '^$' -bench HedgeChain -benchtime 1x -count 2 ./chaintest
 func BenchmarkHedgeChain(b *testing.B) {
 	const (
 		warm, n, workers = 300, 10000, 4

@@ -1,9 +1,8 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
@@ -83,32 +81,21 @@ func newPayflow(t *testing.T) *payflow {
 		(*p.ledger.Load())(w, r)
 	})))
 	t.Cleanup(ledger.Close)
-	toLedger := &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(p.bPayments))}
-	t.Cleanup(toLedger.CloseIdleConnections)
+	toLedger := stackClient(t, deadlinekit.WithSharedBreaker(p.bPayments))
 
 	var eps []resolver.Endpoint
 	for i := range p.replicas {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := &payments{p: p, client: toLedger, ledger: ledger.URL, addr: lis.Addr().String()}
+		r := &payments{p: p, client: toLedger, ledger: ledger.URL}
 		p.replicas[i] = r
 		gs := grpc.NewServer(deadlinekit.ServerOptions()...)
 		testgrpc.RegisterTestServiceServer(gs, r)
-		go gs.Serve(lis)
-		t.Cleanup(gs.Stop)
+		r.addr = serveGRPC(t, gs)
 		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: r.addr}}})
 	}
 	res := manual.NewBuilderWithScheme("payflow")
 	res.InitialState(resolver.State{Endpoints: eps})
 	p.target = "payflow:///payments"
-	conn, err := grpc.NewClient(p.target, append(deadlinekit.DialOptions(deadlinekit.WithSharedBreaker(p.bGw)),
-		grpc.WithResolvers(res), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := dial(t, p.target, append(deadlinekit.DialOptions(deadlinekit.WithSharedBreaker(p.bGw)), grpc.WithResolvers(res))...)
 	toPayments := testgrpc.NewTestServiceClient(conn)
 
 	mux := http.NewServeMux()
@@ -123,8 +110,7 @@ func newPayflow(t *testing.T) *payflow {
 	gw := httptest.NewServer(deadlinekit.NewHandler(mux))
 	t.Cleanup(gw.Close)
 	p.gateway = gw.URL
-	p.user = &http.Client{Transport: deadlinekit.NewTransport(nil, deadlinekit.WithSharedBreaker(p.bUser))}
-	t.Cleanup(p.user.CloseIdleConnections)
+	p.user = stackClient(t, deadlinekit.WithSharedBreaker(p.bUser))
 	// Both replicas are ready once each has served a payment.
 	for i := 0; p.replicas[0].runs.Load() == 0 || p.replicas[1].runs.Load() == 0; i++ {
 		if i == 100 {

@@ -1,4 +1,4 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -81,34 +80,12 @@ func TestDedupAnswerLost(t *testing.T) {
 	}
 }
 
-// ledger is the gRPC service at the end of the chain: it counts charges.
-type ledger struct {
-	testgrpc.UnimplementedTestServiceServer
-	n atomic.Int32
-}
-
-func (l *ledger) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	if string(req.GetPayload().GetBody()) == "decline" {
-		return nil, status.Error(codes.FailedPrecondition, "card declined")
-	}
-	n := l.n.Add(1)
-	return &testgrpc.SimpleResponse{Username: fmt.Sprint("charge ", n)}, nil
-}
-
 // TestDedupChain: client (HTTP) → gateway (HTTP, the stack) → ledger (gRPC, the
 // stack with dedup). The gateway's first call to the ledger loses its answer after
 // the ledger ran it; the gateway's retry layer sends it again with the same key, and
 // the ledger replays. A declined card (a failure) is stored and replayed as well.
 func TestDedupChain(t *testing.T) {
-	led := &ledger{}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(deadlinekit.ServerOptions(deadlinekit.WithDedup(dedup.NewMemoryStore()))...)
-	testgrpc.RegisterTestServiceServer(gs, led)
-	go gs.Serve(l)
-	defer gs.Stop()
+	led, addr := serveLedger(t)
 	var lost atomic.Int32
 	loseFirst := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
@@ -117,12 +94,7 @@ func TestDedupChain(t *testing.T) {
 		}
 		return err
 	}
-	cc, err := grpc.NewClient(l.Addr().String(), append(deadlinekit.DialOptions(deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(loseFirst))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := dial(t, addr, append(deadlinekit.DialOptions(deadlinekit.WithRetry(retry.WithIdempotencyKeys(nil))), grpc.WithChainUnaryInterceptor(loseFirst))...)
 	ledgerClient := testgrpc.NewTestServiceClient(cc)
 	gateway := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -139,7 +111,7 @@ func TestDedupChain(t *testing.T) {
 	})))
 	defer gateway.Close()
 
-	client := &http.Client{Transport: deadlinekit.NewTransport(nil)}
+	client := stackClient(t)
 	post := func(key, body string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, gateway.URL+"/pay", strings.NewReader(body))
 		req.Header.Set("Idempotency-Key", key)

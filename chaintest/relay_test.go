@@ -1,10 +1,9 @@
-package deadlinekit_test
+package chaintest_test
 
 import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -75,23 +73,11 @@ func newShopClient(t *testing.T, h http.HandlerFunc, clientOpts []deadlinekit.Op
 		t.Cleanup(srv.Close)
 		inv = srv.URL
 	}
-	toInv := &http.Client{Transport: deadlinekit.NewTransport(nil, clientOpts...)}
-	t.Cleanup(toInv.CloseIdleConnections)
+	toInv := stackClient(t, clientOpts...)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(deadlinekit.ServerOptions(serverOpts...)...)
 	testgrpc.RegisterTestServiceServer(gs, &orders{s: s, client: toInv, inv: inv})
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := dial(t, serveGRPC(t, gs), deadlinekit.DialOptions()...)
 	toOrders := testgrpc.NewTestServiceClient(conn)
 
 	mux := http.NewServeMux()
@@ -109,8 +95,7 @@ func newShopClient(t *testing.T, h http.HandlerFunc, clientOpts []deadlinekit.Op
 	gw := httptest.NewServer(deadlinekit.NewHandler(mux))
 	t.Cleanup(gw.Close)
 	s.gateway = gw.URL
-	s.user = &http.Client{Transport: deadlinekit.NewTransport(nil)}
-	t.Cleanup(s.user.CloseIdleConnections)
+	s.user = stackClient(t)
 	return s
 }
 
@@ -152,23 +137,12 @@ func TestChainWriteRunsOnce(t *testing.T) {
 // closed port) is still retried.
 func TestUnavailableAnswerOfAWriteIsNotResent(t *testing.T) {
 	var runs atomic.Int32
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	gs := grpc.NewServer(deadlinekit.ServerOptions()...)
 	testgrpc.RegisterTestServiceServer(gs, unavailableServer{runs: &runs})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, serveGRPC(t, gs), deadlinekit.DialOptions()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = testgrpc.NewTestServiceClient(conn).UnaryCall(ctx, &testgrpc.SimpleRequest{})
+	_, err := testgrpc.NewTestServiceClient(conn).UnaryCall(ctx, &testgrpc.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v, want Unavailable", err)
 	}
@@ -177,17 +151,11 @@ func TestUnavailableAnswerOfAWriteIsNotResent(t *testing.T) {
 	}
 
 	var attempts atomic.Int32
-	dead, err := grpc.NewClient(testkit.ClosedAddr(t), append(deadlinekit.DialOptions(
-		deadlinekit.Without(deadlinekit.Breaker)),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	dead := dial(t, testkit.ClosedAddr(t), append(deadlinekit.DialOptions(deadlinekit.Without(deadlinekit.Breaker)),
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			attempts.Add(1)
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dead.Close()
 	_, err = testgrpc.NewTestServiceClient(dead).UnaryCall(ctx, &testgrpc.SimpleRequest{})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v, want Unavailable", err)
@@ -233,8 +201,7 @@ func TestGuardRefusalOfAWriteIsResent(t *testing.T) {
 	for ran.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	client := &http.Client{Transport: deadlinekit.NewTransport(nil)}
-	defer client.CloseIdleConnections()
+	client := stackClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("order"))

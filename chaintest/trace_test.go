@@ -21,14 +21,21 @@ import (
 	grpcotel "google.golang.org/grpc/stats/opentelemetry"
 
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/internal/vocab"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
 
-// clientKeys are the attributes of a call; no server span may carry one.
-var clientKeys = []attribute.Key{
-	otelattr.AttemptsKey, otelattr.RetryCountKey, otelattr.RetryStopReasonKey,
-	otelattr.HedgeCountKey, otelattr.HedgeWonKey, otelattr.HedgeSkipKey, otelattr.BudgetSentKey,
-}
+// clientKeys are the attributes of a call (the vocabulary's table says which);
+// no server span may carry one.
+var clientKeys = func() []attribute.Key {
+	var out []attribute.Key
+	for _, a := range vocab.Attributes {
+		if a.Client() {
+			out = append(out, a.Key)
+		}
+	}
+	return out
+}()
 
 // front starts an HTTP service under otelhttp whose handler calls twice through
 // call, and sends it one request; it returns once the handler has answered.

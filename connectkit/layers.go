@@ -22,7 +22,7 @@ func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
 	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.client")(opts)
 	is := make([]connect.Interceptor, len(layers))
 	for i, l := range layers {
-		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, resends: l.Resends}
+		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, resends: l.Resends, stamps: l.Stamps}
 	}
 	return connect.WithInterceptors(is...)
 }
@@ -120,5 +120,5 @@ func Breaker(opts ...breaker.Option) connect.Interceptor {
 }
 
 func layer(l rpc.Layer) connect.Interceptor {
-	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server, resends: l.Resends}
+	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server, resends: l.Resends, stamps: l.Stamps}
 }

@@ -67,7 +67,11 @@ func HandlerOption(opts ...deadlinekit.Option) connect.HandlerOption {
 // the default budget, Envoy's header when trusted: [propagate.WithTrustGRPC] decides
 // per call, from its context; a streaming handler gets no default budget and no
 // clamp, only [propagate.WithMaxStreamTimeout]) and refuses a request that arrived with no time left
-// with CodeDeadlineExceeded and grpc-retry-pushback-ms: -1.
+// with CodeDeadlineExceeded and grpc-retry-pushback-ms: -1. The request's level
+// (package criticality) travels with it as package propagate carries it: every
+// call and stream sends its context's level in deadlinekit-criticality (nothing
+// for the default, critical), and a handler puts a trusted caller's on its
+// context.
 func Propagate(opts ...propagate.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(opts))
 }

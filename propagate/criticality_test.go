@@ -329,3 +329,61 @@ func TestGRPCInboundLevel(t *testing.T) {
 const time5s = 5 * time.Second
 
 func ptr[T any](v T) *T { return &v }
+
+// Hostile level headers, applied to the middleware directly (the header map holds
+// exactly what is listed, which net/http on the wire would not always let
+// through): what the handler gets, or the 400 and how long its text is.
+func TestHostileLevelHTTP(t *testing.T) {
+	untrusted := []propagate.Option{propagate.WithTrustHTTP(func(*http.Request) bool { return false })}
+	for _, tc := range []struct {
+		name   string
+		values []string
+		opts   []propagate.Option
+		want   criticality.Level // -100: refused 400
+		reason string            // for a 400: what its text says
+	}{
+		{"1 MiB value", []string{strings.Repeat("s", mib)}, nil, -100, "too long"},
+		{"1 MiB of spaces then a level", []string{strings.Repeat(" ", mib) + "sheddable"}, nil, criticality.Sheddable, ""},
+		{"CR LF and a header", []string{"sheddable\r\nX-Evil: 1"}, nil, -100, "control character"},
+		{"NUL", []string{"critical\x00"}, nil, -100, "control character"},
+		{"unicode", []string{"критический"}, nil, -100, "non-ASCII"},
+		{"number", []string{"0"}, nil, -100, "unknown level"},
+		{"empty", []string{""}, nil, -100, "empty value"},
+		{"10,000 lines", dupValues("sheddable", 10000), nil, -100, "header repeated 10000 times"},
+		{"two different lines", []string{"sheddable", "critical_plus"}, nil, -100, "header repeated 2 times"},
+		{"mixed case, tabs", []string{"\tCritical_Plus\t"}, nil, criticality.CriticalPlus, ""},
+		{"1 MiB value, ignored", []string{strings.Repeat("s", mib)}, ignoreBad, criticality.Critical, ""},
+		{"10,000 lines, ignored", dupValues("sheddable", 10000), ignoreBad, criticality.Critical, ""},
+		{"1 MiB value, untrusted", []string{strings.Repeat("s", mib)}, untrusted, criticality.Critical, ""},
+		{"10,000 critical_plus lines, untrusted", dupValues("critical_plus", 10000), untrusted, criticality.Critical, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := criticality.Level(-100)
+			h := propagate.NewMiddleware(tc.opts...)(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				got = criticality.From(r.Context())
+			}))
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header[hc] = tc.values
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if got != tc.want {
+				t.Fatalf("handler saw %v (status %d); want %v", got, w.Code, tc.want)
+			}
+			if tc.want != -100 {
+				return
+			}
+			body := w.Body.String()
+			if w.Code != http.StatusBadRequest || !strings.Contains(body, hc) || !strings.Contains(body, tc.reason) || len(body) > 256 {
+				t.Errorf("answer %d %q; want 400 naming the header and %q, short", w.Code, body, tc.reason)
+			}
+		})
+	}
+}
+
+func dupValues(v string, n int) []string {
+	vs := make([]string, n)
+	for i := range vs {
+		vs[i] = v
+	}
+	return vs
+}

@@ -433,3 +433,29 @@ func TestCriticalityOnServerSpan(t *testing.T) {
 		}
 	}
 }
+
+// The HTTP client side: a retried GET carries the level on both attempts.
+func TestCriticalityHTTPRetry(t *testing.T) {
+	ch := &levelChain{seen: map[string][]string{}}
+	srv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ch.saw("C", r.Context(), r.Header.Values(criticality.Header))
+		if ch.cRuns.Add(1) == 1 {
+			http.Error(w, "first run fails", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	})))
+	defer srv.Close()
+	client := &http.Client{Transport: deadlinekit.NewTransport(nil)}
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequestWithContext(criticality.With(context.Background(), criticality.SheddablePlus), http.MethodGet, srv.URL, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := []string{"sheddable_plus/[sheddable_plus]", "sheddable_plus/[sheddable_plus]"}
+	if got := ch.take()["C"]; resp.StatusCode != 200 || !slices.Equal(got, want) {
+		t.Errorf("status %d, server saw %q; want 200 after %q", resp.StatusCode, got, want)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/hedge"
 	"github.com/deadlinekit/deadlinekit/otelattr"
+	"github.com/deadlinekit/deadlinekit/propagate"
 )
 
 // levelChain is end user → A (HTTP, an edge that sets the level by route) → B
@@ -369,6 +370,8 @@ func TestCriticalityConnectServer(t *testing.T) {
 			return criticality.Critical
 		})}, "critical_plus", "sheddable_plus/-", 0},
 		{"edge, malformed claim", []deadlinekit.Option{deadlinekit.WithEdge()}, "urgent", "critical/-", 0},
+		{"untrusted (propagate.WithTrustGRPC)", []deadlinekit.Option{deadlinekit.WithPropagate(propagate.WithTrustGRPC(func(context.Context) bool { return false }))},
+			"critical_plus", "critical/-", 0},
 		{"trusted", nil, "sheddable", "sheddable/[sheddable]", 0},
 		{"trusted, malformed", nil, "urgent", "", connect.CodeInvalidArgument},
 	} {

@@ -1,9 +1,11 @@
 package deadlinekit
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/hedge"
@@ -87,7 +89,8 @@ type config struct {
 	hedge          []hedge.Option
 	breaker        []breaker.Option
 	dedup          dedupConfig
-	edge           bool // WithEdge: the server answers end users
+	edge           bool                                  // WithEdge: the server answers end users
+	level          func(*http.Request) criticality.Level // WithCriticality
 }
 
 func newConfig(opts []Option) *config {

@@ -30,6 +30,10 @@ import (
 //   - the toolkit's internal headers and trailers (grpc-retry-pushback-ms,
 //     grpc-previous-rpc-attempts, every deadlinekit-*) are stripped from what the
 //     server sends; Retry-After, Idempotent-Replayed and RetryInfo stay;
+//   - the level end users claim (deadlinekit-criticality) is never read: it is
+//     removed from the request before any layer sees it, so that an end user can
+//     neither promote itself nor be refused for a malformed one; the level is
+//     [WithCriticality]'s, or critical;
 //   - a request whose Idempotency-Key (idempotency-key metadata) [dedup.ParseKey]
 //     refuses, two header lines among others, is answered 400 (InvalidArgument) with
 //     the reason before any layer runs, also without [WithDedup]: a gateway never

@@ -35,10 +35,13 @@ func init() {
 		c := newConfig(opts)
 		var layers []rpc.Layer
 		if c.edge {
-			layers = append(layers, rpc.Layer{Server: edgeRPCOuter})
+			layers = append(layers, rpc.Layer{Server: edgeRPCOuter}, rpc.Layer{Server: edgeDropLevelRPC})
 		}
 		if c.has(Propagate) {
 			layers = append(layers, rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(c.propagateOptions()))
+		}
+		if c.level != nil {
+			layers = append(layers, rpc.Layer{Server: levelRPC(c.level)})
 		}
 		if c.has(Retry) {
 			layers = append(layers, rpc.Lookup[func([]retry.Option) rpc.Layer]("retry")(nil))

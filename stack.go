@@ -46,11 +46,14 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 	if c.has(Retry) {
 		h = retry.NewMiddleware()(h)
 	}
+	if c.level != nil {
+		h = levelHTTP(c.level, h)
+	}
 	if c.has(Propagate) {
 		h = propagate.NewMiddleware(c.propagateOptions()...)(h)
 	}
 	if c.edge {
-		h = edgeOuter(h)
+		h = edgeOuter(edgeDropLevelHTTP(h))
 	}
 	return h
 }
@@ -98,13 +101,17 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 	var unary []grpc.UnaryServerInterceptor
 	var stream []grpc.StreamServerInterceptor
 	if c.edge {
-		unary = append(unary, edgeUnaryOuter)
-		stream = append(stream, edgeStreamOuter)
+		unary = append(unary, edgeUnaryOuter, edgeDropLevelUnary)
+		stream = append(stream, edgeStreamOuter, edgeDropLevelStream)
 	}
 	if c.has(Propagate) {
 		po := c.propagateOptions()
 		unary = append(unary, propagate.UnaryServerInterceptor(po...))
 		stream = append(stream, propagate.StreamServerInterceptor(po...))
+	}
+	if c.level != nil {
+		unary = append(unary, levelUnary(c.level))
+		stream = append(stream, levelStream(c.level))
 	}
 	if c.has(Retry) {
 		unary = append(unary, retry.UnaryServerInterceptor())

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type interceptor struct {
 	// resends: the client side may send a call more than once, or several copies
 	// at once; each send then gets a request of its own.
 	resends bool
+	// stamps: the outgoing metadata keys the client side sets in each send's
+	// context, which the request sent must carry (rpc.Layer.Stamps).
+	stamps []string
 }
 
 var _ connect.Interceptor = (*interceptor)(nil)
@@ -62,6 +66,7 @@ func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, n
 	// left the client: its HTTP request's header was not written.
 	traced := !call.Idempotent
 	send := func(actx context.Context) rpc.Answer {
+		req := stamp(actx, req, i.stamps)
 		if traced {
 			return sendTraced(actx, req, next)
 		}
@@ -131,7 +136,9 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 			if err != nil {
 				return newRefusedStream(next(ctx, spec), clientError(rpc.Answer{Err: err}))
 			}
-			return &endingStream{StreamingClientConn: next(sctx, spec), end: end}
+			conn := next(sctx, spec)
+			stampHeader(sctx, conn.RequestHeader(), i.stamps)
+			return &endingStream{StreamingClientConn: conn, end: end}
 		}
 	case i.admit != nil:
 		return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
@@ -184,6 +191,33 @@ func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 	// wrote into the caller's header.
 	record.InjectHTTP(ctx, h)
 	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
+}
+
+// stamp returns req, or a copy of it with a header of its own when its header
+// does not carry exactly the values the outgoing metadata of ctx has for keys (the
+// keys a layer stamps: the level). The caller's request is never changed.
+func stamp(ctx context.Context, req connect.AnyRequest, keys []string) connect.AnyRequest {
+	for _, k := range keys {
+		if !slices.Equal(req.Header().Values(http.CanonicalHeaderKey(k)), metadata.ValueFromOutgoingContext(ctx, k)) {
+			h := req.Header().Clone()
+			stampHeader(ctx, h, keys)
+			return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
+		}
+	}
+	return req
+}
+
+// stampHeader makes h carry the values the outgoing metadata of ctx has for keys,
+// and none of a key it has none for.
+func stampHeader(ctx context.Context, h http.Header, keys []string) {
+	for _, k := range keys {
+		name := http.CanonicalHeaderKey(k)
+		if vs := metadata.ValueFromOutgoingContext(ctx, k); len(vs) > 0 {
+			h[name] = slices.Clone(vs)
+		} else {
+			delete(h, name)
+		}
+	}
 }
 
 // reservedHeader reports whether the metadata key k (lower case) names a header of

@@ -22,7 +22,7 @@ func ClientOption(opts ...deadlinekit.Option) connect.ClientOption {
 	layers := rpc.Lookup[func([]deadlinekit.Option) []rpc.Layer]("deadlinekit.client")(opts)
 	is := make([]connect.Interceptor, len(layers))
 	for i, l := range layers {
-		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, resends: l.Resends}
+		is[i] = &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, resends: l.Resends, stamps: l.Stamps}
 	}
 	return connect.WithInterceptors(is...)
 }
@@ -67,7 +67,11 @@ func HandlerOption(opts ...deadlinekit.Option) connect.HandlerOption {
 // the default budget, Envoy's header when trusted: [propagate.WithTrustGRPC] decides
 // per call, from its context; a streaming handler gets no default budget and no
 // clamp, only [propagate.WithMaxStreamTimeout]) and refuses a request that arrived with no time left
-// with CodeDeadlineExceeded and grpc-retry-pushback-ms: -1.
+// with CodeDeadlineExceeded and grpc-retry-pushback-ms: -1. The request's level
+// (package criticality) travels with it as package propagate carries it: every
+// call and stream sends its context's level in deadlinekit-criticality (nothing
+// for the default, critical), and a handler puts a trusted caller's on its
+// context.
 func Propagate(opts ...propagate.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(opts))
 }
@@ -120,5 +124,5 @@ func Breaker(opts ...breaker.Option) connect.Interceptor {
 }
 
 func layer(l rpc.Layer) connect.Interceptor {
-	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server, resends: l.Resends}
+	return &interceptor{client: l.Client, stream: l.Stream, admit: l.StreamAdmit, server: l.Server, resends: l.Resends, stamps: l.Stamps}
 }

@@ -44,6 +44,11 @@ const (
 	ShortCircuitReasonKey = attribute.Key("deadlinekit.shortcircuit.reason")
 	// ServerOverrunKey is how long (ms) the handler kept running after its deadline.
 	ServerOverrunKey = attribute.Key("deadlinekit.server.overrun_ms")
+	// CriticalityKey is the request's level (package criticality), when one was
+	// read from a trusted caller's deadlinekit-criticality header or set by the
+	// server (deadlinekit.WithCriticality): "critical_plus", "critical",
+	// "sheddable_plus" or "sheddable". Absent: critical, the default.
+	CriticalityKey = attribute.Key("deadlinekit.criticality")
 )
 
 // Attributes of a call span: the totals of one outbound call (packages propagate,

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -231,4 +232,44 @@ func BenchmarkPaired(b *testing.B) {
 		b.ReportAllocs()
 		pairbench.Run(b, unary(bare), unary(with))
 	})
+}
+
+// BenchmarkLevel measures what the level costs the transport and the middleware
+// alone (no network): a request of the default level, which sends and reads no
+// header, against one whose context is sheddable (the transport writes the header)
+// or whose caller sent one (the middleware parses it and puts it on the context).
+func BenchmarkLevel(b *testing.B) {
+	resp := &http.Response{StatusCode: 200, Body: http.NoBody}
+	base := testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil })
+	rt := propagate.NewTransport(base)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, l := range []criticality.Level{criticality.Critical, criticality.Sheddable} {
+		req, _ := http.NewRequestWithContext(criticality.With(ctx, l), http.MethodGet, "http://backend.test/x", nil)
+		b.Run("transport/"+l.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := rt.RoundTrip(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	h := propagate.NewMiddleware()(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	w := httptest.NewRecorder()
+	for _, v := range []string{"", "sheddable"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Grpc-Timeout", "250000u")
+		name := "middleware/none"
+		if v != "" {
+			r.Header.Set(propagate.HeaderCriticality, v)
+			name = "middleware/" + v
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
 }

@@ -254,7 +254,8 @@ func acceptsEventStream(v string) bool {
 
 // WithIgnoreMalformed makes the server treat a malformed deadline header as absent
 // (the next header in precedence order, or the default, applies) instead of answering
-// HTTP 400 / gRPC InvalidArgument. Server side. Default: malformed headers are refused.
+// HTTP 400 / gRPC InvalidArgument; and a malformed deadlinekit-criticality as absent
+// (the request is critical). Server side. Default: malformed headers are refused.
 func WithIgnoreMalformed() Option {
 	return optionFunc(func(c *config) { c.ignoreMalformed = true })
 }
@@ -270,18 +271,20 @@ func WithTrustEnvoy() Option {
 // WithTrustHTTP decides, per HTTP request, whether the caller's deadline and attempt
 // headers are believed. For a request f refuses (a caller from outside, say), the
 // middleware ignores grpc-timeout, Connect-Timeout-Ms and X-Envoy-Expected-Rq-Timeout-Ms
-// (the default budget applies) and strips them, with grpc-previous-rpc-attempts and
-// deadlinekit-hedged-above (the hedging chain rule's mark), from the request the
-// handler sees, so that nothing it forwards carries them on.
+// (the default budget applies) and deadlinekit-criticality (the request keeps the
+// default level, critical: a caller cannot promote itself), and strips them, with
+// grpc-previous-rpc-attempts and deadlinekit-hedged-above (the hedging chain rule's
+// mark), from the request the handler sees, so that nothing it forwards carries
+// them on.
 // Server side. Default: every caller is trusted (and clamped).
 func WithTrustHTTP(f func(r *http.Request) bool) Option {
 	return optionFunc(func(c *config) { c.trustHTTP = f })
 }
 
 // WithTrustGRPC is [WithTrustHTTP] for the gRPC server interceptors: for a call f refuses,
-// X-Envoy-Expected-Rq-Timeout-Ms, grpc-previous-rpc-attempts and
-// deadlinekit-hedged-above are ignored and removed from the incoming metadata the
-// handler sees. grpc-timeout itself cannot be ignored:
+// X-Envoy-Expected-Rq-Timeout-Ms, grpc-previous-rpc-attempts,
+// deadlinekit-hedged-above and deadlinekit-criticality are ignored and removed from
+// the incoming metadata the handler sees. grpc-timeout itself cannot be ignored:
 // grpc-go applies it to the stream before any interceptor runs and ends the call at
 // it whatever the handler does; [WithMaxTimeout] still clamps it. Server side.
 // Default: every caller is trusted.
@@ -290,7 +293,7 @@ func WithTrustGRPC(f func(ctx context.Context) bool) Option {
 }
 
 // Headers an untrusted caller's request is stripped of.
-var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header, attempts.CoveredHeader}
+var untrustedHeaders = [...]string{HeaderGRPCTimeout, HeaderConnectTimeout, HeaderEnvoyTimeout, attempts.Header, attempts.CoveredHeader, HeaderCriticality}
 
 // Inbound describes the deadline a server applied to a request: what budget it got,
 // where from, and whether the clamp cut it. Read it with [InboundFromContext] in a

@@ -27,6 +27,22 @@
 // when the procedure it reaches is one, which only the handler's framework knows:
 // the gRPC interceptors and connectkit's decide there.
 //
+// The request's level (package criticality: critical_plus, critical,
+// sheddable_plus, sheddable) travels the same way, in deadlinekit-criticality
+// ([HeaderCriticality], the same name as gRPC metadata): the client side writes
+// the level of the context each attempt is sent under, nothing for the default
+// (critical, which an absent header means); the server side reads it from the
+// callers it trusts ([WithTrustHTTP], [WithTrustGRPC], the rule of the deadline
+// headers) and puts it on the context for the handler and every call it makes. An
+// untrusted caller's is ignored and removed, so that it cannot promote itself.
+//
+// The headers this package reads and writes:
+//
+//	grpc-timeout                    out and in (HTTP; gRPC and connect: the framework's own)
+//	Connect-Timeout-Ms              in; out with WithConnectTimeoutHeader (connect: its own)
+//	X-Envoy-Expected-Rq-Timeout-Ms  in, with WithTrustEnvoy
+//	deadlinekit-criticality         out; in from trusted callers (HTTP, gRPC, connect)
+//
 // Inbound deadline headers are untrusted input: malformed ones are refused with a
 // clear error, and a request that arrives with no time left is answered at once with
 // "do not retry". With an OTel SDK installed, the budgets received and sent are

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
@@ -25,6 +26,10 @@ import (
 // without being sent; the error also matches deadline.ErrInsufficientBudget under
 // errors.Is.
 //
+// Each call also carries the level of its context (package criticality) in the
+// metadata deadlinekit-criticality, on every attempt, as [NewTransport] writes it:
+// nothing for the default level, critical.
+//
 // grpc-go encodes grpc-timeout itself and rounds up to its unit; in the units it picks
 // (nanoseconds below 100 ms, microseconds below 100 s) that is at most one microsecond
 // for budgets under 100 s.
@@ -38,7 +43,7 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 				return err
 			}
 			defer cancel()
-			return invoker(child, method, req, reply, cc, callOpts...)
+			return invoker(withLevelMetadata(child), method, req, reply, cc, callOpts...)
 		})
 	}
 }
@@ -58,7 +63,7 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 			call.End(err)
 			return nil, err
 		}
-		s, err := streamer(child, desc, cc, method, callOpts...)
+		s, err := streamer(withLevelMetadata(child), desc, cc, method, callOpts...)
 		if err != nil {
 			cancel()
 			call.End(err)
@@ -139,6 +144,12 @@ func (e statusError) GRPCStatus() *status.Status {
 // included) retries it: a retry could only arrive with less time. A malformed Envoy
 // header is refused with codes.InvalidArgument (unless [WithIgnoreMalformed]).
 //
+// A trusted caller's deadlinekit-criticality puts its level on the context
+// (criticality.From); two values, or one criticality.Parse refuses, are refused
+// with codes.InvalidArgument naming it, unless [WithIgnoreMalformed]. An
+// untrusted caller's ([WithTrustGRPC]) is ignored and removed from the incoming
+// metadata.
+//
 // The handler finds the applied budget with [InboundFromContext]. A malformed
 // grpc-timeout never reaches the interceptor: grpc-go refuses it itself (code
 // Internal) and keeps the last of repeated values.
@@ -198,12 +209,17 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 			delete(md, envoyMetadataKey)
 			delete(md, attempts.Key)
 			delete(md, attempts.CoveredKey)
+			delete(md, criticality.MetadataKey)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
 	} else if attempts.Covers(firstValue(ctx, attempts.CoveredKey), firstValue(ctx, attempts.Key)) {
 		// A layer above may send this call again: its handler's calls are not
 		// hedged (the chain rule, package hedge).
 		ctx = attempts.WithCovered(ctx)
+	}
+	ctx, err := c.inboundLevel(ctx, metadata.ValueFromIncomingContext(ctx, criticality.MetadataKey))
+	if err != nil {
+		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	}
 	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey), stream)
 }

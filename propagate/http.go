@@ -27,7 +27,13 @@ import (
 // would have done. A request whose context has no deadline goes out without a header,
 // unless [WithDefaultTimeout] is set.
 //
-// The caller's request is never modified: the header is set on a shallow copy with its
+// Every request also carries the level of its context (package criticality) in
+// Deadlinekit-Criticality ([HeaderCriticality]), on every attempt, except the
+// default level, critical, which an absent header means: a level header the
+// request already has (forwarded from the caller's request) is replaced or
+// removed, so that what goes out is always the context's level.
+//
+// The caller's request is never modified: the headers are set on a shallow copy with its
 // own header map. A nil base means http.DefaultTransport.
 func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 	if base == nil {
@@ -67,7 +73,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject boo
 		left, has = deadline.Remaining(child)
 	}
 	if !has {
-		if ctx != req.Context() {
+		if v, change := levelChange(ctx, req.Header); change {
+			req = req.WithContext(ctx)
+			req.Header = req.Header.Clone()
+			setLevel(req.Header, v)
+		} else if ctx != req.Context() {
 			req = req.WithContext(ctx)
 		}
 		return t.base.RoundTrip(req)
@@ -77,8 +87,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject boo
 		closeBody(req)
 		return nil, &deadline.BudgetError{Remaining: left, Needed: t.cfg.policy.Floor}
 	}
-	h := make(http.Header, len(req.Header)+2)
+	h := make(http.Header, len(req.Header)+3)
 	maps.Copy(h, req.Header)
+	if v, change := levelChange(ctx, h); change {
+		setLevel(h, v)
+	}
 	st := &stamp{ctx: child}
 	st.grpc[0] = EncodeGRPCTimeout(left)
 	h[HeaderGRPCTimeout] = st.grpc[:]
@@ -163,6 +176,12 @@ func closeBody(req *http.Request) {
 // grpc-retry-pushback-ms: -1, so that the caller's retry layers do not retry it: a
 // retry could only arrive with less time.
 //
+// A trusted caller's Deadlinekit-Criticality ([HeaderCriticality]) puts its level on
+// the request's context (criticality.From); the same header twice, or a value
+// criticality.Parse refuses, is answered 400 naming it, unless
+// [WithIgnoreMalformed]. An untrusted caller's ([WithTrustHTTP]) is ignored and
+// removed: it cannot promote itself.
+//
 // The handler finds the applied budget with [InboundFromContext]; its context is
 // cancelled when the budget runs out. A request that is itself a copy
 // (grpc-previous-rpc-attempts ≥ 1) or that a hedging layer above may send again
@@ -184,6 +203,14 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			if err != nil {
 				http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 				return
+			}
+			if vs := r.Header[HeaderCriticality]; len(vs) > 0 {
+				ctx, err := c.inboundLevel(r.Context(), vs)
+				if err != nil {
+					http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
+					return
+				}
+				r = r.WithContext(ctx)
 			}
 			stream := c.streamHTTP != nil && c.streamHTTP(r)
 			if !found {

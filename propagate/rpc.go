@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
@@ -21,7 +22,7 @@ import (
 func init() {
 	rpc.Register("propagate", func(opts []Option) rpc.Layer {
 		c := newConfig(opts)
-		return rpc.Layer{Client: c.rpcClient, Stream: c.rpcStream, Server: c.rpcServer}
+		return rpc.Layer{Client: c.rpcClient, Stream: c.rpcStream, Server: c.rpcServer, Stamps: []string{criticality.MetadataKey}}
 	})
 }
 
@@ -32,7 +33,7 @@ func (c *config) rpcClient(ctx context.Context, call *rpc.Call, send rpc.Send) r
 		span.End(err)
 		return rpc.Answer{Err: err}
 	}
-	a := send(child)
+	a := send(withLevelMetadata(child))
 	cancel()
 	span.End(a.Err)
 	return a
@@ -45,7 +46,7 @@ func (c *config) rpcStream(ctx context.Context, call *rpc.Call) (context.Context
 		span.End(err)
 		return ctx, nil, err
 	}
-	return child, func(err error) {
+	return withLevelMetadata(child), func(err error) {
 		cancel()
 		if errors.Is(err, io.EOF) {
 			err = nil
@@ -70,15 +71,21 @@ func (c *config) rpcServer(ctx context.Context, in *rpc.Inbound, handle rpc.Hand
 // rpcServerContext is serverContext for a framework that applied the caller's
 // timeout header to ctx itself, with the request's headers h: the Envoy header when
 // trusted, the clamp and the default budget (for a stream, neither: the stream
-// maximum only). For a caller [WithTrustGRPC] refuses, the Envoy and attempt headers
-// are removed from h, which the handler sees.
+// maximum only), and the trusted caller's level. For a caller [WithTrustGRPC]
+// refuses, the Envoy, attempt and level headers are removed from h, which the
+// handler sees.
 func (c *config) rpcServerContext(ctx context.Context, h http.Header, stream bool) (context.Context, context.CancelFunc, error) {
 	if c.trustGRPC != nil && !c.trustGRPC(ctx) {
 		h.Del(HeaderEnvoyTimeout)
 		h.Del(attempts.Header)
 		h.Del(attempts.CoveredHeader)
+		h.Del(HeaderCriticality)
 	} else if attempts.Covers(h.Get(attempts.CoveredHeader), h.Get(attempts.Header)) {
 		ctx = attempts.WithCovered(ctx) // the chain rule, package hedge
+	}
+	ctx, err := c.inboundLevel(ctx, h.Values(HeaderCriticality))
+	if err != nil {
+		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	}
 	source := SourceGRPCTimeout
 	if h.Get(HeaderConnectTimeout) != "" {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -75,6 +76,14 @@ func Inbound(ctx context.Context, budget time.Duration, source string, clamped b
 		)
 	}
 	instruments().serverBudget.Record(ctx, budget.Seconds())
+}
+
+// Criticality records, on the server span in ctx, the request's level in its wire
+// form, as read from its caller or set by the server.
+func Criticality(ctx context.Context, l criticality.Level) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(otelattr.CriticalityKey.String(l.String()))
+	}
 }
 
 // Guard records the short-circuit guard's refusal on the server span in ctx:

@@ -82,6 +82,11 @@ type Layer struct {
 	// Resends is true for a client layer that may send a call more than once, or
 	// several copies at once (retry, hedge): each send needs a request of its own.
 	Resends bool
+	// Stamps are the outgoing metadata keys a client layer sets, or removes, in
+	// the context of each send and of each stream it opens (propagate: the
+	// level, deadlinekit-criticality): the adapter makes the request sent carry
+	// exactly their values there, the layer's own, even when it does not resend.
+	Stamps []string
 }
 
 // Inbound is one call a server received.

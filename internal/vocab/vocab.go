@@ -84,6 +84,7 @@ var Attributes = []Attribute{
 	{Key: otelattr.ShortCircuitWorkKey, Places: ServerSpan},
 	{Key: otelattr.ShortCircuitReasonKey, Places: OnMetric, Values: append([]string{"below_floor", "expired"}, admissions[1:]...)},
 	{Key: otelattr.ServerOverrunKey, Places: ServerSpan},
+	{Key: otelattr.CriticalityKey, Places: ServerSpan, Values: []string{"critical_plus", "critical", "sheddable_plus", "sheddable"}},
 
 	{Key: otelattr.BudgetSentKey, Places: CallSpan | AttemptSpan},
 	{Key: otelattr.AttemptsKey, Places: CallSpan},

@@ -5,70 +5,81 @@ package shortcircuit
 // concurrency beyond which more handlers at once buy no throughput.
 //
 // What it measures. The rule runs the limit in rounds of three windows: an upper
-// window at the limit, a lower window below it (a step, an eighth of the limit and
-// at least one, unless said otherwise below), and an upper window again. A window's
+// window at the limit, a lower window below it (a step: an eighth of the limit, at
+// least one, unless said otherwise below), and an upper window again. A window's
 // measure begins when the handlers in flight reach its limit (at the latest one mean
 // handler duration after the limit took force), and it counts only the requests
-// admitted since its limit took force: one admitted earlier waited behind the
-// handlers the previous limit let in, and measures that limit. Each window records
-// the time-averaged handlers in flight, n, and the mean duration of its requests, s.
-// At the end of the round the lower window is compared with the mean of the two
-// upper ones around it, so a handler that turns slower or faster steadily across the
-// round cancels out. The elasticity
+// admitted under its limit (since it took force; rising, since the handlers reached
+// it): one admitted earlier waited behind the handlers the previous limit let in,
+// and measures that limit. Each window records the time-averaged handlers in
+// flight, n, and the mean duration of its requests, s. At the end of the round the
+// lower window is compared with the mean of the two upper ones around it, so a
+// handler that turns slower or faster steadily across the round cancels out. The
+// elasticity
 //
 //	e = ln(s_upper / s_lower) / ln(n_upper / n_lower)
 //
 // is near 0 when the extra handlers ran as fast as the others (throughput n/s grew
-// with n: the limit is at or below the knee) and near 1 when every request took
-// longer in proportion (throughput stayed: the limit is above the knee, and the extra
-// requests only queue inside the handler). The knee the round places is where
-// throughput stops growing: n_lower × (n_upper/n_lower)^(1-e).
+// with n: the lower window was below the knee) and near 1 when every request took
+// longer in proportion (throughput stayed: the upper windows were above the knee,
+// and the extra requests only queued inside the handler). The knee the round places
+// is where the throughput it measured stops growing: n_lower × (n_upper/n_lower)^(1-e).
 //
-// A round teaches nothing, and the limit stays, when the load and not the limit set
-// the concurrency (n no higher in the upper windows, or the lower window short of its
-// limit) or the handler changed speed across the round (its upper windows' durations
-// differ by more than 25%). Otherwise the round's verdict (decide) is one of:
+// What it decides (decide). A round teaches nothing, and the limit stays, when the
+// load and not the limit set the concurrency (n under 2% higher in the upper windows,
+// or the lower window under 90% of its limit) or the handler changed speed across
+// the round (the upper windows' durations differ by more than 25%). Otherwise the
+// first of these that applies is the round's verdict:
 //
-//   - grow, by a step, when e is under Tolerance and an upper window held a request
-//     back (a steady trend of over 10% across the round forbids it); from the third
-//     grow in a row by twice the last one, at most half the limit;
-//   - fall, when e reaches Tolerance (or half of it, if the lower window ran more than
-//     a step below): to the knee the round placed, at least a step and never past
-//     the lower window;
-//   - settle, when the last grow bought nothing (e at Tolerance after it): the limit
-//     before the grow was the knee, and the limit stays a headroom above it, a step
-//     (or Headroom's share of the knee);
-//   - keep, otherwise.
+//  1. a recheck (see holding, below) is decided by the knee it places;
+//  2. the last move was a grow and e reached Tolerance: the grow bought nothing, so
+//     the limit before it was the knee; the limit settles a headroom above it (a
+//     step, or Headroom's share of the knee) and holds (grewForNothing); if the
+//     grow was made on weak evidence (e at half Tolerance or more), the limit goes
+//     back to before it instead, and searches on;
+//  3. holding, e reached half of Tolerance: a round of the hold (countDownHold);
+//  4. e reached Tolerance, or half of it with a lower window more than a step
+//     below: fall to the knee the round placed, at least a step and never past the
+//     lower window (fallToKnee);
+//  5. the upper windows' durations differ by more than 10%: a trend the round
+//     cancels only roughly; keep;
+//  6. an upper window held a request back (the limit, not the load, capped the
+//     concurrency): grow by a step; from the third grow in a row by twice the last,
+//     at most half the limit (grow);
+//  7. keep.
 //
-// Its states. Searching (hold.on false), the limit moves by the verdicts above. After
-// a fall that went (nearly) all the way to its lower window, the knee is likely
-// lower still, and the next lower window goes wide: twice as far below as the fall
-// (at least a quarter, at most half the limit); it also goes wide at the start, where
-// the limit is the Initial guess. Holding (hold.on), the limit sits a headroom above
-// the knee: each round that finds the extra concurrency bought little (e at half
-// Tolerance or more) counts the hold down, and a clear gain ends it with a grow (the
-// knee rose). When the hold is up, or the handler turns 20% slower while holding, the
-// next round is a recheck (hold.recheck): its lower window goes a step below the knee
-// (two steps below the limit), and the knee it places decides: where it was, the hold
-// starts again twice as long (up to holdMax rounds); lower, the limit falls to it;
-// higher, the headroom moves above it.
+// Its states. Searching (hold.on false), the limit moves by the verdicts above.
+// After a fall all the way to its lower window (or within a quarter of the way), the
+// knee is likely lower still, and the next lower window goes wide: twice as far
+// below as the fall (at least a quarter, at most half the limit); so does the first
+// one, half below Initial, a guess. Holding (hold.on, from verdict 2 or a settle),
+// the limit sits a headroom above the knee: each round that finds the extra
+// concurrency bought little counts the hold down, and a clear gain (e under half of
+// Tolerance, verdict 6) ends it with a grow: the knee rose. When the hold is up, or
+// the handler turns 20% slower while holding, a recheck is due (hold.recheck): the
+// next round's lower window goes a step below the knee (two steps below the limit),
+// and the knee it places decides (a round with a trend leaves the recheck due): a
+// clear gain still grows; where it was, the hold starts again twice as long (up to
+// holdMax rounds); lower, the limit falls to it. With Headroom, a knee placed a step
+// or more higher moves the headroom above it at once.
 //
 // Two memories shorten the search. base is the handler's unloaded mean duration:
-// the lower window of a round that bought throughput ran below the knee. A later
-// lower window within a tenth of it was not above the knee either, so a fall or a
-// recheck settles at once a headroom above the knee Little's law places there
-// (throughput × base), and a hold that would recheck holds longer instead. calm
-// counts the rounds in a row that kept the limit: the upper windows of such rounds
-// last 2^min(calm, calmMax) times as long; a change of more than 20% in the
-// handler's speed against the last kept upper window (ref) ends the calm, and
-// faster, forgets base.
+// that of the lower window of a round that bought throughput (it ran below the
+// knee). A later lower window within a tenth of it was not above the knee either:
+// a fall, or a recheck that finds the knee lower, then settles at once a headroom
+// above the knee Little's law places there (throughput × base), without a wide
+// window below it, and a hold that is up starts again twice as long instead of
+// rechecking. calm counts the rounds in a row that kept the limit on evidence: their
+// upper windows last 2^min(calm, calmMax) times as long. An upper window that runs
+// more than 20% slower or faster than the last one at a kept limit (ref) ends the
+// calm; faster, it also forgets base.
 //
-// Window lengths: an upper window lasts Samples/2 completions and four mean
-// durations (times the calm's factor; one of each, and Samples/4 completions, while
-// the limit falls or starts), the lower one Samples/4 and two durations (one when
-// wide). The first window begins when the limit first holds a request back. At a
-// limit of 1 there is nothing below to compare with: an upper window that held
-// requests back grows the limit.
+// Window lengths. An upper window lasts Samples/2 completions and four mean
+// durations (times the calm's factor at a kept limit; after a fall, and at the
+// start, Samples/4 and one duration); the lower one Samples/4 and two durations (one
+// when wide). The first window begins when the limit first holds a request back.
+// At a limit of 1 there is nothing below to compare with: the first upper window
+// repeats, and one that held requests back grows the limit.
 
 import (
 	"math"

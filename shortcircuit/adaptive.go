@@ -341,12 +341,12 @@ func (g *adaptive) decide() {
 		g.calm = 0
 		return
 	}
-	wide := g.wide
+	wide := g.wide // a verdict that keeps the limit keeps the next lower window wide
 	g.wide = false
 	g.learnBase(f)
 	tol := g.cfg.Tolerance
-	wideGap := g.limit-f.lower > step(g.limit) // the lower window ran more than a step below
-	if g.hold.on && g.hold.recheck && wideGap {
+	deep := g.limit-f.lower > step(g.limit)  // the lower window ran more than a step below
+	if g.hold.on && g.hold.recheck && deep { // the lower window was a recheck's
 		if !f.trend { // else check again in the next round
 			g.decideRecheck(f)
 		}
@@ -360,7 +360,7 @@ func (g *adaptive) decide() {
 		// half the tolerance, says the knee rose: one noisy round does not end
 		// the hold.)
 		g.countDownHold(f)
-	case f.e >= tol || (f.e >= tol/2 && wideGap):
+	case f.e >= tol || (f.e >= tol/2 && deep):
 		// The lower window kept the throughput, or (wider than a step) part of it.
 		g.fallToKnee(f)
 	case f.trend:

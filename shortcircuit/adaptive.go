@@ -128,10 +128,11 @@ const (
 // hold is the steady state: the limit settled a headroom above the knee.
 type hold struct {
 	on bool // the limit is head above the knee, until a move
-	// recheck: the next round rechecks the knee. Set when the hold is up or
-	// the handler turned slower while holding; cleared by a recheck or a
-	// settle. A grow out of the hold leaves it set, so that a hold found again
-	// by a grow that buys nothing starts with a recheck.
+	// recheck: the next round rechecks the knee. Set when the hold is up
+	// (countDownHold) or the handler turned slower while holding
+	// (noticeSpeedChange); cleared by a recheck, a settle, or a round of the
+	// hold with rounds left. A grow out of the hold leaves it set, so that a
+	// hold found again by a grow that buys nothing starts with a recheck.
 	recheck bool
 	head    int // the limit's distance above the knee
 	at      int // the limit the hold last began at

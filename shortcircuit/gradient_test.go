@@ -7,8 +7,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/deadlinekit/deadlinekit/internal/benchknob"
 )
 
 // sim is a handler behind a limiter with the adaptive limit, in fake time (it runs
@@ -265,19 +263,17 @@ func steady(t *testing.T, s *sim) (below, above float64, ok int) {
 	return float64(lo) / float64(n), float64(hi) / float64(n), s.ok
 }
 
+// The first rule (removed) probed below the knee every round and grew straight back
+// into a limit it had just found too high. Its figures in steady over its last five
+// runs beside the current rule: below the knee 13.5–14.6% of the time, above it by
+// more than a step never; the least is kept.
+const firstRuleBelow, firstRuleAbove = 0.135, 0.0
+
 // Settled at the knee, the limit probes below it less often than the first rule
-// did (which probed every cycle and grew straight back into a limit it had just
-// found too high), and answers within 1% of a static limit set to the knee.
+// did, and answers within 1% of a static limit set to the knee.
 func TestAdaptiveLimitSettledProbesLess(t *testing.T) {
-	var first, now [3]float64
+	var now [3]float64
 	var static int
-	synctest.Test(t, func(t *testing.T) {
-		benchknob.FirstAdaptiveLimit.Store(true)
-		s := newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8)
-		benchknob.FirstAdaptiveLimit.Store(false)
-		lo, hi, ok := steady(t, s)
-		first = [3]float64{lo, hi, float64(ok)}
-	})
 	synctest.Test(t, func(t *testing.T) {
 		lo, hi, ok := steady(t, newSim(DefaultAdaptiveLimit, 10*time.Millisecond, 8))
 		now = [3]float64{lo, hi, float64(ok)}
@@ -287,13 +283,13 @@ func TestAdaptiveLimitSettledProbesLess(t *testing.T) {
 		s := &sim{l: newLimiter(c), base: 10 * time.Millisecond, knee: 8, slow: 1}
 		_, _, static = steady(t, s)
 	})
-	t.Logf("time below the knee %.1f%% (first rule %.1f%%), above %.1f%% (%.1f%%); answered %.0f (%.0f), static limit 8 %d",
-		100*now[0], 100*first[0], 100*now[1], 100*first[1], now[2], first[2], static)
-	if now[0] > first[0]*3/4 {
-		t.Errorf("below the knee %.1f%% of the time; want at most three quarters of the first rule's %.1f%%", 100*now[0], 100*first[0])
+	t.Logf("time below the knee %.1f%% (first rule %.1f%%), above %.1f%% (%.1f%%); answered %.0f, static limit 8 %d",
+		100*now[0], 100*firstRuleBelow, 100*now[1], 100*firstRuleAbove, now[2], static)
+	if now[0] > firstRuleBelow*3/4 {
+		t.Errorf("below the knee %.1f%% of the time; want at most three quarters of the first rule's %.1f%%", 100*now[0], 100*firstRuleBelow)
 	}
-	if now[1] > first[1] {
-		t.Errorf("above the knee %.1f%% of the time; want no more than the first rule's %.1f%%", 100*now[1], 100*first[1])
+	if now[1] > firstRuleAbove {
+		t.Errorf("above the knee %.1f%% of the time; want no more than the first rule's %.1f%%", 100*now[1], 100*firstRuleAbove)
 	}
 	if now[2] < 0.99*float64(static) {
 		t.Errorf("%.0f answered in time; want within 1%% of the static limit's %d", now[2], static)

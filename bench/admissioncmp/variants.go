@@ -46,7 +46,6 @@ import (
 	"github.com/platinummonkey/go-concurrency-limits/limiter"
 	"github.com/platinummonkey/go-concurrency-limits/strategy"
 
-	"github.com/deadlinekit/deadlinekit/internal/benchknob"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
@@ -86,15 +85,6 @@ func Variants() []Variant {
 			},
 		},
 		{
-			Name: "deadlinekit shortcircuit, static limit 8, uniform wait",
-			Note: "the static limit 8 with the queue's wait predicted as before issue 25's second step, beside the current one: from the mean service time alone (slots free at a uniform rate), not from the ends of the handlers running",
-			Guard: func() func(http.Handler) http.Handler {
-				benchknob.UniformWait.Store(true)
-				defer benchknob.UniformWait.Store(false)
-				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithMaxConcurrency(Workers))
-			},
-		},
-		{
 			Name: "deadlinekit shortcircuit, adaptive limit",
 			Note: "shortcircuit.NewMiddleware(WithFloor(10 ms), WithAdaptiveConcurrency(DefaultAdaptiveLimit)): from 20, in [1, 1000]; windows upper, lower (an eighth below), upper; the elasticity of the handler's mean duration to the handlers in flight decides (tolerance 0.5); default queue (1 × the current limit, FIFO) with the same admission by predicted wait",
 			Guard: func() func(http.Handler) http.Handler {
@@ -127,17 +117,6 @@ func Variants() []Variant {
 			Note: "WithAdaptiveConcurrency(AdaptiveLimit{Headroom: 1.5}): the limit settles at two and a half times the knee, where failsafe-go's adaptive limiter runs in the saturation cells (what matching its goodput there costs in latency)",
 			Guard: func() func(http.Handler) http.Handler {
 				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.AdaptiveLimit{Headroom: 1.5}))
-			},
-		},
-		{
-			Name: "deadlinekit shortcircuit, adaptive limit, first rule",
-			Note: "the adaptive limit as it was before issue 25's second step, beside the current one: a lower window every cycle, a grow straight back into a limit just found too high, the queue's wait predicted from the mean service time alone",
-			Guard: func() func(http.Handler) http.Handler {
-				benchknob.FirstAdaptiveLimit.Store(true)
-				benchknob.UniformWait.Store(true)
-				defer benchknob.FirstAdaptiveLimit.Store(false)
-				defer benchknob.UniformWait.Store(false)
-				return shortcircuit.NewMiddleware(shortcircuit.WithFloor(Floor), shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))
 			},
 		},
 		{

@@ -1,0 +1,293 @@
+package shortcircuit
+
+import (
+	"container/heap"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/deadlinekit/deadlinekit/internal/record"
+)
+
+// The service time is estimated as TCP estimates a round trip (RFC 6298): an average
+// of the handler's durations, weight 1/8, and of their deviation from it, weight 1/4.
+// A request must have the average plus twice the deviation left to be started: the
+// average alone would start half of the requests that have just enough, and they
+// would finish late.
+const (
+	serviceWeight = 8
+	devWeight     = 4
+	devFactor     = 2
+)
+
+// limiter caps the handlers running at once and queues the requests beyond the cap,
+// admitting a request only when its predicted wait plus the service time fits in its
+// remaining budget. It is the protocol-free core of the concurrency options.
+// Its limit is static ([WithMaxConcurrency]) or moved by the adaptive rule (adapt,
+// in adaptive.go); the queue and its orders are in queue.go.
+type limiter struct {
+	order    QueueOrder
+	maxQueue int           // negative: DefaultQueueFactor × the current limit
+	floor    time.Duration // the guard's static floor: the least service time assumed
+	adapt    *adaptive     // nil: a static limit
+
+	mu       sync.Mutex
+	limit    int
+	inflight int
+	q        waitQueue
+	seq      int64
+	service  time.Duration // average handler duration; zero until the first is known
+	dev      time.Duration // average deviation from it
+
+	// The slots of the running handlers: when each started (zero: free), so that a
+	// queued request's wait is predicted from when they should end.
+	starts []time.Time
+	free   []int
+	ends   []time.Duration // scratch for predict
+}
+
+// take gives a slot to a handler starting at now and returns its number. l.mu is
+// held.
+func (l *limiter) take(now time.Time) int {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if n := len(l.free); n > 0 {
+		i := l.free[n-1]
+		l.free = l.free[:n-1]
+		l.starts[i] = now
+		return i
+	}
+	l.starts = append(l.starts, now)
+	return len(l.starts) - 1
+}
+
+// give frees slot i. l.mu is held.
+func (l *limiter) give(i int) {
+	if i >= 0 && i < len(l.starts) && !l.starts[i].IsZero() {
+		l.starts[i] = time.Time{}
+		l.free = append(l.free, i)
+	}
+}
+
+// queueBound is how many requests may wait. l.mu is held.
+func (l *limiter) queueBound() int {
+	if l.maxQueue >= 0 {
+		return l.maxQueue
+	}
+	return DefaultQueueFactor * l.limit
+}
+
+// mean is the service time a wait is predicted with: the handler's average, and the
+// floor only until one is known. The floor is the least time a request must have
+// left to start, not what the handler takes: a 2 ms handler behind a 20 ms floor
+// frees its slot every 2 ms. l.mu is held.
+func (l *limiter) mean() time.Duration {
+	if l.service > 0 {
+		return l.service
+	}
+	return l.floor
+}
+
+// need is the time a request must have left to be started. l.mu is held.
+func (l *limiter) need() time.Duration { return max(l.service+devFactor*l.dev, l.floor) }
+
+func newLimiter(c *config) *limiter {
+	l := &limiter{order: c.order, floor: c.floor}
+	if a := c.adaptiveLimit; a != nil {
+		l.adapt = newAdaptive(*a)
+		l.limit = l.adapt.inForce()
+	} else {
+		l.limit = c.maxConcurrency
+	}
+	l.maxQueue = c.maxQueue // negative: DefaultQueueFactor × the current limit
+	record.Limit(context.Background(), l.limit)
+	return l
+}
+
+// entry is what acquire decided, and the numbers of the decision.
+type entry struct {
+	decision Admission
+	queued   bool
+	wait     time.Duration // time spent in the queue, or predicted (refusals on arrival)
+	service  time.Duration // the service time the prediction used
+	slot     int           // the slot of an admitted request, for release
+}
+
+// acquire waits for a slot for a request that arrived at now, with the given
+// deadline. It returns with Admitted (the caller must call release) or with the
+// refusal.
+func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool) entry {
+	l.mu.Lock()
+	svc, need := l.mean(), l.need()
+	if has && l.service > 0 && deadline.Sub(now) < need {
+		// Even a free slot cannot make the time left pay for the work: refuse now,
+		// while the caller can still go elsewhere, not after running out of time
+		// in the handler.
+		l.mu.Unlock()
+		return entry{decision: CannotFinish, service: need}
+	}
+	if l.inflight < l.limit && l.q.Len() == 0 {
+		l.inflight++
+		slot := l.take(now)
+		if l.adapt != nil {
+			l.adapt.inFlight(now, l.inflight)
+		}
+		l.mu.Unlock()
+		record.InFlight(ctx, 1)
+		return entry{decision: Admitted, service: need, slot: slot}
+	}
+	if l.adapt != nil {
+		l.adapt.held()
+	}
+	w := l.newWaiter(deadline, has)
+	ahead := l.ahead(w)
+	wait := l.predict(ahead, svc)
+	if has && deadline.Sub(now) < wait+need+l.worst(ahead, need) {
+		// The mean rate of the slots cannot tell whether the slot this request
+		// would get frees in time: ask when the running handlers should end.
+		wait = l.predictAt(now, ahead, need)
+	}
+	if has && deadline.Sub(now) < wait+need {
+		l.mu.Unlock()
+		return entry{decision: CannotFinish, wait: wait, service: need}
+	}
+	if l.q.Len() >= l.queueBound() && !l.evictFor(w) {
+		l.mu.Unlock()
+		return entry{decision: Overloaded, wait: wait, service: need}
+	}
+	w.ready = make(chan struct{})
+	heap.Push(&l.q, w)
+	l.mu.Unlock()
+	record.QueueLength(ctx, 1)
+	return l.await(ctx, w, now, need, svc)
+}
+
+// predict is how long a request with ahead queued before it would wait for a slot,
+// queued now: all slots are taken, and slots free up at limit / service per unit of
+// time. l.mu is held.
+func (l *limiter) predict(ahead int, svc time.Duration) time.Duration {
+	return time.Duration(int64(ahead+1) * int64(svc) / int64(max(l.limit, 1)))
+}
+
+// worst is how much later than predict the slot of such a request may free: the
+// slot that serves it frees within one work time (need) of the one before it. l.mu
+// is held.
+func (l *limiter) worst(ahead int, need time.Duration) time.Duration {
+	return need*time.Duration(ahead/max(l.limit, 1)+1) - l.predict(ahead, need)
+}
+
+// predictAt is when the slot of a request with ahead queued before it frees, from
+// when the running handlers started:
+// each ends within d (the time a request must have left to start: the mean service
+// time and twice its deviation) of its start, and one overdue within a deviation;
+// the queue ahead of w takes the first slots to free, and a slot freed serves the
+// queue again d later. It errs late rather than early: a request it queues is
+// served in time, and one it refuses is refused at once. l.mu is held.
+func (l *limiter) predictAt(now time.Time, ahead int, d time.Duration) time.Duration {
+	ends := l.ends[:0]
+	for _, s := range l.starts {
+		if !s.IsZero() {
+			ends = append(ends, max(s.Add(d).Sub(now), l.dev))
+		}
+	}
+	l.ends = ends
+	if len(ends) == 0 {
+		return l.predict(ahead, d)
+	}
+	slices.Sort(ends)
+	// Handlers beyond the limit (it fell) free slots that serve no one.
+	skip := min(max(l.inflight-l.limit, 0), len(ends)-1)
+	serving := ends[skip:]
+	return serving[ahead%len(serving)] + time.Duration(ahead/len(serving))*d
+}
+
+// predictEnd is the wait at the end of the queue: when to come back. l.mu need not be
+// held.
+func (l *limiter) predictEnd(svc time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Duration(int64(l.q.Len()+1) * int64(svc) / int64(max(l.limit, 1)))
+}
+
+// release gives back slot, of a request whose handler took took (zero: it did not
+// run), and hands free slots to the queue, dropping the requests whose budget can no
+// longer pay for the work.
+func (l *limiter) release(slot int, took time.Duration) {
+	l.releaseAt(slot, time.Time{}, took)
+}
+
+// releaseAt is release for a handler that ended at now (zero: not known, read the
+// clock if the adaptive limit needs it).
+func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
+	l.mu.Lock()
+	l.inflight--
+	var began time.Time // when the request was admitted, for the adaptive limit
+	if l.adapt != nil && slot >= 0 && slot < len(l.starts) {
+		began = l.starts[slot]
+	}
+	l.give(slot)
+	if l.adapt != nil {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		l.adapt.inFlight(now, l.inflight)
+	}
+	if took > 0 {
+		l.learn(now, began, took)
+	}
+	now, started := l.serveQueue(now)
+	if l.adapt != nil && started > 0 {
+		l.adapt.inFlight(now, l.inflight)
+	}
+	l.mu.Unlock()
+	record.InFlight(context.Background(), started-1)
+}
+
+// learn takes the duration of a handler admitted at began that ended at now into the
+// service time and, with the adaptive limit, into the limit. l.mu is held.
+func (l *limiter) learn(now, began time.Time, took time.Duration) {
+	if l.service == 0 {
+		l.service, l.dev = took, took/2
+	} else {
+		d := took - l.service
+		l.service += d / serviceWeight
+		l.dev += (max(d, -d) - l.dev) / devWeight
+	}
+	if l.adapt != nil {
+		if n := l.adapt.update(now, began, took, l.service); n != l.limit {
+			l.limit = n
+			record.Limit(context.Background(), n)
+		}
+	}
+}
+
+// serveQueue hands the free slots to the queue in its order, at now (zero: read the
+// clock when needed), dropping the requests whose budget can no longer pay for the
+// work; it returns now, read or not, and how many it started. l.mu is held.
+func (l *limiter) serveQueue(now time.Time) (time.Time, int) {
+	need := l.need()
+	started := 0
+	for l.inflight < l.limit && l.q.Len() > 0 {
+		w := heap.Pop(&l.q).(*waiter)
+		if w.has {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if w.deadline.Sub(now) < need {
+				close(w.ready) // dropped: acquire sees neither granted nor evicted
+				continue
+			}
+		}
+		w.granted = true
+		l.inflight++
+		if now.IsZero() {
+			now = time.Now()
+		}
+		w.slot = l.take(now)
+		started++
+		close(w.ready)
+	}
+	return now, started
+}

@@ -83,10 +83,14 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 		return &s.single, nil
 	}
 	var addr string
+	var reach func(context.Context) error
 	lookup := func(ctx context.Context) error {
 		m, err := s.cluster.MasterForKey(ctx, name)
 		if err == nil {
 			addr = m.Options().Addr
+			if _, known := s.masters.Load(addr); !known {
+				reach = reachOf(m)
+			}
 		}
 		return err
 	}
@@ -105,7 +109,7 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 	}
 	h, ok := s.masters.Load(addr)
 	if !ok {
-		h, _ = s.masters.LoadOrStore(addr, new(health))
+		h, _ = s.masters.LoadOrStore(addr, &health{reach: reach})
 	}
 	return h.(*health), nil
 }
@@ -154,6 +158,9 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 	probe, err := s.enter(h, o)
 	if err != nil {
 		return err
+	}
+	if h.reach != nil && (probe || o.finish && h.down.Load()) {
+		f = h.reaching(f)
 	}
 	c := &boundedCall{s: s, h: h, probe: probe, start: time.Now(), done: make(chan error, 1)}
 	// bctx ends at the bound: the caller waits no longer, and Redis is down,
@@ -264,19 +271,24 @@ func (c *boundedCall) wait(ctx, bctx context.Context) error {
 
 // result is the error of a call that returned err.
 func (s *Store) result(h *health, err error) error {
-	if err == nil || judge(err) != failedCall {
+	if err == nil || judge(err) == succeeded {
 		return err
 	}
 	return &dedup.UnavailableError{RetryIn: h.retryIn(time.Now()), Err: err}
 }
 
-// judge reads a call's error: Redis answered (an error reply too: LOADING or
+// judge reads a call's error: Redis refused the connection of the call's reach
+// check, or it answered (an error reply too: LOADING or
 // CLUSTERDOWN come from a node that is up, and each request meets them at once;
 // marking a live master down for a failover elsewhere would refuse its keys after
 // the failover ended), or it failed.
 func judge(err error) outcome {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return succeeded
+	}
+	var refusedErr *errRefused
+	if errors.As(err, &refusedErr) {
+		return refused
 	}
 	var re redis.Error
 	if errors.As(err, &re) {

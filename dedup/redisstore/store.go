@@ -49,6 +49,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	}
 	s := &Store{rdb: rdb, prefix: DefaultPrefix, calls: calls{timeout: DefaultTimeout}}
 	s.cluster, _ = rdb.(*redis.ClusterClient)
+	if c, ok := rdb.(*redis.Client); ok {
+		s.single.reach = reachOf(c)
+		c.AddHook(watch{h: &s.single})
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(s)

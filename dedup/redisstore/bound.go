@@ -59,10 +59,13 @@ type calls struct {
 	closed    bool
 	running   sync.WaitGroup
 	abandoned atomic.Int64
-	single    health   // a client that is not a Cluster
-	slots     health   // a Cluster's first lookup of its slot map
-	masters   sync.Map // a Cluster's master address → *health
-	loaded    atomic.Bool
+	// stale holds name + "\n" + token for each Acquire abandoned at its bound whose
+	// give-back has not returned: a lease Redis may hold that no request runs under.
+	stale   sync.Map
+	single  health   // a client that is not a Cluster
+	slots   health   // a Cluster's first lookup of its slot map
+	masters sync.Map // a Cluster's master address → *health
+	loaded  atomic.Bool
 }
 
 // Close makes every later call fail with [ErrClosed], and returns once every call
@@ -125,6 +128,9 @@ type callOpts struct {
 	// have run it (an Acquire's lease, taken for a request that got a 503 and
 	// runs no handler, is given back).
 	undo func(ctx context.Context)
+	// stale, when not empty, is what the call adds to calls.stale from when it
+	// is abandoned until its undo returned.
+	stale string
 }
 
 // do runs f, a call to the Redis that holds name, within the store's bound and the
@@ -162,7 +168,7 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 	if h.reach != nil && (probe || o.finish && h.down.Load()) {
 		f = h.reaching(f)
 	}
-	c := &boundedCall{s: s, h: h, probe: probe, start: time.Now(), done: make(chan error, 1)}
+	c := &boundedCall{s: s, h: h, probe: probe, stale: o.stale, start: time.Now(), done: make(chan error, 1)}
 	// bctx ends at the bound: the caller waits no longer, and Redis is down,
 	// whenever the client returns. The call's own context may end later.
 	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
@@ -213,6 +219,7 @@ type boundedCall struct {
 	s       *Store
 	h       *health
 	probe   bool
+	stale   string
 	start   time.Time
 	settled atomic.Bool
 	state   atomic.Int32
@@ -241,6 +248,9 @@ func (c *boundedCall) run(cctx context.Context, f func(context.Context) error, o
 			o.undo(uctx)
 			ucancel()
 		}
+		if o.stale != "" {
+			c.s.stale.Delete(o.stale)
+		}
 		c.s.abandoned.Add(-1)
 	}
 	c.done <- err
@@ -258,7 +268,13 @@ func (c *boundedCall) wait(ctx, bctx context.Context) error {
 	case <-ctx.Done():
 		cause = ctx.Err()
 	}
+	if c.stale != "" {
+		c.s.stale.Store(c.stale, struct{}{}) // before the handover: its undo deletes it
+	}
 	if !c.state.CompareAndSwap(callRunning, callAbandoned) {
+		if c.stale != "" {
+			c.s.stale.Delete(c.stale)
+		}
 		return c.s.result(c.h, <-c.done) // it returned meanwhile
 	}
 	c.s.abandoned.Add(1)

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -475,5 +476,92 @@ func TestRedisBackWhileTheClientIsTripped(t *testing.T) {
 			t.Fatalf("Redis back for %d probes, the store still refuses: %v", i, err)
 		}
 		time.Sleep(ue.RetryIn)
+	}
+}
+
+// holdReply is a go-redis hook that holds the return of the first command whose
+// arguments contain mark until release is closed, after telling landed that Redis
+// answered it.
+type holdReply struct {
+	mark    string
+	fired   atomic.Bool
+	landed  chan struct{}
+	release chan struct{}
+}
+
+func (h *holdReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if strings.Contains(fmt.Sprint(cmd.Args()...), h.mark) && h.fired.CompareAndSwap(false, true) {
+			close(h.landed)
+			<-h.release
+		}
+		return err
+	}
+}
+
+func (h *holdReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestAbandonedLeaseDoesNotBlockItsKey: an Acquire abandoned at the bound that Redis
+// runs after all holds a lease no request runs under (its request got a 503) until
+// the call returns and gives it back. A request with the same key that meets that
+// lease first (the same request's next try with a fresh token, once the store is
+// back) takes the key, instead of being told that the key runs, for the lease's
+// whole TTL: after an outage, under load, payments got 409 "conflict" for the lease
+// of their own earlier try.
+func TestAbandonedLeaseDoesNotBlockItsKey(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	hold := &holdReply{mark: "abandoned-token", landed: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hold)
+	s := redisstore.New(rdb, redisstore.WithTimeout(50*time.Millisecond))
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold.release)
+		}
+		rdb.Close()
+		s.Close()
+	})
+	ctx := t.Context()
+	if ok, _, err := s.Acquire(ctx, "warm", dedup.Lease{Token: "w", Fingerprint: "fp", TTL: time.Minute}); err != nil || !ok { // loads the script
+		t.Fatal(ok, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	first := dedup.Lease{Token: "abandoned-token", Fingerprint: "fp", TTL: time.Minute}
+	if _, _, err := s.Acquire(ctx, "k", first); !isUnavailable(err) {
+		srv.Resume()
+		t.Fatalf("paused: %v, want ErrUnavailable", err)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-hold.landed // Redis ran the abandoned Acquire: its lease is held, not yet given back
+	next := dedup.Lease{Token: "next-token", Fingerprint: "fp", TTL: time.Minute}
+	for i := 0; ; i++ {
+		ok, e, err := s.Acquire(ctx, "k", next)
+		if err == nil {
+			if !ok {
+				t.Fatalf("the abandoned Acquire's lease blocks its key: %+v", e)
+			}
+			break
+		}
+		var ue *dedup.UnavailableError
+		if !errors.As(err, &ue) || i > 100 { // the lease would end after 600 tries
+			t.Fatalf("Redis resumed: %v", err)
+		}
+		time.Sleep(ue.RetryIn)
+	}
+	close(hold.release) // the abandoned call returns, and gives back what it no longer holds
+	released = true
+	s.Close() // waits for the abandoned call's give-back
+	if v, err := rdb.Get(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || !strings.HasPrefix(v, "Rnext-token\n") {
+		t.Fatalf("the key's record after the give-back: %q %v, want the next lease's", v, err)
 	}
 }

@@ -59,10 +59,13 @@ type calls struct {
 	closed    bool
 	running   sync.WaitGroup
 	abandoned atomic.Int64
-	single    health   // a client that is not a Cluster
-	slots     health   // a Cluster's first lookup of its slot map
-	masters   sync.Map // a Cluster's master address → *health
-	loaded    atomic.Bool
+	// stale holds name + "\n" + token for each Acquire abandoned at its bound whose
+	// give-back has not returned: a lease Redis may hold that no request runs under.
+	stale   sync.Map
+	single  health   // a client that is not a Cluster
+	slots   health   // a Cluster's first lookup of its slot map
+	masters sync.Map // a Cluster's master address → *health
+	loaded  atomic.Bool
 }
 
 // Close makes every later call fail with [ErrClosed], and returns once every call
@@ -83,10 +86,14 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 		return &s.single, nil
 	}
 	var addr string
+	var reach func(context.Context) error
 	lookup := func(ctx context.Context) error {
 		m, err := s.cluster.MasterForKey(ctx, name)
 		if err == nil {
 			addr = m.Options().Addr
+			if _, known := s.masters.Load(addr); !known {
+				reach = reachOf(m)
+			}
 		}
 		return err
 	}
@@ -105,7 +112,7 @@ func (s *Store) healthOf(ctx context.Context, name string) (*health, error) {
 	}
 	h, ok := s.masters.Load(addr)
 	if !ok {
-		h, _ = s.masters.LoadOrStore(addr, new(health))
+		h, _ = s.masters.LoadOrStore(addr, &health{reach: reach})
 	}
 	return h.(*health), nil
 }
@@ -121,6 +128,9 @@ type callOpts struct {
 	// have run it (an Acquire's lease, taken for a request that got a 503 and
 	// runs no handler, is given back).
 	undo func(ctx context.Context)
+	// stale, when not empty, is what the call adds to calls.stale from when it
+	// is abandoned until its undo returned.
+	stale string
 }
 
 // do runs f, a call to the Redis that holds name, within the store's bound and the
@@ -155,7 +165,10 @@ func (s *Store) bounded(ctx context.Context, h *health, bound time.Duration, f f
 	if err != nil {
 		return err
 	}
-	c := &boundedCall{s: s, h: h, probe: probe, start: time.Now(), done: make(chan error, 1)}
+	if h.reach != nil && (probe || o.finish && h.down.Load()) {
+		f = h.reaching(f)
+	}
+	c := &boundedCall{s: s, h: h, probe: probe, stale: o.stale, start: time.Now(), done: make(chan error, 1)}
 	// bctx ends at the bound: the caller waits no longer, and Redis is down,
 	// whenever the client returns. The call's own context may end later.
 	bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
@@ -206,6 +219,7 @@ type boundedCall struct {
 	s       *Store
 	h       *health
 	probe   bool
+	stale   string
 	start   time.Time
 	settled atomic.Bool
 	state   atomic.Int32
@@ -234,6 +248,9 @@ func (c *boundedCall) run(cctx context.Context, f func(context.Context) error, o
 			o.undo(uctx)
 			ucancel()
 		}
+		if o.stale != "" {
+			c.s.stale.Delete(o.stale)
+		}
 		c.s.abandoned.Add(-1)
 	}
 	c.done <- err
@@ -251,7 +268,13 @@ func (c *boundedCall) wait(ctx, bctx context.Context) error {
 	case <-ctx.Done():
 		cause = ctx.Err()
 	}
+	if c.stale != "" {
+		c.s.stale.Store(c.stale, struct{}{}) // before the handover: its undo deletes it
+	}
 	if !c.state.CompareAndSwap(callRunning, callAbandoned) {
+		if c.stale != "" {
+			c.s.stale.Delete(c.stale)
+		}
 		return c.s.result(c.h, <-c.done) // it returned meanwhile
 	}
 	c.s.abandoned.Add(1)
@@ -264,19 +287,24 @@ func (c *boundedCall) wait(ctx, bctx context.Context) error {
 
 // result is the error of a call that returned err.
 func (s *Store) result(h *health, err error) error {
-	if err == nil || judge(err) != failedCall {
+	if err == nil || judge(err) == succeeded {
 		return err
 	}
 	return &dedup.UnavailableError{RetryIn: h.retryIn(time.Now()), Err: err}
 }
 
-// judge reads a call's error: Redis answered (an error reply too: LOADING or
+// judge reads a call's error: Redis refused the connection of the call's reach
+// check, or it answered (an error reply too: LOADING or
 // CLUSTERDOWN come from a node that is up, and each request meets them at once;
 // marking a live master down for a failover elsewhere would refuse its keys after
 // the failover ended), or it failed.
 func judge(err error) outcome {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return succeeded
+	}
+	var refusedErr *errRefused
+	if errors.As(err, &refusedErr) {
+		return refused
 	}
 	var re redis.Error
 	if errors.As(err, &re) {

@@ -29,6 +29,30 @@
 // its success lets traffic back. So a Redis that is killed or stalls costs a request
 // at most the bound, and the rest a prompt 503 + Retry-After until it is back.
 //
+// The store also keeps go-redis's pool from giving up on a Redis that is down. With
+// go-redis's defaults, once as many dials have failed as the pool has connections
+// (PoolSize, 10 per CPU), the pool fails every call at once, without dialing, until
+// a redial it tries once a second succeeds: a store that went on dialing a killed
+// Redis would trip it within half a second, and be refused for up to a second more
+// after Redis is back. So, on a *redis.Client (a single node, or Sentinel's failover
+// client), New adds a hook to the client (AddHook) that only watches its dials: the
+// first that fails marks the Redis down at once, before the calls that follow reach
+// the pool. While down, a probe (and a completion or release) first opens a
+// connection of its own with the client's dialer, outside the pool, and closes it:
+// refused, the call goes no further, and the next probe goes FirstPause later, not
+// MaxPause (a refused connection costs a dead Redis nothing), so that a Redis back
+// is seen within FirstPause; accepted, the call goes to the client. Only the calls
+// in flight as Redis goes down still dial through the pool (one failed dial each; a
+// completion, up to four, with go-redis's retries); PoolSize of them at once, or
+// the client's other users, still trip it: the store then probes every FirstPause
+// and serves as soon as the client does. The client's options are kept as they are;
+// the hook stays on the client after [Store.Close], and then marks only the closed
+// store.
+// On a Cluster, probes open their connection to the key's master, but no hook
+// watches the dials (go-redis makes each node's client itself): a master's first
+// failure is seen at the bound. On a Ring, the store's calls go to the client as
+// before.
+//
 // On a Cluster, a call that fails makes the store ask the client to reload its slot
 // map (ClusterClient.ReloadState): go-redis reloads it on its own only after a MOVED
 // answer or once a minute, and a killed master answers nothing, so a failover would

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,11 @@ import (
 // a Redis back from an outage is found within that: keyed requests wait for the
 // next probe (dedup.WithStoreWait), and a second of budget spent on a Redis already
 // back is most of a payment's retry; two probes a second cost a dead Redis nothing.
+//
+// A probe first opens a connection of its own to Redis, with the client's dialer,
+// outside the client's pool; when that connection is refused (Redis is not
+// running), the probe goes no further and the pause stays FirstPause: a refused
+// connection costs nothing, and a Redis that restarts is found within FirstPause.
 const (
 	FirstPause = 100 * time.Millisecond
 	MaxPause   = 500 * time.Millisecond
@@ -28,6 +34,9 @@ type health struct {
 	pause   time.Duration // the current pause, while down
 	until   time.Time     // no probe before
 	probing bool          // a probe is out
+	// reach, when not nil, opens a connection to this Redis outside the client's
+	// pool, and closes it: a call admitted while down tries it first.
+	reach func(context.Context) error
 }
 
 // verdicts of a call, for [health.done].
@@ -37,6 +46,7 @@ const (
 	succeeded  outcome = iota // Redis answered
 	failedCall                // Redis failed, or did not answer within the bound
 	neutral                   // nothing learnt (the caller left first)
+	refused                   // Redis refused a connection: it is not running
 )
 
 // admit says whether a call may go to Redis at now: at once while up; while down,
@@ -83,12 +93,16 @@ func (h *health) done(probe bool, o outcome, now time.Time) time.Duration {
 	case o == succeeded && (probe || !h.down.Load()):
 		h.down.Store(false)
 		h.pause = 0
-	case o == failedCall && !h.down.Load():
+	case (o == failedCall || o == refused) && !h.down.Load():
 		h.down.Store(true)
 		h.pause = FirstPause
 		h.until = now.Add(h.pause)
 	case o == failedCall && probe:
 		h.pause = min(2*h.pause, MaxPause)
+		h.until = now.Add(h.pause)
+	case o == refused && probe:
+		// Refused at the door: the next probe costs Redis nothing either.
+		h.pause = FirstPause
 		h.until = now.Add(h.pause)
 	}
 	// A call admitted before Redis was seen down says nothing more of it: the

@@ -83,3 +83,44 @@ func TestHealthSlowCallWhileOthersSucceed(t *testing.T) {
 		}
 	})
 }
+
+// TestHealthRefusedProbes: a probe refused at the door (Redis not running) keeps
+// the pause at FirstPause however long Redis stays down, and after probes that
+// reached Redis and failed (the pause grown), brings it back to FirstPause; a dial
+// refused while up marks Redis down as a failed call does.
+func TestHealthRefusedProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h health
+		if in := h.done(false, refused, time.Now()); in != FirstPause {
+			t.Fatalf("a refused dial while up: next try in %v, want %v", in, FirstPause)
+		}
+		for i := range 10 {
+			time.Sleep(FirstPause)
+			probe, _, ok := h.admit(time.Now())
+			if !ok || !probe {
+				t.Fatalf("probe %d: not admitted a FirstPause after a refused one", i)
+			}
+			if in := h.done(true, refused, time.Now()); in != FirstPause {
+				t.Fatalf("refused probe %d: next in %v, want %v", i, in, FirstPause)
+			}
+		}
+		// Redis accepts connections but fails (a paused Redis): the pause grows.
+		for _, want := range []time.Duration{2 * FirstPause, 4 * FirstPause, MaxPause} {
+			time.Sleep(time.Until(time.Now().Add(h.retryIn(time.Now()))))
+			probe, _, _ := h.admit(time.Now())
+			if in := h.done(probe, failedCall, time.Now()); !probe || in != want {
+				t.Fatalf("failed probe: next in %v, want %v", in, want)
+			}
+		}
+		time.Sleep(MaxPause)
+		probe, _, _ := h.admit(time.Now())
+		if in := h.done(probe, refused, time.Now()); !probe || in != FirstPause {
+			t.Fatalf("refused after failed probes: next in %v, want %v", in, FirstPause)
+		}
+		// A refused dial of a call admitted before changes nothing.
+		time.Sleep(FirstPause / 2)
+		if in := h.done(false, refused, time.Now()); in != FirstPause/2 {
+			t.Fatalf("a refused dial while down: next in %v, want %v", in, FirstPause/2)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -352,5 +353,215 @@ func TestAbandonedCallsLandSafely(t *testing.T) {
 	s.Close() // waits for the abandoned Acquire, and its give-back
 	if n, err := rdb.Exists(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || n != 0 {
 		t.Fatalf("the abandoned Acquire's lease is still held (%d, %v)", n, err)
+	}
+}
+
+// TestRedisKilledLeavesTheClientUsable: a Redis killed for longer than go-redis
+// tolerates with its defaults (its pool fails every call at once, without dialing,
+// once as many dials have failed as it has connections, until a redial it tries
+// once a second succeeds) under a steady flow of keyed requests: once the store
+// knows, it keeps the user's client from giving up, and probes every FirstPause whatever the outage
+// lasts (a refused connection costs a dead Redis nothing), so that once Redis is
+// back the client serves at once, and the first call the store lets through is
+// served: no request fails on the client after Redis is back. (Before: the store's
+// calls tripped the pool within half a second, and the store's probes waited up to
+// MaxPause; Redis back, the client answered "connection refused" for up to a
+// second more.)
+func TestRedisKilledLeavesTheClientUsable(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	s := redisstore.New(rdb)
+	t.Cleanup(func() { rdb.Close(); s.Close() })
+	ctx := t.Context()
+	for i := range 5 { // a few connections in the pool, the script loaded
+		if _, err := s.Get(ctx, "warm-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Kill()
+	// The first request finds Redis gone: it fails one dial of the pool (as do
+	// the requests in flight as Redis goes down: PoolSize of them at once trip the
+	// pool, TestRedisBackWhileTheClientIsTripped), and the store knows.
+	if _, err := s.Get(ctx, "first"); !isUnavailable(err) {
+		t.Fatalf("Redis killed: %v, want dedup.UnavailableError", err)
+	}
+	// Then twice PoolSize requests at once, and as many again at each of the
+	// store's pauses for three seconds: without the store's care, each would fail
+	// one dial of the pool.
+	pool := rdb.Options().PoolSize
+	outage := time.Now()
+	for time.Since(outage) < 3*time.Second {
+		errs := make(chan error, 2*pool)
+		for i := range 2 * pool {
+			go func() {
+				_, err := s.Get(ctx, "during-"+strconv.Itoa(i))
+				errs <- err
+			}()
+		}
+		for range 2 * pool {
+			err := <-errs
+			var ue *dedup.UnavailableError
+			if !errors.As(err, &ue) {
+				t.Fatalf("Redis killed: %v, want dedup.UnavailableError", err)
+			}
+			if time.Since(outage) > time.Second && ue.Err == nil && ue.RetryIn > redisstore.FirstPause {
+				t.Fatalf("Redis refusing connections for %v: next probe in %v, want within FirstPause (%v)",
+					time.Since(outage).Round(time.Millisecond), ue.RetryIn, redisstore.FirstPause)
+			}
+		}
+		time.Sleep(redisstore.FirstPause / 2)
+	}
+	srv.Restart(t)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis back, the user's client: %v, want served", err)
+	}
+	for i := 0; ; i++ {
+		_, err := s.Get(ctx, "after-"+strconv.Itoa(i))
+		if err == nil {
+			break
+		}
+		var ue *dedup.UnavailableError
+		if !errors.As(err, &ue) || ue.Err != nil {
+			t.Fatalf("Redis back, a call the store let through failed: %v", err)
+		}
+		if ue.RetryIn > redisstore.FirstPause {
+			t.Fatalf("Redis back: next probe in %v, want within FirstPause (%v)", ue.RetryIn, redisstore.FirstPause)
+		}
+		time.Sleep(ue.RetryIn)
+	}
+}
+
+// TestRedisBackWhileTheClientIsTripped: when the user's client gave up on a killed
+// Redis all the same (its own calls, or as many of the store's in flight as Redis
+// went down as its pool has connections), the store's probes, which then cost Redis
+// nothing, stay FirstPause apart, and the store serves again as soon as the client
+// does (within a second of Redis's return, when go-redis's pool redials).
+func TestRedisBackWhileTheClientIsTripped(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	s := redisstore.New(rdb)
+	t.Cleanup(func() { rdb.Close(); s.Close() })
+	ctx := t.Context()
+	if _, err := s.Get(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	pool := rdb.Options().PoolSize
+	errs := make(chan error, 2*pool)
+	for range 2 * pool { // the user's own calls: each fails a dial of the pool
+		go func() { errs <- rdb.Ping(ctx).Err() }()
+	}
+	for range 2 * pool {
+		if err := <-errs; err == nil {
+			t.Fatal("a killed Redis answered")
+		}
+	}
+	srv.Restart(t)
+	if err := rdb.Ping(ctx).Err(); err == nil {
+		t.Fatal("the client served at once after its calls failed PoolSize dials: nothing to check (has go-redis changed its pool?)")
+	}
+	for i := 0; ; i++ {
+		_, err := s.Get(ctx, "after-"+strconv.Itoa(i))
+		if err == nil {
+			break
+		}
+		var ue *dedup.UnavailableError
+		if !errors.As(err, &ue) {
+			t.Fatalf("Redis back, the client tripped: %v, want dedup.UnavailableError", err)
+		}
+		if ue.RetryIn > redisstore.FirstPause {
+			t.Fatalf("Redis back, the client tripped: next probe in %v, want within FirstPause (%v)", ue.RetryIn, redisstore.FirstPause)
+		}
+		if i > 1000 {
+			t.Fatalf("Redis back for %d probes, the store still refuses: %v", i, err)
+		}
+		time.Sleep(ue.RetryIn)
+	}
+}
+
+// holdReply is a go-redis hook that holds the return of the first command whose
+// arguments contain mark until release is closed, after telling landed that Redis
+// answered it.
+type holdReply struct {
+	mark    string
+	fired   atomic.Bool
+	landed  chan struct{}
+	release chan struct{}
+}
+
+func (h *holdReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if strings.Contains(fmt.Sprint(cmd.Args()...), h.mark) && h.fired.CompareAndSwap(false, true) {
+			close(h.landed)
+			<-h.release
+		}
+		return err
+	}
+}
+
+func (h *holdReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestAbandonedLeaseDoesNotBlockItsKey: an Acquire abandoned at the bound that Redis
+// runs after all holds a lease no request runs under (its request got a 503) until
+// the call returns and gives it back. A request with the same key that meets that
+// lease first (the same request's next try with a fresh token, once the store is
+// back) takes the key, instead of being told that the key runs, for the lease's
+// whole TTL: after an outage, under load, payments got 409 "conflict" for the lease
+// of their own earlier try.
+func TestAbandonedLeaseDoesNotBlockItsKey(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := userClient(srv)
+	hold := &holdReply{mark: "abandoned-token", landed: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hold)
+	s := redisstore.New(rdb, redisstore.WithTimeout(50*time.Millisecond))
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold.release)
+		}
+		rdb.Close()
+		s.Close()
+	})
+	ctx := t.Context()
+	if ok, _, err := s.Acquire(ctx, "warm", dedup.Lease{Token: "w", Fingerprint: "fp", TTL: time.Minute}); err != nil || !ok { // loads the script
+		t.Fatal(ok, err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	first := dedup.Lease{Token: "abandoned-token", Fingerprint: "fp", TTL: time.Minute}
+	if _, _, err := s.Acquire(ctx, "k", first); !isUnavailable(err) {
+		srv.Resume()
+		t.Fatalf("paused: %v, want ErrUnavailable", err)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-hold.landed // Redis ran the abandoned Acquire: its lease is held, not yet given back
+	next := dedup.Lease{Token: "next-token", Fingerprint: "fp", TTL: time.Minute}
+	for i := 0; ; i++ {
+		ok, e, err := s.Acquire(ctx, "k", next)
+		if err == nil {
+			if !ok {
+				t.Fatalf("the abandoned Acquire's lease blocks its key: %+v", e)
+			}
+			break
+		}
+		var ue *dedup.UnavailableError
+		if !errors.As(err, &ue) || i > 100 { // the lease would end after 600 tries
+			t.Fatalf("Redis resumed: %v", err)
+		}
+		time.Sleep(ue.RetryIn)
+	}
+	close(hold.release) // the abandoned call returns, and gives back what it no longer holds
+	released = true
+	s.Close() // waits for the abandoned call's give-back
+	if v, err := rdb.Get(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || !strings.HasPrefix(v, "Rnext-token\n") {
+		t.Fatalf("the key's record after the give-back: %q %v, want the next lease's", v, err)
 	}
 }

@@ -49,6 +49,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	}
 	s := &Store{rdb: rdb, prefix: DefaultPrefix, calls: calls{timeout: DefaultTimeout}}
 	s.cluster, _ = rdb.(*redis.ClusterClient)
+	if c, ok := rdb.(*redis.Client); ok {
+		s.single.reach = reachOf(c)
+		c.AddHook(watch{h: &s.single})
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -107,24 +111,62 @@ func ms(d time.Duration) string {
 // Acquire implements [dedup.Store]: one round trip. With [WithReplicaWait], a lease
 // that too few replicas acknowledged in time is given back, and Acquire returns a
 // [*ReplicaWaitError]: the handler does not run on a lease a failover may lose.
+//
+// A key held by the lease of an Acquire this store abandoned at its bound (its
+// request got a 503 and runs no handler under it; the abandoned call gives it back
+// when it returns) is given back at once and taken: two round trips more. Else a
+// request's next try, once the store is back, would be told that its key runs, for
+// the lease's whole time, by the lease of its own try before.
 func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
 	if s.replicas > 0 {
 		return s.acquireReplicated(ctx, key, l)
 	}
-	var v any
 	keys := []string{s.name(key)}
-	err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
-		v, err = acquire.Run(ctx, s.rdb, keys, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
-		return err
-	}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }})
-	if err != nil {
-		return false, dedup.Entry{}, err
+	for try := 0; ; try++ {
+		var v any
+		err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
+			v, err = acquire.Run(ctx, s.rdb, keys, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
+			return err
+		}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }, stale: keys[0] + "\n" + l.Token})
+		if err != nil {
+			return false, dedup.Entry{}, err
+		}
+		if n, ok := v.(int64); ok && n == 1 {
+			return true, dedup.Entry{}, nil
+		}
+		if token, ok := runningToken(v); ok && try == 0 && s.isStale(keys[0], token) {
+			if err := s.do(ctx, keys[0], func(ctx context.Context) error {
+				return release.Run(ctx, s.rdb, keys, leasePrefix(token)).Err()
+			}, callOpts{}); err != nil {
+				return false, dedup.Entry{}, err
+			}
+			continue
+		}
+		e, err := parse(v)
+		return false, e, err
 	}
-	if n, ok := v.(int64); ok && n == 1 {
-		return true, dedup.Entry{}, nil
+}
+
+// isStale reports whether token's lease on name is that of an Acquire this store
+// abandoned at its bound, not yet given back.
+func (s *Store) isStale(name, token string) bool {
+	_, ok := s.stale.Load(name + "\n" + token)
+	return ok
+}
+
+// runningToken is the token of the lease in v, an Acquire's {record, pttl}, when
+// the record is a lease.
+func runningToken(v any) (string, bool) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return "", false
 	}
-	e, err := parse(v)
-	return false, e, err
+	val, _ := a[0].(string)
+	i := strings.IndexByte(val, '\n')
+	if i < 1 || val[0] != 'R' {
+		return "", false
+	}
+	return val[1:i], true
 }
 
 // Complete implements [dedup.Store]: one round trip. With [WithReplicaWait], an

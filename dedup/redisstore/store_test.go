@@ -319,3 +319,38 @@ func TestTwoServicesOneRedis(t *testing.T) {
 		t.Fatalf("orders ran %d times, payments %d: want each once", nOrders.Load(), nPayments.Load())
 	}
 }
+
+// BenchmarkFirstRequest: a first request (lease, handler, completion) and a replay
+// through the dedup middleware on one Redis, over a client with go-redis's
+// defaults (New adds its dial hook to it: each command passes one more hook).
+//
+//	go test -run '^$' -bench '^BenchmarkFirstRequest$' -benchtime 3000x ./dedup/redisstore/
+func BenchmarkFirstRequest(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	h := dedup.NewMiddleware(redisstore.New(rdb))(newRuns())
+	for i := range 100 { // warm: connections, scripts
+		do(h, fmt.Sprintf("warm-%d", i), time.Second)
+	}
+	runs := 0
+	for _, replay := range []bool{false, true} {
+		name := map[bool]string{false: "first", true: "replay"}[replay]
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			runs++
+			key := func(i int) string { return fmt.Sprintf("k-%d-%d", runs, i) }
+			if replay {
+				do(h, "replayed", time.Second)
+				key = func(int) string { return "replayed" }
+			}
+			i := 0
+			for b.Loop() {
+				if code, _ := do(h, key(i), time.Second); code != http.StatusCreated {
+					b.Fatalf("status %d", code)
+				}
+				i++
+			}
+		})
+	}
+}

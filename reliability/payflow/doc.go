@@ -34,7 +34,8 @@
 //
 // It fails when a payment is charged twice (in any scenario), when an answered
 // payment was never charged, and when fewer than 95% of the payments are answered
-// across the 2 s Redis outage (the goals of issue 36). That last bound is relative
+// across the 2 s Redis outage (the goals of issue 36; not under -race, whose
+// processes run several times slower). That last bound is relative
 // to the same run: 95% of the share answered of the payments sent more than 500 ms
 // before the fault (all of them on a machine with time to spare), so that a machine
 // too loaded to answer in 3 s without any fault does not fail it. RELIABILITY.md, "The payments

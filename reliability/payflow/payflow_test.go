@@ -65,7 +65,7 @@ var scenarios = []scenario{
 
 // minAnswered is the share of payments that must be answered across the Redis
 // outage (see TestPayflow).
-const minAnswered = 0.85
+const minAnswered = 0.95
 
 // TestPayflow runs the payments chain of issue 36, each service in its own process:
 // an open-loop client → a gateway (HTTP) → two payments replicas (gRPC, dedup on
@@ -88,14 +88,13 @@ func TestPayflow(t *testing.T) {
 			if len(f.uncharged) > 0 {
 				t.Errorf("%d answered payments were never charged: %s", len(f.uncharged), strings.Join(f.uncharged[:min(len(f.uncharged), 10)], ", "))
 			}
-			// The issue's goal is 95% answered. What is asserted is 85%: go-redis
-			// with its defaults, after as many failed dials as its pool has
-			// connections, fails every call for up to a second after Redis is back
-			// (its pool redials once a second), and the payments that arrived as
-			// Redis went down have a 3 s budget for a 2 s outage plus that second:
-			// 90.9-96.5% answered here (RELIABILITY.md). On a machine too loaded
-			// to answer every payment even before the fault, the share is of what
-			// it answered then.
+			// The issue's goal: 95% answered. Before redisstore kept go-redis's
+			// pool from giving up on the killed Redis (it then refused every
+			// call for up to a second after Redis was back), 90.7-97.0% were
+			// answered; after, 100% in most runs on the loaded 2-core machine,
+			// and below 95% in 2 of 24 there, each after Redis was back
+			// (RELIABILITY.md). On a machine too loaded to answer every payment
+			// even before the fault, the share is of what it answered then.
 			// Under -race the share is the race detector's figure (raceEnabled).
 			if want := minAnswered * f.baseline(); sc.name == "redis-killed" && !raceEnabled && float64(f.answered) < want*float64(f.sent) {
 				t.Errorf("%d of %d payments answered (%.1f%%) across a %v Redis outage, want at least %.1f%% (%.0f%% of the %d of %d answered of those sent more than %v before it)",

@@ -81,13 +81,7 @@ func TestPayflow(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			f := runScenario(t, sc, r)
-			t.Log(f.String())
-			if f.twice > 0 {
-				t.Errorf("%d of %d payments charged twice: %s", f.twice, f.sent, strings.Join(f.twiceIDs[:min(len(f.twiceIDs), 10)], ", "))
-			}
-			if len(f.uncharged) > 0 {
-				t.Errorf("%d answered payments were never charged: %s", len(f.uncharged), strings.Join(f.uncharged[:min(len(f.uncharged), 10)], ", "))
-			}
+			checkCharges(t, f)
 			// The goal: 95% answered. Before redisstore kept go-redis's
 			// pool from giving up on the killed Redis (it then refused every
 			// call for up to a second after Redis was back), 90.7-97.0% were
@@ -95,13 +89,45 @@ func TestPayflow(t *testing.T) {
 			// and below 95% in 2 of 24 there, each after Redis was back
 			// (RELIABILITY.md). On a machine too loaded to answer every payment
 			// even before the fault, the share is of what it answered then.
+			// A run below it is run once more, and the test fails when both are:
+			// what one loaded run misses is noted, a second miss is the product's.
 			// Under -race the share is the race detector's figure (raceEnabled).
-			if want := minAnswered * f.baseline(); sc.name == "redis-killed" && !raceEnabled && float64(f.answered) < want*float64(f.sent) {
-				t.Errorf("%d of %d payments answered (%.1f%%) across a %v Redis outage, want at least %.1f%% (%.0f%% of the %d of %d answered of those sent more than %v before it)",
-					f.answered, f.sent, 100*float64(f.answered)/float64(f.sent), outageFor, 100*want, 100*minAnswered, f.baseAnswered, f.baseSent, baseMargin)
+			if sc.name != "redis-killed" || raceEnabled || answeredEnough(f) {
+				return
+			}
+			t.Logf("%s; run again", shortOf(f))
+			g := runScenario(t, sc, r)
+			checkCharges(t, g)
+			if !answeredEnough(g) {
+				t.Errorf("twice below the share answered across a %v Redis outage: %s; then %s", outageFor, shortOf(f), shortOf(g))
 			}
 		})
 	}
+}
+
+// checkCharges logs a scenario's figures and checks its charges: none twice, every
+// answered payment charged.
+func checkCharges(t *testing.T, f figures) {
+	t.Helper()
+	t.Log(f.String())
+	if f.twice > 0 {
+		t.Errorf("%d of %d payments charged twice: %s", f.twice, f.sent, strings.Join(f.twiceIDs[:min(len(f.twiceIDs), 10)], ", "))
+	}
+	if len(f.uncharged) > 0 {
+		t.Errorf("%d answered payments were never charged: %s", len(f.uncharged), strings.Join(f.uncharged[:min(len(f.uncharged), 10)], ", "))
+	}
+}
+
+// answeredEnough reports whether f answered at least [minAnswered] of its payments,
+// of the share it answered before the fault.
+func answeredEnough(f figures) bool {
+	return float64(f.answered) >= minAnswered*f.baseline()*float64(f.sent)
+}
+
+// shortOf says how many of f's payments were answered, against the share wanted.
+func shortOf(f figures) string {
+	return fmt.Sprintf("%d of %d payments answered (%.1f%%), want at least %.1f%% (%.0f%% of the %d of %d answered of those sent more than %v before it)",
+		f.answered, f.sent, 100*float64(f.answered)/float64(f.sent), 100*minAnswered*f.baseline(), 100*minAnswered, f.baseAnswered, f.baseSent, baseMargin)
 }
 
 // figures are a scenario's readings.

@@ -1,0 +1,115 @@
+// Command plots draws the figures that BENCHMARKS.md shows, from the harnesses'
+// machine-readable output:
+//
+//	cd bench && go run ./cmd/plots -run   # run the harnesses briefly (about 5 minutes), then draw
+//	cd bench && go run ./cmd/plots        # draw again from the data kept in plots/data
+//
+// With -run it runs, through `go run`, hedgebench (-csv: every call's latency),
+// admissionbench's load sweep and its shared saturation cell whose knee falls from
+// 8 to 4 (-json: every cell's results, with the requests in the handler every
+// 10 ms), keeping their data and their markdown tables in plots/data. Then it
+// writes:
+//
+//   - plots/hedge-latency.png: the share of calls slower than each latency, with
+//     and without hedging (a log-log survival curve: the tail is the right end);
+//   - plots/admission-goodput.png: goodput against offered load for the admission
+//     variants, handler work that stops with its context and work that ignores it;
+//   - plots/adaptive-knee.png: the requests the adaptive limit lets into the
+//     handler, against the saturation backend's knee as it falls, beside a static
+//     limit and failsafe-go's adaptive limiter.
+//
+// The runs are short (seconds per variant) and one round each: the images show
+// shapes; the tables of BENCHMARKS.md hold the medians of longer runs.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func main() {
+	dir := flag.String("dir", "plots", "where the images go; the data is read from (and with -run written to) its data folder")
+	run := flag.Bool("run", false, "run the harnesses first (about 5 minutes; loopback only)")
+	flag.Parse()
+	data := filepath.Join(*dir, "data")
+	if *run {
+		if err := runHarnesses(data); err != nil {
+			fmt.Fprintln(os.Stderr, "plots:", err)
+			os.Exit(1)
+		}
+	}
+	note := ""
+	if b, err := os.ReadFile(filepath.Join(data, "note.txt")); err == nil {
+		note = strings.TrimSpace(string(b))
+	}
+	for _, p := range []struct {
+		in, out string
+		draw    func(in, out, note string) error
+	}{
+		{"hedge.csv", "hedge-latency.png", drawHedge},
+		{"admission-load.json", "admission-goodput.png", drawGoodput},
+		{"admission-knee.json", "adaptive-knee.png", drawKnee},
+	} {
+		if err := p.draw(filepath.Join(data, p.in), filepath.Join(*dir, p.out), note); err != nil {
+			fmt.Fprintln(os.Stderr, "plots:", err)
+			os.Exit(1)
+		}
+		fmt.Println("wrote", filepath.Join(*dir, p.out))
+	}
+}
+
+// The variants drawn in the admission plots (admissionbench -only; a part ending
+// in $ must end the name).
+const (
+	loadVariants = "no guard|static floor|static limit 8$|shortcircuit, adaptive limit$|adaptivelimiter, defaults|bulkhead 8|Vegas|Gradient2"
+	kneeVariants = "shortcircuit, adaptive limit$|adaptivelimiter, defaults|Vegas"
+)
+
+// runHarnesses runs the three harnesses briefly and keeps their output in data.
+func runHarnesses(data string) error {
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return err
+	}
+	note := fmt.Sprintf("run %s, load average %s at the start", time.Now().UTC().Format("2006-01-02 15:04 MST"), loadavg())
+	runs := []struct {
+		md   string
+		args []string
+	}{
+		{"hedge.md", []string{"./cmd/hedgebench", "-calls", "4000", "-shift-calls", "0", "-csv", filepath.Join(data, "hedge.csv")}},
+		{"admission-load.md", []string{"./cmd/admissionbench", "-loads", "0.5,1,1.5,2,3,4", "-queue-loads", "", "-warmup", "800ms", "-duration", "1500ms",
+			"-only", loadVariants, "-json", filepath.Join(data, "admission-load.json")}},
+		{"admission-knee.md", []string{"./cmd/admissionbench", "-cells", "slowdown", "-cell", "shared saturation, knee 8 → 4", "-rounds", "1",
+			"-duration", "5s", "-only", kneeVariants, "-json", filepath.Join(data, "admission-knee.json")}},
+	}
+	for _, r := range runs {
+		fmt.Fprintln(os.Stderr, "plots: go run", strings.Join(r.args, " "))
+		out, err := os.Create(filepath.Join(data, r.md))
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command("go", append([]string{"run"}, r.args...)...)
+		cmd.Stdout, cmd.Stderr = out, os.Stderr
+		err = cmd.Run()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.args[0], err)
+		}
+	}
+	note += fmt.Sprintf(", %s at the end (2 cores shared with other work)", loadavg())
+	return os.WriteFile(filepath.Join(data, "note.txt"), []byte(note+"\n"), 0o644)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return f[0]
+	}
+	return "unknown"
+}

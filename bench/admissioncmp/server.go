@@ -61,6 +61,11 @@ type server struct {
 	ln       net.Listener
 	handlers sync.WaitGroup
 	served   sync.WaitGroup
+	// closing is set, under its write lock, when close begins: a request that
+	// reaches the server after that (its caller long gone) is answered without a
+	// handler, so that no handler joins the wait group while close waits on it.
+	closeMu sync.RWMutex
+	closing bool
 
 	// from is when the measured part of the cell begins (Unix ns; 0: not yet).
 	// The work that ends after it is counted, whichever request it was for: busy
@@ -152,7 +157,14 @@ func newServer(mode Mode, workers int, work time.Duration, shape Shape, guard fu
 	h = propagate.NewMiddleware()(h)
 	outer := h
 	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.closeMu.RLock()
+		if s.closing {
+			s.closeMu.RUnlock()
+			s.giveUp(w)
+			return
+		}
 		s.handlers.Add(1)
+		s.closeMu.RUnlock()
 		defer s.handlers.Done()
 		outer.ServeHTTP(w, r)
 	})
@@ -258,6 +270,9 @@ func (s *server) giveUp(w http.ResponseWriter) {
 // close releases the handlers still waiting for a slot, waits for every handler
 // to return and stops the server. The client is done: nothing is left to answer.
 func (s *server) close() {
+	s.closeMu.Lock()
+	s.closing = true
+	s.closeMu.Unlock()
 	close(s.stop)
 	s.sampled.Wait()
 	s.handlers.Wait()

@@ -87,8 +87,29 @@ type admissionCell struct {
 	Results []struct {
 		Variant string
 		Med     struct{ Goodput float64 }
-		Rounds  []struct{ InHandler []int64 }
+		Rounds  []round
 	}
+}
+
+// round is one round's figures of a variant (the fields read here).
+type round struct {
+	Goodput   float64
+	InHandler []int64
+	Sched999  time.Duration
+}
+
+// calmest is the index of the round in which the process waited least to be
+// scheduled (p99.9), the first of equals; -1 without rounds. On a busy machine a
+// round can stall for hundreds of milliseconds, and its samples then show the
+// machine, not the limit.
+func calmest(rs []round) int {
+	best := -1
+	for i, r := range rs {
+		if best < 0 || r.Sched999 < rs[best].Sched999 {
+			best = i
+		}
+	}
+	return best
 }
 
 func readAdmission(r io.Reader) (*admissionDoc, error) {

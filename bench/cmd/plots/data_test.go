@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadHedgeCSV(t *testing.T) {
@@ -73,7 +74,7 @@ const admissionJSON = `{
    "Results": [{"Variant": "a", "Med": {"Goodput": 0}}]},
   {"Name": "shared saturation, knee 8 → 4, stops, 2×",
    "Config": {"Mode": 1, "Load": 2, "Duration": 4000000000, "Shape": {"Knee": 8, "KneeAfter": 4, "KneeAt": 2000000000}},
-   "Results": [{"Variant": "c", "Med": {"Goodput": 500}, "Rounds": [{"InHandler": [8, 10, 9, 9, 5]}]}]}
+   "Results": [{"Variant": "c", "Med": {"Goodput": 500}, "Rounds": [{"InHandler": [0, 0], "Sched999": 200000000}, {"Goodput": 480, "InHandler": [8, 10, 9, 9, 5], "Sched999": 300000}]}]}
  ]
 }`
 
@@ -94,8 +95,15 @@ func TestReadAdmission(t *testing.T) {
 		t.Errorf("ignores = %v, want only a at %v", ign, want)
 	}
 	knee := d.Cells[3]
-	if got, want := knee.Results[0].Rounds[0].InHandler, []int64{8, 10, 9, 9, 5}; !reflect.DeepEqual(got, want) {
+	k := calmest(knee.Results[0].Rounds)
+	if k != 1 {
+		t.Fatalf("calmest = %d, want 1 (the round not stalled)", k)
+	}
+	if got, want := knee.Results[0].Rounds[k].InHandler, []int64{8, 10, 9, 9, 5}; !reflect.DeepEqual(got, want) {
 		t.Errorf("InHandler = %v, want %v", got, want)
+	}
+	if got := knee.Results[0].Rounds[k].Goodput; got != 480 {
+		t.Errorf("round goodput = %v, want 480", got)
 	}
 	if got, want := kneeLine(knee), [][2]float64{{0, 8}, {2, 8}, {2, 4}, {4, 4}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("kneeLine = %v, want %v", got, want)
@@ -109,6 +117,25 @@ func TestReadAdmissionRejects(t *testing.T) {
 	for _, in := range []string{"", "{", `{"Capacity": 800}`, `{"Cells": [{}]}`} {
 		if _, err := readAdmission(strings.NewReader(in)); err == nil {
 			t.Errorf("readAdmission(%q): no error", in)
+		}
+	}
+}
+
+func TestCalmest(t *testing.T) {
+	for _, tc := range []struct {
+		sched []time.Duration
+		want  int
+	}{
+		{nil, -1},
+		{[]time.Duration{5}, 0},
+		{[]time.Duration{5, 3, 3, 9}, 1},
+	} {
+		var rs []round
+		for _, s := range tc.sched {
+			rs = append(rs, round{Sched999: s})
+		}
+		if got := calmest(rs); got != tc.want {
+			t.Errorf("calmest(%v) = %d, want %d", tc.sched, got, tc.want)
 		}
 	}
 }

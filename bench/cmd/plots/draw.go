@@ -1,6 +1,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"fmt"
 	"image/color"
 	"os"
@@ -64,7 +65,11 @@ func drawHedge(in, out, note string) error {
 		return err
 	}
 	defer f.Close()
-	lat, order, err := readHedgeCSV(f, "steady")
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	lat, order, err := readHedgeCSV(zr, "steady")
 	if err != nil {
 		return err
 	}
@@ -150,7 +155,7 @@ func drawKnee(in, out, note string) error {
 	if c == nil {
 		return fmt.Errorf("%s: no cell whose knee moves", in)
 	}
-	p := newPlot("Following a moving knee: "+c.Name+"\n"+note,
+	p := newPlot("Following a moving knee: "+c.Name+"; of each variant's rounds, the one least stalled (scheduling p99.9)\n"+note,
 		"time into the measured part, s", "requests in the handler (100 ms means)")
 	p.Legend.Top = true
 	knee, err := plotter.NewLine(xys(kneeLine(*c)))
@@ -161,16 +166,18 @@ func drawKnee(in, out, note string) error {
 	p.Add(knee)
 	p.Legend.Add("the backend's knee", knee)
 	for i, r := range c.Results {
-		if len(r.Rounds) == 0 {
+		k := calmest(r.Rounds)
+		if k < 0 {
 			continue
 		}
-		l, err := plotter.NewLine(xys(means(r.Rounds[0].InHandler, 10)))
+		l, err := plotter.NewLine(xys(means(r.Rounds[k].InHandler, 10)))
 		if err != nil {
 			return err
 		}
 		styleLine(l, i, r.Variant)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s (goodput %.0f%%)", r.Variant, 100*r.Med.Goodput/d.Capacity), l)
+		p.Legend.Add(fmt.Sprintf("%s (goodput %.0f%%; median of %d rounds %.0f%%)", r.Variant,
+			100*r.Rounds[k].Goodput/d.Capacity, len(r.Rounds), 100*r.Med.Goodput/d.Capacity), l)
 	}
 	p.Y.Min = 0
 	return p.Save(10*vg.Inch, 6*vg.Inch, out)

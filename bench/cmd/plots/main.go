@@ -1,7 +1,7 @@
 // Command plots draws the figures that BENCHMARKS.md shows, from the harnesses'
 // machine-readable output:
 //
-//	cd bench && go run ./cmd/plots -run   # run the harnesses briefly (about 5 minutes), then draw
+//	cd bench && go run ./cmd/plots -run   # run the harnesses briefly (about 7 minutes), then draw
 //	cd bench && go run ./cmd/plots        # draw again from the data kept in plots/data
 //
 // With -run it runs, through `go run`, hedgebench (-csv: every call's latency),
@@ -18,11 +18,12 @@
 //     handler, against the saturation backend's knee as it falls, beside a static
 //     limit and failsafe-go's adaptive limiter.
 //
-// The runs are short (seconds per variant) and one round each: the images show
-// shapes; the tables of BENCHMARKS.md hold the medians of longer runs.
+// The runs are short (seconds per variant and round, three rounds): the images
+// show shapes; the tables of BENCHMARKS.md hold the medians of longer runs.
 package main
 
 import (
+	"compress/gzip"
 	"flag"
 	"fmt"
 	"os"
@@ -34,7 +35,7 @@ import (
 
 func main() {
 	dir := flag.String("dir", "plots", "where the images go; the data is read from (and with -run written to) its data folder")
-	run := flag.Bool("run", false, "run the harnesses first (about 5 minutes; loopback only)")
+	run := flag.Bool("run", false, "run the harnesses first (about 7 minutes; loopback only)")
 	flag.Parse()
 	data := filepath.Join(*dir, "data")
 	if *run {
@@ -51,7 +52,7 @@ func main() {
 		in, out string
 		draw    func(in, out, note string) error
 	}{
-		{"hedge.csv", "hedge-latency.png", drawHedge},
+		{"hedge.csv.gz", "hedge-latency.png", drawHedge},
 		{"admission-load.json", "admission-goodput.png", drawGoodput},
 		{"admission-knee.json", "adaptive-knee.png", drawKnee},
 	} {
@@ -66,7 +67,7 @@ func main() {
 // The variants drawn in the admission plots (admissionbench -only; a part ending
 // in $ must end the name).
 const (
-	loadVariants = "no guard|static floor|static limit 8$|shortcircuit, adaptive limit$|adaptivelimiter, defaults|bulkhead 8|Vegas|Gradient2"
+	loadVariants = "no guard|static floor|static limit 8$|shortcircuit, adaptive limit$|adaptivelimiter, defaults|Vegas"
 	kneeVariants = "shortcircuit, adaptive limit$|adaptivelimiter, defaults|Vegas"
 )
 
@@ -81,9 +82,9 @@ func runHarnesses(data string) error {
 		args []string
 	}{
 		{"hedge.md", []string{"./cmd/hedgebench", "-calls", "4000", "-shift-calls", "0", "-csv", filepath.Join(data, "hedge.csv")}},
-		{"admission-load.md", []string{"./cmd/admissionbench", "-loads", "0.5,1,1.5,2,3,4", "-queue-loads", "", "-warmup", "800ms", "-duration", "1500ms",
+		{"admission-load.md", []string{"./cmd/admissionbench", "-loads", "0.5,1,2,4", "-queue-loads", "", "-warmup", "800ms", "-duration", "1s", "-rounds", "3",
 			"-only", loadVariants, "-json", filepath.Join(data, "admission-load.json")}},
-		{"admission-knee.md", []string{"./cmd/admissionbench", "-cells", "slowdown", "-cell", "shared saturation, knee 8 → 4", "-rounds", "1",
+		{"admission-knee.md", []string{"./cmd/admissionbench", "-cells", "slowdown", "-cell", "shared saturation, knee 8 → 4", "-rounds", "3",
 			"-duration", "5s", "-only", kneeVariants, "-json", filepath.Join(data, "admission-knee.json")}},
 	}
 	for _, r := range runs {
@@ -102,8 +103,36 @@ func runHarnesses(data string) error {
 			return fmt.Errorf("%s: %w", r.args[0], err)
 		}
 	}
+	// Every call's latency is kept compressed: a plain CSV is most of a megabyte.
+	if err := gzipFile(filepath.Join(data, "hedge.csv")); err != nil {
+		return err
+	}
 	note += fmt.Sprintf(", %s at the end (2 cores shared with other work)", loadavg())
 	return os.WriteFile(filepath.Join(data, "note.txt"), []byte(note+"\n"), 0o644)
+}
+
+// gzipFile replaces path by path.gz.
+func gzipFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(path + ".gz")
+	if err != nil {
+		return err
+	}
+	zw := gzip.NewWriter(f)
+	_, err = zw.Write(b)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Remove(path)
 }
 
 func loadavg() string {

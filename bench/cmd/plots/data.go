@@ -124,9 +124,11 @@ func readAdmission(r io.Reader) (*admissionDoc, error) {
 }
 
 // goodputByLoad returns, for the cells of one mode (1: work stops with its
-// context, 2: it ignores it), each variant's median goodput as a percentage of
-// the capacity against the offered load, loads ascending, and the variants in
-// the order they first appear.
+// context, 2: it ignores it), each variant's goodput as a percentage of the
+// capacity against the offered load, loads ascending, and the variants in the
+// order they first appear. The goodput is that of the variant's least stalled
+// round (calmest), or the median when no round is kept: on a busy machine a
+// stalled round measures the machine.
 func goodputByLoad(d *admissionDoc, mode int) (map[string][][2]float64, []string) {
 	out := map[string][][2]float64{}
 	var order []string
@@ -138,7 +140,11 @@ func goodputByLoad(d *admissionDoc, mode int) (map[string][][2]float64, []string
 			if _, ok := out[r.Variant]; !ok {
 				order = append(order, r.Variant)
 			}
-			out[r.Variant] = append(out[r.Variant], [2]float64{c.Config.Load, 100 * r.Med.Goodput / d.Capacity})
+			g := r.Med.Goodput
+			if k := calmest(r.Rounds); k >= 0 {
+				g = r.Rounds[k].Goodput
+			}
+			out[r.Variant] = append(out[r.Variant], [2]float64{c.Config.Load, 100 * g / d.Capacity})
 		}
 	}
 	for _, pts := range out {

@@ -67,7 +67,8 @@ const admissionJSON = `{
  "Capacity": 800,
  "Cells": [
   {"Name": "stops, 2×", "Config": {"Mode": 1, "Load": 2, "Duration": 1000000000},
-   "Results": [{"Variant": "b", "Med": {"Goodput": 760}}, {"Variant": "a", "Med": {"Goodput": 400}}]},
+   "Results": [{"Variant": "b", "Med": {"Goodput": 700}, "Rounds": [{"Goodput": 100, "Sched999": 9}, {"Goodput": 760, "Sched999": 1}, {"Goodput": 700, "Sched999": 5}]},
+    {"Variant": "a", "Med": {"Goodput": 400}}]},
   {"Name": "stops, 0.5×", "Config": {"Mode": 1, "Load": 0.5, "Duration": 1000000000},
    "Results": [{"Variant": "b", "Med": {"Goodput": 396}}]},
   {"Name": "ignores, 2×", "Config": {"Mode": 2, "Load": 2, "Duration": 1000000000},
@@ -88,7 +89,7 @@ func TestReadAdmission(t *testing.T) {
 		t.Errorf("order = %v, want %v", order, want)
 	}
 	if want := [][2]float64{{0.5, 49.5}, {2, 95}}; !reflect.DeepEqual(stops["b"], want) {
-		t.Errorf("b = %v, want %v (loads ascending, %% of capacity)", stops["b"], want)
+		t.Errorf("b = %v, want %v (loads ascending, %% of capacity, the least stalled round's or the median)", stops["b"], want)
 	}
 	ign, _ := goodputByLoad(d, 2)
 	if want := [][2]float64{{2, 0}}; !reflect.DeepEqual(ign["a"], want) || len(ign) != 1 {

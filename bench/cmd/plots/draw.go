@@ -131,7 +131,7 @@ func drawGoodput(in, out, note string) error {
 		}
 		row = append(row, p)
 	}
-	return saveTiles([][]*plot.Plot{row}, "goodput against offered load; "+note, 15*vg.Inch, 6*vg.Inch, out)
+	return saveTiles([][]*plot.Plot{row}, "goodput against offered load, each variant's least stalled round (scheduling p99.9); "+note, 15*vg.Inch, 6*vg.Inch, out)
 }
 
 // drawKnee draws the requests in the handler (100 ms means) of each variant

@@ -1,7 +1,7 @@
 // Command plots draws the figures that BENCHMARKS.md shows, from the harnesses'
 // machine-readable output:
 //
-//	cd bench && go run ./cmd/plots -run   # run the harnesses briefly (about 7 minutes), then draw
+//	cd bench && go run ./cmd/plots -run   # run the harnesses briefly (about 11 minutes), then draw
 //	cd bench && go run ./cmd/plots        # draw again from the data kept in plots/data
 //
 // With -run it runs, through `go run`, hedgebench (-csv: every call's latency),
@@ -18,8 +18,10 @@
 //     handler, against the saturation backend's knee as it falls, beside a static
 //     limit and failsafe-go's adaptive limiter.
 //
-// The runs are short (seconds per variant and round, three rounds): the images
-// show shapes; the tables of BENCHMARKS.md hold the medians of longer runs.
+// The runs are short (seconds per variant and round, five rounds), and the
+// admission plots show each variant's least stalled round (the process's
+// scheduling latency, p99.9): on a busy machine a stalled round measures the
+// machine. The images show shapes; BENCHMARKS.md's tables hold longer runs.
 package main
 
 import (
@@ -35,7 +37,7 @@ import (
 
 func main() {
 	dir := flag.String("dir", "plots", "where the images go; the data is read from (and with -run written to) its data folder")
-	run := flag.Bool("run", false, "run the harnesses first (about 7 minutes; loopback only)")
+	run := flag.Bool("run", false, "run the harnesses first (about 11 minutes; loopback only)")
 	flag.Parse()
 	data := filepath.Join(*dir, "data")
 	if *run {
@@ -82,9 +84,9 @@ func runHarnesses(data string) error {
 		args []string
 	}{
 		{"hedge.md", []string{"./cmd/hedgebench", "-calls", "4000", "-shift-calls", "0", "-csv", filepath.Join(data, "hedge.csv")}},
-		{"admission-load.md", []string{"./cmd/admissionbench", "-loads", "0.5,1,2,4", "-queue-loads", "", "-warmup", "800ms", "-duration", "1s", "-rounds", "3",
+		{"admission-load.md", []string{"./cmd/admissionbench", "-loads", "0.5,1,2,4", "-queue-loads", "", "-warmup", "800ms", "-duration", "1s", "-rounds", "5",
 			"-only", loadVariants, "-json", filepath.Join(data, "admission-load.json")}},
-		{"admission-knee.md", []string{"./cmd/admissionbench", "-cells", "slowdown", "-cell", "shared saturation, knee 8 → 4", "-rounds", "3",
+		{"admission-knee.md", []string{"./cmd/admissionbench", "-cells", "slowdown", "-cell", "shared saturation, knee 8 → 4", "-rounds", "5",
 			"-duration", "5s", "-only", kneeVariants, "-json", filepath.Join(data, "admission-knee.json")}},
 	}
 	for _, r := range runs {

@@ -96,11 +96,22 @@ func (s *server) sample() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			if from := s.from.Load(); from != 0 && now.UnixNano() >= from {
-				s.conc = append(s.conc, s.inside.Load())
-			}
+			s.conc = sampleAt(s.conc, s.from.Load(), now.UnixNano(), s.inside.Load())
 		}
 	}
+}
+
+// sampleAt adds the reading v taken at now (Unix ns) to conc, whose sample i is
+// the reading at i × 10 ms after from (0: not yet). A loaded machine drops ticks:
+// the slots a late tick skipped take its reading, so the time axis holds.
+func sampleAt(conc []int64, from, now, v int64) []int64 {
+	if from == 0 || now < from {
+		return conc
+	}
+	for n := int((now - from) / int64(10*time.Millisecond)); len(conc) <= n; {
+		conc = append(conc, v)
+	}
+	return conc
 }
 
 // duration is the work of a request starting now with n handlers working (itself

@@ -210,7 +210,7 @@ func (o *jsonOut) write() {
 	if o.path == "" {
 		return
 	}
-	b, err := json.MarshalIndent(o, "", " ")
+	b, err := json.Marshal(o)
 	if err == nil {
 		err = os.WriteFile(o.path, append(b, '\n'), 0o644)
 	}

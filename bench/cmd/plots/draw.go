@@ -108,11 +108,14 @@ func drawGoodput(in, out, note string) error {
 	}
 	titles := map[int]string{1: "work stops when its context ends", 2: "work ignores its context"}
 	row := make([]*plot.Plot, 0, 2)
+	legend := plot.NewLegend()
+	legend.Left, legend.Top = true, true
+	legend.ThumbnailWidth = vg.Points(24)
+	entries := 0
 	for _, mode := range []int{1, 2} {
 		series, order := goodputByLoad(d, mode)
 		p := newPlot("Admission, "+titles[mode], "offered load, × capacity (800 requests/s)", "goodput, % of capacity")
 		p.Y.Min, p.Y.Max = 0, 105
-		p.Legend.Top = mode == 2
 		ideal, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 100}, {X: 4, Y: 100}})
 		if err != nil {
 			return err
@@ -127,11 +130,14 @@ func drawGoodput(in, out, note string) error {
 			styleLine(l, i, v)
 			s.Color, s.Shape = l.Color, draw.CircleGlyph{}
 			p.Add(l, s)
-			p.Legend.Add(v, l, s)
+			if mode == 1 {
+				legend.Add(v, l, s)
+				entries++
+			}
 		}
 		row = append(row, p)
 	}
-	return saveTiles([][]*plot.Plot{row}, "goodput against offered load, each variant's least stalled round (scheduling p99.9); "+note, 15*vg.Inch, 6*vg.Inch, out)
+	return saveTiles([][]*plot.Plot{row}, &legend, entries, "goodput against offered load, each variant's least stalled round (scheduling p99.9); "+note, 15*vg.Inch, 7.5*vg.Inch, out)
 }
 
 // drawKnee draws the requests in the handler (100 ms means) of each variant
@@ -180,18 +186,35 @@ func drawKnee(in, out, note string) error {
 			100*r.Rounds[k].Goodput/d.Capacity, len(r.Rounds), 100*r.Med.Goodput/d.Capacity), l)
 	}
 	p.Y.Min = 0
+	top := 0.0
+	for _, r := range c.Results {
+		for _, rd := range r.Rounds {
+			for _, v := range rd.InHandler {
+				top = max(top, float64(v))
+			}
+		}
+	}
+	p.Y.Max = 1.5 * max(top, float64(c.Config.Shape.Knee))
+	var ticks plot.ConstantTicks
+	for v := 0.0; v <= p.Y.Max; v += 4 {
+		ticks = append(ticks, plot.Tick{Value: v, Label: fmt.Sprint(v)})
+	}
+	p.Y.Tick.Marker = ticks
 	return p.Save(10*vg.Inch, 6*vg.Inch, out)
 }
 
-// saveTiles draws plots side by side under a caption and writes a PNG.
-func saveTiles(plots [][]*plot.Plot, caption string, w, h vg.Length, out string) error {
+// saveTiles draws plots side by side under a caption, their legend beneath them,
+// and writes a PNG.
+func saveTiles(plots [][]*plot.Plot, legend *plot.Legend, entries int, caption string, w, h vg.Length, out string) error {
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
 	head := plot.New()
 	head.Title.Text = caption
 	head.HideAxes()
 	head.Draw(dc)
-	t := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadX: vg.Points(12), PadTop: vg.Points(28), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	strip := vg.Points(16) * vg.Length(entries+1)
+	legend.Draw(draw.Crop(dc, vg.Points(60), 0, vg.Points(4), strip-h))
+	t := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadX: vg.Points(12), PadTop: vg.Points(28), PadBottom: strip, PadLeft: vg.Points(4), PadRight: vg.Points(8)}
 	canvases := plot.Align(plots, t, dc)
 	for j := range plots {
 		for i := range plots[j] {

@@ -61,6 +61,11 @@ type server struct {
 	ln       net.Listener
 	handlers sync.WaitGroup
 	served   sync.WaitGroup
+	// closing is set, under its write lock, when close begins: a request that
+	// reaches the server after that (its caller long gone) is answered without a
+	// handler, so that no handler joins the wait group while close waits on it.
+	closeMu sync.RWMutex
+	closing bool
 
 	// from is when the measured part of the cell begins (Unix ns; 0: not yet).
 	// The work that ends after it is counted, whichever request it was for: busy
@@ -91,11 +96,22 @@ func (s *server) sample() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			if from := s.from.Load(); from != 0 && now.UnixNano() >= from {
-				s.conc = append(s.conc, s.inside.Load())
-			}
+			s.conc = sampleAt(s.conc, s.from.Load(), now.UnixNano(), s.inside.Load())
 		}
 	}
+}
+
+// sampleAt adds the reading v taken at now (Unix ns) to conc, whose sample i is
+// the reading at i × 10 ms after from (0: not yet). A loaded machine drops ticks:
+// the slots a late tick skipped take its reading, so the time axis holds.
+func sampleAt(conc []int64, from, now, v int64) []int64 {
+	if from == 0 || now < from {
+		return conc
+	}
+	for n := int((now - from) / int64(10*time.Millisecond)); len(conc) <= n; {
+		conc = append(conc, v)
+	}
+	return conc
 }
 
 // duration is the work of a request starting now with n handlers working (itself
@@ -152,7 +168,14 @@ func newServer(mode Mode, workers int, work time.Duration, shape Shape, guard fu
 	h = propagate.NewMiddleware()(h)
 	outer := h
 	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.closeMu.RLock()
+		if s.closing {
+			s.closeMu.RUnlock()
+			s.giveUp(w)
+			return
+		}
 		s.handlers.Add(1)
+		s.closeMu.RUnlock()
 		defer s.handlers.Done()
 		outer.ServeHTTP(w, r)
 	})
@@ -258,6 +281,9 @@ func (s *server) giveUp(w http.ResponseWriter) {
 // close releases the handlers still waiting for a slot, waits for every handler
 // to return and stops the server. The client is done: nothing is left to answer.
 func (s *server) close() {
+	s.closeMu.Lock()
+	s.closing = true
+	s.closeMu.Unlock()
 	close(s.stop)
 	s.sampled.Wait()
 	s.handlers.Wait()

@@ -74,6 +74,10 @@ type Fig struct {
 	// long a goroutine ready to run waited to, a freed slot's next request
 	// among them.
 	Sched99, Sched999 time.Duration
+	// InHandler is the requests in the handler (waiting for a slot or holding
+	// one: what the guard let through), sampled every 10 ms over the measured
+	// part; one round's only (Result.Med has none).
+	InHandler []int64 `json:",omitempty"`
 }
 
 // median is the median of each figure of fs.
@@ -198,6 +202,7 @@ func figure(cfg Config, recs []record, busy, wasted time.Duration, conc []int64)
 	if n := int(cfg.Duration / (10 * time.Millisecond)); len(conc) > n {
 		conc = conc[:n]
 	}
+	f.InHandler = slices.Clone(conc)
 	if n := len(conc); n > 0 {
 		last := conc[max(n-100, 0):]
 		sum := int64(0)

@@ -31,6 +31,9 @@ type Result struct {
 	RequestsAfter       int64 // reaching the backend after the shift
 	Elapsed             time.Duration
 	Note                string
+	// Latencies holds every call's latency, sorted (errors included, at the time
+	// they took): the distribution the percentiles above are read from.
+	Latencies []time.Duration
 }
 
 // ExtraLoad is backend requests / calls − 1.
@@ -107,6 +110,7 @@ func Run(variant string, rt http.RoundTripper, b *Backend, cfg Config) Result {
 		Variant: variant, Calls: len(lat), Errors: errs,
 		P50: pct(lat, 0.5), P99: pct(lat, 0.99), P999: pct(lat, 0.999), Max: pct(lat, 1),
 		Requests: before + afterReq, CallsAfter: after, RequestsAfter: afterReq, Elapsed: elapsed,
+		Latencies: lat,
 	}
 	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()

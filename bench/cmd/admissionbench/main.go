@@ -33,9 +33,13 @@
 // workload (30% of the budgets in [12 ms, 25 ms]); arrivals at a fixed rate; three
 // rounds, every variant once per round, the medians printed. -cell picks cells by
 // name.
+//
+// With -json FILE it also writes every cell's results (each round's figures, with
+// the requests in the handler every 10 ms) as JSON, for cmd/plots.
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -59,11 +63,13 @@ func main() {
 	maxBudget := flag.Duration("max-budget", 300*time.Millisecond, "largest deadline of a request")
 	maxInFlight := flag.Int("max-inflight", 10000, "the client's cap on requests in flight (arrivals beyond it are dropped and counted)")
 	seed := flag.Uint64("seed", 16, "seed of the arrivals and deadlines (the same for every variant of a cell)")
-	only := flag.String("only", "", "run only the variants whose name contains this (alternatives separated by |)")
+	only := flag.String("only", "", "run only the variants whose name contains this (alternatives separated by |; a part ending in $ must end the name)")
 	cells := flag.String("cells", "load", "load: the sweep of loads and modes (issue 16); slowdown: the slowdown, saturation and mixed-budget cells (issue 25), with -rounds 3, -warmup 800ms and -duration 2.5s unless set")
 	cellFilter := flag.String("cell", "", "with -cells slowdown: run only the cells whose name (as in the tables' headings) contains this (alternatives separated by |)")
 	queueOrders := flag.Bool("queue-orders", false, "with -cells slowdown: add deadlinekit's static limit with each queue order (FIFO, LIFO, earliest deadline first) to every cell")
+	jsonPath := flag.String("json", "", "also write every cell's results to this file as JSON")
 	flag.Parse()
+	out := &jsonOut{path: *jsonPath, Command: command(), Time: time.Now().UTC().Format(time.RFC3339), Capacity: admissioncmp.Capacity()}
 	if *cells == "slowdown" {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -80,7 +86,8 @@ func main() {
 			fmt.Fprintln(os.Stderr, "admissionbench: -rounds in 1..10, -warmup in [0, 30s], -duration in [1s, 60s], -max-inflight in 1..100000")
 			os.Exit(2)
 		}
-		slowdown(*rounds, *warmup, *duration, *seed, *maxInFlight, *only, *cellFilter, *queueOrders)
+		slowdown(*rounds, *warmup, *duration, *seed, *maxInFlight, *only, *cellFilter, *queueOrders, out)
+		out.write()
 		return
 	} else if *cells != "load" {
 		fmt.Fprintln(os.Stderr, "admissionbench: -cells is load or slowdown")
@@ -133,6 +140,7 @@ func main() {
 				os.Exit(1)
 			}
 			all = append(all, rs)
+			out.add(fmt.Sprintf("%s, %g×", shortMode(m), load), cell(m, load), rs)
 		}
 		if len(all) == 0 {
 			continue
@@ -173,6 +181,42 @@ func main() {
 	fmt.Println("Variants:")
 	for _, v := range append(vs, qs...) {
 		fmt.Println("- " + v.Name + ": " + v.Note)
+	}
+	out.write()
+}
+
+// jsonOut collects the cells for -json.
+type jsonOut struct {
+	path     string
+	Command  string
+	Time     string
+	Capacity float64 // requests per second
+	Cells    []jsonCell
+}
+
+type jsonCell struct {
+	Name    string
+	Config  admissioncmp.Config
+	Results []admissioncmp.Result
+}
+
+func (o *jsonOut) add(name string, cfg admissioncmp.Config, rs []admissioncmp.Result) {
+	if o.path != "" {
+		o.Cells = append(o.Cells, jsonCell{name, cfg, rs})
+	}
+}
+
+func (o *jsonOut) write() {
+	if o.path == "" {
+		return
+	}
+	b, err := json.Marshal(o)
+	if err == nil {
+		err = os.WriteFile(o.path, append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "admissionbench:", err)
+		os.Exit(1)
 	}
 }
 

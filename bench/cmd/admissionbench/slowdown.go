@@ -28,7 +28,7 @@ type cell struct {
 // at 4 throughout), and the mixed-budget workload; arrivals
 // open-loop at a fixed rate; every variant of a cell once per round, the rounds
 // alternating the order; the figures are the medians of the rounds.
-func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlight int, only, cellFilter string, queues bool) {
+func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlight int, only, cellFilter string, queues bool, out *jsonOut) {
 	at := duration * 3 / 10
 	step := admissioncmp.Shape{Slow: admissioncmp.Slowdown{Factor: 3, From: at}}
 	transient := admissioncmp.Shape{Slow: admissioncmp.Slowdown{Factor: 2, From: at, For: time.Second}}
@@ -107,6 +107,7 @@ func slowdown(rounds int, warmup, duration time.Duration, seed uint64, maxInFlig
 			os.Exit(1)
 		}
 		all = append(all, done{c, rs})
+		out.add(fmt.Sprintf("%s, %s, %g×", c.name, shortMode(c.mode), c.load), cfg, rs)
 	}
 
 	// The summary: goodput of every variant in every cell.
@@ -226,12 +227,15 @@ func loadavg() string {
 }
 
 // matches reports whether name contains one of the |-separated parts of only (all
-// names match an empty only).
+// names match an empty only); a part ending in $ must end the name.
 func matches(name, only string) bool {
 	if only == "" {
 		return true
 	}
 	for _, part := range strings.Split(only, "|") {
+		if p, ok := strings.CutSuffix(part, "$"); ok && p != "" && strings.HasSuffix(name, p) {
+			return true
+		}
 		if part != "" && strings.Contains(name, part) {
 			return true
 		}

@@ -8,12 +8,17 @@
 //
 // It talks to 127.0.0.1 only, and every run is bounded in calls (-calls) and time
 // (-max-time per variant).
+//
+// With -csv FILE it also writes every call's latency, one line per call
+// (run,variant,latency_ms; run is steady or shift), for cmd/plots.
 package main
 
 import (
+	"encoding/csv"
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +32,7 @@ func main() {
 	maxTime := flag.Duration("max-time", 60*time.Second, "longest run of one variant")
 	seed := flag.Uint64("seed", 1, "seed of the backend's latencies")
 	only := flag.String("only", "", "run only the variants whose name contains this")
+	csvPath := flag.String("csv", "", "also write every call's latency to this file (run,variant,latency_ms)")
 	flag.Parse()
 	if *calls < 1 || *conc < 1 || *calls > 1_000_000 || *conc > 1024 {
 		fmt.Fprintln(os.Stderr, "hedgebench: -calls must be in 1..1000000, -concurrency in 1..1024")
@@ -45,6 +51,7 @@ func main() {
 
 	cfg := hedgecmp.Config{Calls: *calls, Concurrency: *conc, CallTimeout: 10 * time.Second, MaxTime: *maxTime}
 	results, notes := runAll(b, cfg, *only, 0)
+	var shifted []hedgecmp.Result
 	fmt.Println("### Steady tail")
 	fmt.Println()
 	table(results, false)
@@ -64,7 +71,7 @@ func main() {
 		if len(results) > 0 {
 			steadyP99 = results[0].P99
 		}
-		shifted, _ := runAll(b, cfg, *only, steadyP99)
+		shifted, _ = runAll(b, cfg, *only, steadyP99)
 		fmt.Printf("### Latency shift: after %d calls every request becomes 10× slower\n\n", cfg.ShiftAt)
 		table(shifted, true)
 	}
@@ -72,6 +79,38 @@ func main() {
 	for _, n := range notes {
 		fmt.Println("- " + n)
 	}
+	if *csvPath != "" {
+		if err := writeCSV(*csvPath, results, shifted); err != nil {
+			fmt.Fprintln(os.Stderr, "hedgebench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// writeCSV writes every call's latency of both runs, one line per call.
+func writeCSV(path string, steady, shifted []hedgecmp.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"run", "variant", "latency_ms"})
+	for _, run := range []struct {
+		name string
+		rs   []hedgecmp.Result
+	}{{"steady", steady}, {"shift", shifted}} {
+		for _, r := range run.rs {
+			for _, d := range r.Latencies {
+				_ = w.Write([]string{run.name, r.Variant, strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)})
+			}
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // runAll runs every variant on a fresh base transport; the fixed-delay variants use

@@ -47,7 +47,7 @@ type core struct {
 // ticket carries one keyed request's state between begin and finish, on the
 // adapter's stack.
 type ticket struct {
-	key      string // in its scope (storeKey)
+	key      string // in its scope ([core.storeKey]), set with fp ([core.setFingerprint])
 	inbound  string // as the caller sent it, parsed
 	token    string
 	fp       string
@@ -67,11 +67,16 @@ type ticket struct {
 // storeKey is key in scope: the scope's length first, so that no scope's keys can
 // be written as another's.
 func (c *core) storeKey(ctx context.Context, key string) string {
-	if c.c.scope == nil {
-		return "0::" + key
-	}
-	s := c.c.scope(ctx)
+	s := c.scope(ctx)
 	return strconv.Itoa(len(s)) + ":" + s + ":" + key
+}
+
+// scope is the scope of the request of ctx: "" without [WithScope].
+func (c *core) scope(ctx context.Context) string {
+	if c.c.scope == nil {
+		return ""
+	}
+	return c.c.scope(ctx)
 }
 
 // newToken returns a token no other lease holds: 128 random bits.

@@ -62,8 +62,8 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 		c.report(ctx, outMalformed, nil)
 		return nil, status.Error(codes.InvalidArgument, "idempotency-key: "+err.Error())
 	}
-	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
-	if err := fingerprintGRPC(method, req, t); err != nil {
+	t := &ticket{inbound: key}
+	if err := c.fingerprintGRPC(ctx, method, req, t); err != nil {
 		c.report(ctx, outMalformed, nil)
 		return nil, status.Error(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error())
 	}
@@ -96,7 +96,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 
 var marshalDeterministic = proto.MarshalOptions{Deterministic: true}
 
-func fingerprintGRPC(method string, req any, t *ticket) error {
+func (c *core) fingerprintGRPC(ctx context.Context, method string, req any, t *ticket) error {
 	h := sha256.New()
 	h.Write([]byte(method))
 	h.Write([]byte{0})
@@ -109,7 +109,7 @@ func fingerprintGRPC(method string, req any, t *ticket) error {
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	t.setFingerprint(&sum)
+	c.setFingerprint(ctx, t, &sum)
 	return nil
 }
 

@@ -69,7 +69,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	run := &httpRun{t: ticket{key: c.storeKey(ctx, key), inbound: key}}
+	run := &httpRun{t: ticket{inbound: key}}
 	t := &run.t
 	body, err := c.fingerprintHTTP(r, t, &run.body)
 	if err != nil {
@@ -117,7 +117,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 }
 
-// fingerprintHTTP sets t.fp from the method, the path with its query, and the body,
+// fingerprintHTTP sets t.fp (and t.key, [core.setFingerprint]) from the method, the path with its query, and the body,
 // which it reads (at most the limit) and returns to be read again. The body of a
 // protocol that may stream its request ([enveloped]) is read only up to its first
 // message: the rest goes to the handler as it comes, so that a client stream or a
@@ -150,7 +150,7 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket, br *bodyReader) (io.R
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	t.setFingerprint(&sum)
+	c.setFingerprint(r.Context(), t, &sum)
 	return body, nil
 }
 

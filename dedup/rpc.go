@@ -59,8 +59,8 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 		c.report(ctx, outMalformed, nil)
 		return nil, refusal(codes.InvalidArgument, err.Error(), nil)
 	}
-	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
-	if err := fingerprintGRPC(in.Procedure, in.Req, t); err != nil {
+	t := &ticket{inbound: key}
+	if err := c.fingerprintGRPC(ctx, in.Procedure, in.Req, t); err != nil {
 		c.report(ctx, outMalformed, nil)
 		return nil, refusal(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error(), nil)
 	}

@@ -57,7 +57,7 @@ type ticket struct {
 	waited   time.Duration
 	err      error
 	forgot   atomic.Bool
-	outcome  string
+	derive   bool       // its run derives its downstream keys ([core.runCtx])
 	run      runContext // the handler's context ([core.runCtx])
 
 	// holderLeft is what the first's lease had left when a conflict was decided.
@@ -99,15 +99,15 @@ func putToken(b *[tokenLen]byte) {
 	hex.Encode(b[:], r[:])
 }
 
-// leaseTTL is the lease of a request with ctx: its time left plus the margin, or the
-// default budget plus the margin without a deadline; never less than the margin (a
-// request whose deadline passed still gets a lease that ends: a record without an
-// expiry would block its key for good).
-func (c *core) leaseTTL(ctx context.Context) time.Duration {
+// leaseTTL is the lease of a request with ctx at now: its time left plus the
+// margin, or the default budget plus the margin without a deadline; never less
+// than the margin (a request whose deadline passed still gets a lease that ends: a
+// record without an expiry would block its key for good).
+func (c *core) leaseTTL(ctx context.Context, now time.Time) time.Duration {
 	d, ok := ctx.Deadline()
 	left := c.c.defaultBudget
 	if ok {
-		left = max(time.Until(d), 0)
+		left = max(d.Sub(now), 0)
 	}
 	return max(left+c.c.margin, c.c.margin, time.Millisecond)
 }
@@ -119,8 +119,8 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 	}
 	var waitStart, storeWaitStart time.Time
 	for tries := 0; tries < 8; tries++ {
-		ttl := c.leaseTTL(ctx)
 		start := time.Now()
+		ttl := c.leaseTTL(ctx, start)
 		got, e, err := c.store.Acquire(ctx, t.key, Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl})
 		record.DedupStore(ctx, "acquire", time.Since(start))
 		if err != nil {
@@ -311,7 +311,6 @@ func (c *core) release(ctx context.Context, t *ticket) {
 	err := c.store.Release(fctx, t.key, t.token)
 	record.DedupStore(ctx, "release", time.Since(start))
 	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, t.key, t.token) })
-	t.outcome = outReleased
 }
 
 // settle ends a completion or a release that returned err. One that failed for

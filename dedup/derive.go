@@ -12,20 +12,19 @@ import (
 // [runContext]: a run adds no allocation for its context. Called once per ticket.
 func (c *core) runCtx(ctx context.Context, t *ticket) context.Context {
 	rc := &t.run
-	rc.Context, rc.t, rc.derive = ctx, t, !c.c.noDerive
-	if rc.derive {
+	rc.Context, rc.t, t.derive = ctx, t, !c.c.noDerive
+	if t.derive {
 		rc.chain.Init(t.key, t.inbound)
 	}
 	return rc
 }
 
 // runContext is the context of a keyed run: its parent's, answering runKey with the
-// run's ticket and, when derive, [keychain.Key] with the run's chain.
+// run's ticket and, when the ticket derives, [keychain.Key] with the run's chain.
 type runContext struct {
 	context.Context
-	t      *ticket
-	derive bool
-	chain  keychain.Chain
+	t     *ticket
+	chain keychain.Chain
 }
 
 // Value implements [context.Context].
@@ -34,7 +33,7 @@ func (rc *runContext) Value(key any) any {
 	case runKey:
 		return rc.t
 	case keychain.Key:
-		if rc.derive {
+		if rc.t.derive {
 			return &rc.chain
 		}
 	}

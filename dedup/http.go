@@ -53,12 +53,19 @@ func NewMiddleware(store Store, opts ...Option) func(http.Handler) http.Handler 
 
 var errBodyTooLarge = errors.New("request body too large")
 
-// httpRun is what a keyed HTTP request needs, in one allocation: its ticket, the
-// body read for its fingerprint and, when it runs, the recorder of its answer.
+// httpRun is what a keyed HTTP request needs, in one allocation: its ticket and
+// the body read for its fingerprint.
 type httpRun struct {
 	t    ticket
 	body bodyReader
-	rec  recorder
+}
+
+// httpRunning is what a keyed HTTP request that runs its handler needs besides, in
+// one allocation (a replay needs neither): the recorder of its answer and the
+// request its handler gets.
+type httpRunning struct {
+	rec recorder
+	req http.Request
 }
 
 func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, next http.Handler) {
@@ -83,7 +90,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		c.runHTTP(w, r, body, t, &run.rec, c.workHTTP(r, t, next))
+		c.runHTTP(w, r, body, t, c.workHTTP(r, t, next))
 	case vReplay:
 		c.replayHTTP(w, ctx, t)
 	case vConflict:
@@ -251,10 +258,11 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 
 func (r *bodyReader) Close() error { return nil }
 
-func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, rec *recorder, next http.Handler) {
+func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, next http.Handler) {
 	ctx := r.Context()
-	*rec = recorder{ResponseWriter: w, max: c.c.maxResponse}
-	r2 := r.WithContext(c.runCtx(ctx, t))
+	run := &httpRunning{rec: recorder{ResponseWriter: w, max: c.c.maxResponse}}
+	run.req = *r.WithContext(c.runCtx(ctx, t)) // the copy WithContext makes stays on the stack
+	rec, r2 := &run.rec, &run.req
 	r2.Body = body
 	completed := false
 	defer func() {
@@ -419,8 +427,8 @@ type recorder struct {
 	ans      []byte  // the stored answer: status and header, then the body written so far
 	head     int     // the length of the status and header at the start of the answer
 	size     int     // the body's size, as the handler wrote it
-	over     bool    // the answer passed the limit: ans is nil
 	declared int64   // the Content-Length the handler set; -1 for none
+	over     bool    // the answer passed the limit: ans is nil
 	failed   bool    // a write to the caller failed: it did not get the whole answer
 	upgraded bool    // 101 Switching Protocols, or the connection was hijacked
 	buf      *[]byte // the pooled buffer ans is in; nil once it is not

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -45,7 +44,8 @@ type core struct {
 }
 
 // ticket carries one keyed request's state between begin and finish, on the
-// adapter's stack.
+// adapter's stack: nothing keeps it past the request (what a running handler may
+// reach is its [runContext]), so it costs no allocation.
 type ticket struct {
 	key      string // in its scope ([core.storeKey]), set with fp ([core.setFingerprint])
 	inbound  string // as the caller sent it, parsed
@@ -56,9 +56,6 @@ type ticket struct {
 	comeBack time.Duration
 	waited   time.Duration
 	err      error
-	forgot   atomic.Bool
-	derive   bool       // its run derives its downstream keys ([core.runCtx])
-	run      runContext // the handler's context ([core.runCtx])
 
 	// holderLeft is what the first's lease had left when a conflict was decided.
 	holderLeft time.Duration
@@ -301,7 +298,8 @@ func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept f
 		cancel()
 		return
 	}
-	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
+	key, token := t.key, t.token // the closure keeps no ticket
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, key, token, answer, c.c.retention) })
 }
 
 // release gives the key up.
@@ -310,7 +308,8 @@ func (c *core) release(ctx context.Context, t *ticket) {
 	start := time.Now()
 	err := c.store.Release(fctx, t.key, t.token)
 	record.DedupStore(ctx, "release", time.Since(start))
-	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, t.key, t.token) })
+	key, token := t.key, t.token // the closure keeps no ticket
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, key, token) })
 }
 
 // settle ends a completion or a release that returned err. One that failed for
@@ -368,7 +367,7 @@ func (c *core) report(ctx context.Context, outcome string, t *ticket) {
 	record.Dedup(ctx, outcome, waited, err)
 }
 
-// runKey is the context key of the running request's ticket, for Forget.
+// runKey is the context key of the running request's [runContext], for Forget.
 type runKey struct{}
 
 // deduplicated reports whether an outer dedup layer already runs the request of ctx
@@ -376,7 +375,7 @@ type runKey struct{}
 // handler that has WithDedup too): the inner layer steps aside. Two layers on one
 // key would fingerprint one request two ways and refuse it as another's.
 func deduplicated(ctx context.Context) bool {
-	_, ok := ctx.Value(runKey{}).(*ticket)
+	_, ok := ctx.Value(runKey{}).(*runContext)
 	return ok
 }
 
@@ -387,8 +386,8 @@ func deduplicated(ctx context.Context) bool {
 // dependency was down before anything was written). Without a keyed request under
 // dedup in ctx it does nothing.
 func Forget(ctx context.Context) {
-	if t, ok := ctx.Value(runKey{}).(*ticket); ok {
-		t.forgot.Store(true)
+	if rc, ok := ctx.Value(runKey{}).(*runContext); ok {
+		rc.forgot.Store(true)
 	}
 }
 

@@ -170,7 +170,9 @@ func withTrailers(ans []byte, head int, trailer http.Header) []byte {
 }
 
 // decodeHTTPInto decodes an HTTP answer (kind H or T), its header into h, and
-// returns its status, trailer and body.
+// returns its status, trailer and body. The header's names and values are
+// substrings of one string, and its lists parts of one slice (each with no room
+// to grow into the next).
 func decodeHTTPInto(b []byte, h http.Header) (int, http.Header, []byte, error) {
 	d := decoder{b: b[1:]}
 	s := d.uvarint()
@@ -178,18 +180,22 @@ func decodeHTTPInto(b []byte, h http.Header) (int, http.Header, []byte, error) {
 	if d.err != nil || n > uint64(len(d.b)) || s < 100 || s > 999 {
 		return 0, nil, nil, errCorrupt
 	}
-	for range n {
-		k := d.string()
+	head, values := d.b, 0
+	for range n { // checked and counted first
+		d.bytes()
 		m := d.uvarint()
 		if d.err != nil || m > uint64(len(d.b))+1 {
 			return 0, nil, nil, errCorrupt
 		}
-		vs := make([]string, m)
-		for i := range vs {
-			vs[i] = d.string()
+		for range m {
+			d.bytes()
 		}
-		h[k] = vs
+		values += int(m)
 	}
+	if d.err != nil {
+		return 0, nil, nil, errCorrupt
+	}
+	fillHeader(h, head[:len(head)-len(d.b)], int(n), values)
 	var trailer http.Header
 	if b[0] == kindHTTPTrailers {
 		trailer = d.md()
@@ -198,6 +204,29 @@ func decodeHTTPInto(b []byte, h http.Header) (int, http.Header, []byte, error) {
 		return 0, nil, nil, errCorrupt
 	}
 	return int(s), trailer, d.b, nil // the body is the rest
+}
+
+// fillHeader sets in h the n names of head, an encoded header that decodeHTTPInto
+// checked, with their lists of values (values in all).
+func fillHeader(h http.Header, head []byte, n, values int) {
+	str, vs := string(head), make([]string, values)
+	d := decoder{b: head}
+	next := func() string {
+		l := int(d.uvarint())
+		at := len(head) - len(d.b)
+		d.b = d.b[l:]
+		return str[at : at+l]
+	}
+	for range n {
+		k := next()
+		m := int(d.uvarint())
+		list := vs[:m:m]
+		for i := range list {
+			list[i] = next()
+		}
+		vs = vs[m:]
+		h[k] = list
+	}
 }
 
 // grpcAnswer is a stored gRPC answer.

@@ -3,6 +3,7 @@ package dedup
 import (
 	"bytes"
 	"net/http"
+	"reflect"
 	"testing"
 )
 
@@ -58,6 +59,23 @@ func TestDecodeHostile(t *testing.T) {
 	} {
 		if v, err := decodeAnswer(b); err == nil {
 			t.Errorf("%q decoded to %#v", b, v)
+		}
+	}
+}
+
+// TestReplayedHeaderListsGrowApart: a replayed header's lists share one slice; a
+// layer that adds a value to one list must not write over the next one's.
+func TestReplayedHeaderListsGrowApart(t *testing.T) {
+	for range 20 { // the names are encoded in the map's order
+		h := http.Header{}
+		if _, _, _, err := decodeHTTPInto(encodeHTTP(200, http.Header{"A": {"1"}, "B": {"2"}, "C": {"3"}}, nil, nil), h); err != nil {
+			t.Fatal(err)
+		}
+		h.Add("A", "a")
+		h.Add("B", "b")
+		h.Add("C", "c")
+		if want := (http.Header{"A": {"1", "a"}, "B": {"2", "b"}, "C": {"3", "c"}}); !reflect.DeepEqual(h, want) {
+			t.Fatalf("after adding a value to each: %v, want %v", h, want)
 		}
 	}
 }

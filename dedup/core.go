@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -45,9 +44,10 @@ type core struct {
 }
 
 // ticket carries one keyed request's state between begin and finish, on the
-// adapter's stack.
+// adapter's stack: nothing keeps it past the request (what a running handler may
+// reach is its [runContext]), so it costs no allocation.
 type ticket struct {
-	key      string // in its scope (storeKey)
+	key      string // in its scope ([core.storeKey]), set with fp ([core.setFingerprint])
 	inbound  string // as the caller sent it, parsed
 	token    string
 	fp       string
@@ -56,9 +56,6 @@ type ticket struct {
 	comeBack time.Duration
 	waited   time.Duration
 	err      error
-	forgot   atomic.Bool
-	outcome  string
-	run      runContext // the handler's context ([core.runCtx])
 
 	// holderLeft is what the first's lease had left when a conflict was decided.
 	holderLeft time.Duration
@@ -67,11 +64,16 @@ type ticket struct {
 // storeKey is key in scope: the scope's length first, so that no scope's keys can
 // be written as another's.
 func (c *core) storeKey(ctx context.Context, key string) string {
-	if c.c.scope == nil {
-		return "0::" + key
-	}
-	s := c.c.scope(ctx)
+	s := c.scope(ctx)
 	return strconv.Itoa(len(s)) + ":" + s + ":" + key
+}
+
+// scope is the scope of the request of ctx: "" without [WithScope].
+func (c *core) scope(ctx context.Context) string {
+	if c.c.scope == nil {
+		return ""
+	}
+	return c.c.scope(ctx)
 }
 
 // newToken returns a token no other lease holds: 128 random bits.
@@ -94,15 +96,15 @@ func putToken(b *[tokenLen]byte) {
 	hex.Encode(b[:], r[:])
 }
 
-// leaseTTL is the lease of a request with ctx: its time left plus the margin, or the
-// default budget plus the margin without a deadline; never less than the margin (a
-// request whose deadline passed still gets a lease that ends: a record without an
-// expiry would block its key for good).
-func (c *core) leaseTTL(ctx context.Context) time.Duration {
+// leaseTTL is the lease of a request with ctx at now: its time left plus the
+// margin, or the default budget plus the margin without a deadline; never less
+// than the margin (a request whose deadline passed still gets a lease that ends: a
+// record without an expiry would block its key for good).
+func (c *core) leaseTTL(ctx context.Context, now time.Time) time.Duration {
 	d, ok := ctx.Deadline()
 	left := c.c.defaultBudget
 	if ok {
-		left = max(time.Until(d), 0)
+		left = max(d.Sub(now), 0)
 	}
 	return max(left+c.c.margin, c.c.margin, time.Millisecond)
 }
@@ -114,8 +116,8 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 	}
 	var waitStart, storeWaitStart time.Time
 	for tries := 0; tries < 8; tries++ {
-		ttl := c.leaseTTL(ctx)
 		start := time.Now()
+		ttl := c.leaseTTL(ctx, start)
 		got, e, err := c.store.Acquire(ctx, t.key, Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl})
 		record.DedupStore(ctx, "acquire", time.Since(start))
 		if err != nil {
@@ -296,7 +298,8 @@ func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept f
 		cancel()
 		return
 	}
-	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, t.key, t.token, answer, c.c.retention) })
+	key, token := t.key, t.token // the closure keeps no ticket
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Complete(fctx, key, token, answer, c.c.retention) })
 }
 
 // release gives the key up.
@@ -305,8 +308,8 @@ func (c *core) release(ctx context.Context, t *ticket) {
 	start := time.Now()
 	err := c.store.Release(fctx, t.key, t.token)
 	record.DedupStore(ctx, "release", time.Since(start))
-	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, t.key, t.token) })
-	t.outcome = outReleased
+	key, token := t.key, t.token // the closure keeps no ticket
+	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, key, token) })
 }
 
 // settle ends a completion or a release that returned err. One that failed for
@@ -364,7 +367,7 @@ func (c *core) report(ctx context.Context, outcome string, t *ticket) {
 	record.Dedup(ctx, outcome, waited, err)
 }
 
-// runKey is the context key of the running request's ticket, for Forget.
+// runKey is the context key of the running request's [runContext], for Forget.
 type runKey struct{}
 
 // deduplicated reports whether an outer dedup layer already runs the request of ctx
@@ -372,7 +375,7 @@ type runKey struct{}
 // handler that has WithDedup too): the inner layer steps aside. Two layers on one
 // key would fingerprint one request two ways and refuse it as another's.
 func deduplicated(ctx context.Context) bool {
-	_, ok := ctx.Value(runKey{}).(*ticket)
+	_, ok := ctx.Value(runKey{}).(*runContext)
 	return ok
 }
 
@@ -383,8 +386,8 @@ func deduplicated(ctx context.Context) bool {
 // dependency was down before anything was written). Without a keyed request under
 // dedup in ctx it does nothing.
 func Forget(ctx context.Context) {
-	if t, ok := ctx.Value(runKey{}).(*ticket); ok {
-		t.forgot.Store(true)
+	if rc, ok := ctx.Value(runKey{}).(*runContext); ok {
+		rc.forgot.Store(true)
 	}
 }
 

@@ -2,28 +2,29 @@ package dedup
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/deadlinekit/deadlinekit/internal/keychain"
 )
 
-// runCtx is the context the handler of t's run gets: t itself (for [Forget]) and,
-// unless [WithoutKeyDerivation], the derivation of its downstream keys from t's key
-// in its scope ([DerivedKey], package retry's WithIdempotencyKeys). It is t's own
-// [runContext]: a run adds no allocation for its context. Called once per ticket.
-func (c *core) runCtx(ctx context.Context, t *ticket) context.Context {
-	rc := &t.run
-	rc.Context, rc.t, rc.derive = ctx, t, !c.c.noDerive
+// runCtx makes rc, a zero runContext that the adapter allocates with what else
+// the run needs, the context the handler of t's run gets: itself (for [Forget])
+// and, unless [WithoutKeyDerivation], the derivation of its downstream keys from
+// t's key in its scope ([DerivedKey], package retry's WithIdempotencyKeys).
+func (c *core) runCtx(ctx context.Context, t *ticket, rc *runContext) context.Context {
+	rc.Context, rc.derive = ctx, !c.c.noDerive
 	if rc.derive {
 		rc.chain.Init(t.key, t.inbound)
 	}
 	return rc
 }
 
-// runContext is the context of a keyed run: its parent's, answering runKey with the
-// run's ticket and, when derive, [keychain.Key] with the run's chain.
+// runContext is the context of a keyed run: its parent's, answering runKey with
+// itself and, when derive, [keychain.Key] with the run's chain. It holds what the
+// handler may reach while it runs, and after.
 type runContext struct {
 	context.Context
-	t      *ticket
+	forgot atomic.Bool // [Forget]: release the key when the handler returns
 	derive bool
 	chain  keychain.Chain
 }
@@ -32,7 +33,7 @@ type runContext struct {
 func (rc *runContext) Value(key any) any {
 	switch key.(type) {
 	case runKey:
-		return rc.t
+		return rc
 	case keychain.Key:
 		if rc.derive {
 			return &rc.chain

@@ -62,14 +62,14 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 		c.report(ctx, outMalformed, nil)
 		return nil, status.Error(codes.InvalidArgument, "idempotency-key: "+err.Error())
 	}
-	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
-	if err := fingerprintGRPC(method, req, t); err != nil {
+	t := &ticket{inbound: key}
+	if err := c.fingerprintGRPC(ctx, method, req, t); err != nil {
 		c.report(ctx, outMalformed, nil)
 		return nil, status.Error(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error())
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		return c.runGRPC(ctx, req, t, c.workGRPC(ctx, t, handler))
+		return c.runGRPC(ctx, req, t, handler)
 	case vReplay:
 		return c.replayGRPC(ctx, t)
 	case vConflict:
@@ -82,7 +82,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			return c.workGRPC(ctx, t, handler)(ctx, req)
+			return c.workGRPC(ctx, nil, handler)(ctx, req)
 		}
 		// The store's failure, not this server's: the caller's breaker stays neutral.
 		comeBack := c.storeDown(ctx, t.err)
@@ -96,7 +96,7 @@ func (c *core) serveGRPC(ctx context.Context, req any, vs []string, method strin
 
 var marshalDeterministic = proto.MarshalOptions{Deterministic: true}
 
-func fingerprintGRPC(method string, req any, t *ticket) error {
+func (c *core) fingerprintGRPC(ctx context.Context, method string, req any, t *ticket) error {
 	h := sha256.New()
 	h.Write([]byte(method))
 	h.Write([]byte{0})
@@ -109,7 +109,7 @@ func fingerprintGRPC(method string, req any, t *ticket) error {
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	t.setFingerprint(&sum)
+	c.setFingerprint(ctx, t, &sum)
 	return nil
 }
 
@@ -182,7 +182,9 @@ func (s *captureStream) seal() (header, trailer metadata.MD) {
 }
 
 func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.UnaryHandler) (resp any, err error) {
-	hctx := c.runCtx(ctx, t)
+	rc := &runContext{}
+	hctx := c.runCtx(ctx, t, rc)
+	handler = c.workGRPC(ctx, rc, handler)
 	var cs *captureStream
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
 		cs = &captureStream{ServerTransportStream: st, ctx: ctx}
@@ -216,7 +218,7 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	} else {
 		storable = false
 	}
-	if t.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, st, a.trailer) {
+	if rc.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, st, a.trailer) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err

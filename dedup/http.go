@@ -53,12 +53,36 @@ func NewMiddleware(store Store, opts ...Option) func(http.Handler) http.Handler 
 
 var errBodyTooLarge = errors.New("request body too large")
 
-// httpRun is what a keyed HTTP request needs, in one allocation: its ticket, the
-// body read for its fingerprint and, when it runs, the recorder of its answer.
-type httpRun struct {
-	t    ticket
+// httpRunning is what a keyed HTTP request that runs its handler needs, in one
+// allocation (a replay needs none of it): its run's context, the body read for its
+// fingerprint, the recorder of its answer and the request its handler gets.
+type httpRunning struct {
+	run  runContext
 	body bodyReader
 	rec  recorder
+	req  http.Request
+}
+
+// readBody is how fingerprintHTTP left a request's body.
+type readBody uint8
+
+const (
+	bodyUntouched readBody = iota // none: the request's own (nil or http.NoBody)
+	bodyWhole                     // read whole: the bytes
+	bodyFirst                     // enveloped: the bytes are its first message, the rest is the request's
+)
+
+// handlerBody is the body the handler gets after fingerprintHTTP read b of r's
+// body as how says; br is where a body read whole may be kept.
+func handlerBody(r *http.Request, b []byte, how readBody, br *bodyReader) io.ReadCloser {
+	switch how {
+	case bodyWhole:
+		*br = bodyReader{b: b}
+		return br
+	case bodyFirst:
+		return &streamBody{first: bodyReader{b: b}, rest: r.Body}
+	}
+	return r.Body
 }
 
 func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, next http.Handler) {
@@ -69,9 +93,8 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	run := &httpRun{t: ticket{key: c.storeKey(ctx, key), inbound: key}}
-	t := &run.t
-	body, err := c.fingerprintHTTP(r, t, &run.body)
+	t := &ticket{inbound: key}
+	b, how, err := c.fingerprintHTTP(r, t)
 	if err != nil {
 		c.report(ctx, outMalformed, nil)
 		if errors.Is(err, errBodyTooLarge) {
@@ -83,7 +106,7 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	switch c.begin(ctx, t) {
 	case vRun:
-		c.runHTTP(w, r, body, t, &run.rec, c.workHTTP(r, t, next))
+		c.runHTTP(w, r, b, how, t, next)
 	case vReplay:
 		c.replayHTTP(w, ctx, t)
 	case vConflict:
@@ -99,8 +122,8 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
 			r2 := r.WithContext(ctx) // a request of its own: the caller's keeps its body
-			r2.Body = body
-			c.workHTTP(r2, t, next).ServeHTTP(w, r2)
+			r2.Body = handlerBody(r, b, how, &bodyReader{})
+			c.workHTTP(r2, nil, next).ServeHTTP(w, r2)
 			return
 		}
 		// The store's failure, not this server's: the caller's breaker stays neutral.
@@ -117,13 +140,14 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 }
 
-// fingerprintHTTP sets t.fp from the method, the path with its query, and the body,
-// which it reads (at most the limit) and returns to be read again. The body of a
-// protocol that may stream its request ([enveloped]) is read only up to its first
-// message: the rest goes to the handler as it comes, so that a client stream or a
-// bidi stream is not held until the client ends it (a bidi client waits for an
+// fingerprintHTTP sets t.fp (and t.key, [core.setFingerprint]) from the method,
+// the path with its query, and the body, which it reads (at most the limit) and
+// returns, with how, for [handlerBody] to give it to the handler again. The body of
+// a protocol that may stream its request ([enveloped]) is read only up to its
+// first message: the rest goes to the handler as it comes, so that a client stream
+// or a bidi stream is not held until the client ends it (a bidi client waits for an
 // answer before it sends more).
-func (c *core) fingerprintHTTP(r *http.Request, t *ticket, br *bodyReader) (io.ReadCloser, error) {
+func (c *core) fingerprintHTTP(r *http.Request, t *ticket) ([]byte, readBody, error) {
 	h := sha256.New()
 	h.Write([]byte(r.Method))
 	h.Write([]byte{0})
@@ -131,52 +155,49 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket, br *bodyReader) (io.R
 	h.Write([]byte{'?'})
 	h.Write([]byte(r.URL.RawQuery))
 	h.Write([]byte{0})
-	body := r.Body
-	if body != nil && body != http.NoBody && enveloped(r.Header.Get("Content-Type")) {
-		b, err := readEnvelope(r.Body, c.c.maxRequest)
+	var b []byte
+	how := bodyUntouched
+	if body := r.Body; body != nil && body != http.NoBody {
+		var err error
+		if enveloped(r.Header.Get("Content-Type")) {
+			b, how, err = readEnvelope(body, c.c.maxRequest)
+		} else {
+			b, how, err = readAll(body, r.ContentLength, c.c.maxRequest)
+		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		h.Write(b)
-		body = &streamBody{first: bodyReader{b: b}, rest: r.Body}
-	} else if body != nil && body != http.NoBody {
-		b, err := readBody(r.Body, r.ContentLength, c.c.maxRequest)
-		if err != nil {
-			return nil, err
-		}
-		h.Write(b)
-		*br = bodyReader{b: b}
-		body = br
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	t.setFingerprint(&sum)
-	return body, nil
+	c.setFingerprint(r.Context(), t, &sum)
+	return b, how, nil
 }
 
-// readBody reads at most limit bytes of r (and one more, to tell a larger body):
+// readAll reads at most limit bytes of r (and one more, to tell a larger body):
 // into one buffer of the declared length when it is known and within the limit.
-func readBody(r io.Reader, declared, limit int64) ([]byte, error) {
+func readAll(r io.Reader, declared, limit int64) ([]byte, readBody, error) {
 	if declared > limit {
-		return nil, errBodyTooLarge
+		return nil, 0, errBodyTooLarge
 	}
 	if declared >= 0 {
 		b := make([]byte, declared, declared+1)
 		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		// Content-Length is what the server read by; a body longer than it is the
 		// server's to refuse, not ours.
-		return b, nil
+		return b, bodyWhole, nil
 	}
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if int64(buf.Len()) > limit {
-		return nil, errBodyTooLarge
+		return nil, 0, errBodyTooLarge
 	}
-	return buf.Bytes(), nil
+	return buf.Bytes(), bodyWhole, nil
 }
 
 // enveloped reports whether a request of content type ct frames its body as
@@ -192,23 +213,23 @@ func enveloped(ct string) bool {
 // readEnvelope reads the first message of an enveloped body: a flags byte, a 4-byte
 // big-endian length and the message, at most limit bytes in all. An empty body
 // has none.
-func readEnvelope(r io.Reader, limit int64) ([]byte, error) {
+func readEnvelope(r io.Reader, limit int64) ([]byte, readBody, error) {
 	var prefix [5]byte
 	if n, err := io.ReadFull(r, prefix[:]); n == 0 && err == io.EOF {
-		return nil, nil
+		return nil, bodyFirst, nil
 	} else if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	size := int64(binary.BigEndian.Uint32(prefix[1:]))
 	if 5+size > limit {
-		return nil, errBodyTooLarge
+		return nil, 0, errBodyTooLarge
 	}
 	b := make([]byte, 5+size)
 	copy(b, prefix[:])
 	if _, err := io.ReadFull(r, b[5:]); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return b, nil
+	return b, bodyFirst, nil
 }
 
 // streamBody gives the handler the first message that was read, then the rest of
@@ -251,11 +272,14 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 
 func (r *bodyReader) Close() error { return nil }
 
-func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadCloser, t *ticket, rec *recorder, next http.Handler) {
+func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, b []byte, how readBody, t *ticket, next http.Handler) {
 	ctx := r.Context()
-	*rec = recorder{ResponseWriter: w, max: c.c.maxResponse}
-	r2 := r.WithContext(c.runCtx(ctx, t))
+	run := &httpRunning{rec: recorder{ResponseWriter: w, max: c.c.maxResponse}}
+	run.req = *r.WithContext(c.runCtx(ctx, t, &run.run)) // the copy WithContext makes stays on the stack
+	rec, r2 := &run.rec, &run.req
+	body := handlerBody(r, b, how, &run.body)
 	r2.Body = body
+	next = c.workHTTP(r, &run.run, next)
 	completed := false
 	defer func() {
 		if !completed { // a panic, or runtime.Goexit: it goes on unchanged
@@ -277,7 +301,7 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, body io.ReadClose
 	// the answer tells the caller to come back (not final), or there is no HTTP
 	// answer to store (the connection was taken over), or the request was a stream
 	// of several messages (not deduplicated).
-	if t.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout || comeBackHTTP(status, rec.Header()) ||
+	if run.run.forgot.Load() || status == statusClientClosedRequest || status == http.StatusGatewayTimeout || comeBackHTTP(status, rec.Header()) ||
 		(rec.status == 0 && ctx.Err() != nil) || rec.upgraded || streamed {
 		rec.seal()
 		c.release(ctx, t)
@@ -419,8 +443,8 @@ type recorder struct {
 	ans      []byte  // the stored answer: status and header, then the body written so far
 	head     int     // the length of the status and header at the start of the answer
 	size     int     // the body's size, as the handler wrote it
-	over     bool    // the answer passed the limit: ans is nil
 	declared int64   // the Content-Length the handler set; -1 for none
+	over     bool    // the answer passed the limit: ans is nil
 	failed   bool    // a write to the caller failed: it did not get the whole answer
 	upgraded bool    // 101 Switching Protocols, or the connection was hijacked
 	buf      *[]byte // the pooled buffer ans is in; nil once it is not

@@ -1,11 +1,13 @@
 package dedup
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -133,15 +135,28 @@ func quotedKey(v string) (string, error) {
 	return string(b), nil
 }
 
-// setFingerprint sets t.fp to sum in hex and gives t its lease token, both in one
-// string: a store's record keeps them together. The formats are [newToken]'s and
-// a SHA-256 in hex, as ever (a shared Redis holds records of older versions).
-func (t *ticket) setFingerprint(sum *[sha256.Size]byte) {
-	var b [2*sha256.Size + tokenLen]byte
-	hex.Encode(b[:2*sha256.Size], sum[:])
-	putToken((*[tokenLen]byte)(b[2*sha256.Size:]))
-	s := string(b[:])
-	t.fp, t.token = s[:2*sha256.Size], s[2*sha256.Size:]
+// setFingerprint sets t.key (t.inbound in ctx's scope, as [core.storeKey] writes
+// it) and t.fp (sum in hex) in one string, which a store's record keeps for its
+// retention, and gives t its lease token, a string of its own (a record keeps it
+// only while it runs). The formats are [newToken]'s and a SHA-256 in hex, as ever
+// (a shared Redis holds records of older versions).
+func (c *core) setFingerprint(ctx context.Context, t *ticket, sum *[sha256.Size]byte) {
+	scope := c.scope(ctx)
+	var fp [2 * sha256.Size]byte
+	hex.Encode(fp[:], sum[:])
+	var lenBuf [20]byte
+	n := strconv.AppendInt(lenBuf[:0], int64(len(scope)), 10)
+	k := len(n) + 1 + len(scope) + 1 + len(t.inbound)
+	var b strings.Builder
+	b.Grow(k + len(fp))
+	b.Write(n)
+	b.WriteByte(':')
+	b.WriteString(scope)
+	b.WriteByte(':')
+	b.WriteString(t.inbound)
+	b.Write(fp[:])
+	s := b.String()
+	t.key, t.fp, t.token = s[:k], s[k:], newToken()
 }
 
 // badChar names the character that starts at byte i of v, as the user typed it: the

@@ -83,6 +83,7 @@ const (
 // without a goroutine of its own.
 type MemoryStore struct {
 	seed                 maphash.Seed
+	mask                 uint64    // of a key's hash: all ones but in tests ([MemoryStore.hash])
 	epoch                time.Time // the store's clock starts here ([MemoryStore.clock])
 	maxEntries, maxBytes int64
 	// entries counts the records held and those being added; bytes, the bytes held
@@ -99,8 +100,12 @@ type MemoryStore struct {
 }
 
 type memShard struct {
-	mu         sync.Mutex
-	m          map[string]*memEntry
+	mu sync.Mutex
+	// m holds the records by their key's hash: a map that grows rehashes its
+	// slots, not its keys, and a slot holds no string. A record whose hash another
+	// key's record holds in m is in over, by its key (nil until there is one).
+	m          map[uint64]*memEntry
+	over       map[string]*memEntry
 	head, tail *memEntry // done entries, oldest completed first
 	bytes      int64
 	// oldest is head's completion sequence number (math.MaxUint64 when there is no
@@ -114,15 +119,23 @@ type memEntry struct {
 	token, fp  string // token: running only
 	expires    int64  // on the store's clock ([MemoryStore.clock])
 	answer     []byte
-	seq        uint64        // done: completion order
+	seq        uint64        // done: completion order, from 1; 0 while running
 	done       chan struct{} // running: closed when it stops running (made on first Wait)
 	prev, next *memEntry
-	state      State
+}
+
+// state is e's: [Done] once it has a completion order, [Running] before (a
+// removed record is read by no one).
+func (e *memEntry) state() State {
+	if e.seq != 0 {
+		return Done
+	}
+	return Running
 }
 
 // NewMemoryStore returns an empty [MemoryStore].
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	s := &MemoryStore{seed: maphash.MakeSeed(), epoch: time.Now(), maxEntries: DefaultMaxEntries, maxBytes: DefaultMaxBytes}
+	s := &MemoryStore{seed: maphash.MakeSeed(), mask: math.MaxUint64, epoch: time.Now(), maxEntries: DefaultMaxEntries, maxBytes: DefaultMaxBytes}
 	for _, o := range opts {
 		if o != nil {
 			o(s)
@@ -130,7 +143,7 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	}
 	s.reapAfter.Store(math.MinInt64) // the clock may read before 0: a clock of another bubble (testing/synctest)
 	for i := range s.shards {
-		s.shards[i].m = map[string]*memEntry{}
+		s.shards[i].m = map[uint64]*memEntry{}
 		s.shards[i].oldest.Store(math.MaxUint64)
 	}
 	return s
@@ -151,7 +164,7 @@ func (s *MemoryStore) Stats() MemoryStats {
 	st := MemoryStats{Evicted: int(s.evicted.Load())}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		st.Entries += len(sh.m)
+		st.Entries += len(sh.m) + len(sh.over)
 		st.Bytes += int(sh.bytes)
 		sh.mu.Unlock()
 	}
@@ -174,13 +187,35 @@ func after(now int64, d time.Duration) int64 {
 	return now + int64(d)
 }
 
-func (s *MemoryStore) shard(key string) *memShard {
-	return &s.shards[maphash.String(s.seed, key)%memShards]
+// hash is key's hash, which picks its shard and is its index in the shard.
+func (s *MemoryStore) hash(key string) uint64 { return maphash.String(s.seed, key) & s.mask }
+
+func (s *MemoryStore) shard(h uint64) *memShard { return &s.shards[h%memShards] }
+
+// get returns key's record, whose hash is h, expired or not.
+func (sh *memShard) get(h uint64, key string) *memEntry {
+	if e := sh.m[h]; e != nil && e.key == key {
+		return e
+	}
+	return sh.over[key]
 }
 
-// live returns key's entry if it has not expired, removing it if it has.
-func (s *MemoryStore) live(sh *memShard, key string, now int64) *memEntry {
-	e := sh.m[key]
+// put adds e, whose key's hash is h and which sh does not hold.
+func (sh *memShard) put(h uint64, e *memEntry) {
+	if _, taken := sh.m[h]; !taken {
+		sh.m[h] = e
+		return
+	}
+	if sh.over == nil {
+		sh.over = map[string]*memEntry{}
+	}
+	sh.over[e.key] = e
+}
+
+// live returns key's entry (its hash h) if it has not expired, removing it if it
+// has.
+func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) *memEntry {
+	e := sh.get(h, key)
 	if e == nil {
 		return nil
 	}
@@ -193,9 +228,13 @@ func (s *MemoryStore) live(sh *memShard, key string, now int64) *memEntry {
 
 // remove takes e out of sh and out of the store's counts.
 func (s *MemoryStore) remove(sh *memShard, e *memEntry) {
-	delete(sh.m, e.key)
+	if h := s.hash(e.key); sh.m[h] == e {
+		delete(sh.m, h)
+	} else {
+		delete(sh.over, e.key)
+	}
 	s.entries.Add(-1)
-	if e.state == Done {
+	if e.state() == Done {
 		sh.unlink(e)
 		size := int64(len(e.answer) + len(e.key))
 		sh.bytes -= size
@@ -205,7 +244,6 @@ func (s *MemoryStore) remove(sh *memShard, e *memEntry) {
 		close(e.done)
 		e.done = nil
 	}
-	e.state = Absent
 }
 
 func (sh *memShard) append(e *memEntry) {
@@ -244,7 +282,7 @@ func (s *MemoryStore) sweep(sh *memShard, now int64) {
 }
 
 func (e *memEntry) entry(now int64) Entry {
-	return Entry{State: e.state, Fingerprint: e.fp, Left: time.Duration(e.expires - now), Answer: e.answer}
+	return Entry{State: e.state(), Fingerprint: e.fp, Left: time.Duration(e.expires - now), Answer: e.answer}
 }
 
 // dropOldest removes the store's oldest answer: evicted (and counted) if its
@@ -290,17 +328,26 @@ func (s *MemoryStore) reapLeases(now int64) bool {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.m {
-			switch {
-			case e.state != Running:
-			case now >= e.expires:
-				s.remove(sh, e)
-				reaped = true
-			default:
-				s.leaseEnds(e.expires)
-			}
-		}
+		reaped = reapShard(s, sh, sh.m, now) || reaped
+		reaped = reapShard(s, sh, sh.over, now) || reaped
 		sh.mu.Unlock()
+	}
+	return reaped
+}
+
+// reapShard removes the leases of m, one of sh's maps, that have ended, and
+// reports whether it removed one.
+func reapShard[K comparable](s *MemoryStore, sh *memShard, m map[K]*memEntry, now int64) bool {
+	reaped := false
+	for _, e := range m {
+		switch {
+		case e.state() != Running:
+		case now >= e.expires:
+			s.remove(sh, e)
+			reaped = true
+		default:
+			s.leaseEnds(e.expires)
+		}
 	}
 	return reaped
 }
@@ -318,11 +365,12 @@ func (s *MemoryStore) leaseEnds(n int64) {
 // Acquire implements [Store]. A new key evicts the oldest answer when the store
 // holds its bound of records.
 func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Entry, error) {
-	sh := s.shard(key)
+	h := s.hash(key)
+	sh := s.shard(h)
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := s.live(sh, key, now); e != nil {
+	if e := s.live(sh, h, key, now); e != nil {
 		return false, e.entry(now), nil
 	}
 	s.sweep(sh, now)
@@ -332,7 +380,7 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 		sh.mu.Unlock()
 		room := s.dropOldest(now) || s.reapLeases(now)
 		sh.mu.Lock()
-		if e := s.live(sh, key, now); e != nil || !room {
+		if e := s.live(sh, h, key, now); e != nil || !room {
 			s.entries.Add(-1)
 			if e != nil {
 				return false, e.entry(now), nil
@@ -340,8 +388,8 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 			return false, Entry{}, ErrStoreFull
 		}
 	}
-	e := &memEntry{key: key, state: Running, token: l.Token, fp: l.Fingerprint, expires: after(now, l.TTL)}
-	sh.m[key] = e
+	e := &memEntry{key: key, token: l.Token, fp: l.Fingerprint, expires: after(now, l.TTL)}
+	sh.put(h, e)
 	s.leaseEnds(e.expires)
 	return true, Entry{}, nil
 }
@@ -351,12 +399,13 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 // [WithMaxBytes]. An answer (with its key) of more than 1/32 of WithMaxBytes is
 // refused with [ErrAnswerTooLarge].
 func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []byte, retain time.Duration) error {
-	sh := s.shard(key)
+	h := s.hash(key)
+	sh := s.shard(h)
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.live(sh, key, now)
-	if e == nil || e.state != Running || e.token != token {
+	e := s.live(sh, h, key, now)
+	if e == nil || e.state() != Running || e.token != token {
 		return ErrLeaseLost
 	}
 	size := int64(len(answer) + len(key))
@@ -367,7 +416,7 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 		sh.mu.Unlock()
 		fits := s.dropUntilFits(now)
 		sh.mu.Lock()
-		if e = s.live(sh, key, now); e == nil || e.state != Running || e.token != token {
+		if e = s.live(sh, h, key, now); e == nil || e.state() != Running || e.token != token {
 			s.bytes.Add(-size)
 			return ErrLeaseLost
 		}
@@ -376,8 +425,8 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 			return ErrAnswerTooLarge
 		}
 	}
-	e.state, e.answer, e.expires, e.seq = Done, answer, after(now, retain), s.seq.Add(1) // Complete's caller gives answer up
-	e.token = ""                                                                         // a done record has no lease
+	e.answer, e.expires, e.seq = answer, after(now, retain), s.seq.Add(1) // Complete's caller gives answer up: done
+	e.token = ""                                                          // a done record has no lease
 	sh.bytes += size
 	sh.append(e)
 	if e.done != nil {
@@ -400,12 +449,13 @@ func (s *MemoryStore) dropUntilFits(now int64) bool {
 
 // Release implements [Store].
 func (s *MemoryStore) Release(_ context.Context, key, token string) error {
-	sh := s.shard(key)
+	h := s.hash(key)
+	sh := s.shard(h)
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.live(sh, key, now)
-	if e == nil || e.state != Running || e.token != token {
+	e := s.live(sh, h, key, now)
+	if e == nil || e.state() != Running || e.token != token {
 		return ErrLeaseLost
 	}
 	s.remove(sh, e)
@@ -414,11 +464,12 @@ func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 
 // Get implements [Store].
 func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
-	sh := s.shard(key)
+	h := s.hash(key)
+	sh := s.shard(h)
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := s.live(sh, key, now); e != nil {
+	if e := s.live(sh, h, key, now); e != nil {
 		return e.entry(now), nil
 	}
 	return Entry{}, nil
@@ -427,12 +478,13 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 // Wait implements [Store]: it is woken when the record completes or is released,
 // or when its lease ends.
 func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
-	sh := s.shard(key)
+	h := s.hash(key)
+	sh := s.shard(h)
 	for {
 		now := s.clock()
 		sh.mu.Lock()
-		e := s.live(sh, key, now)
-		if e == nil || e.state != Running {
+		e := s.live(sh, h, key, now)
+		if e == nil || e.state() != Running {
 			var cur Entry
 			if e != nil {
 				cur = e.entry(now)

@@ -495,3 +495,43 @@ func TestMemoryStoreContract(t *testing.T) {
 	storecheck.Run(t, func(*testing.T) dedup.Store { return dedup.NewMemoryStore() },
 		storecheck.FakeTime(), storecheck.WithNotice(0), storecheck.WithOps(300))
 }
+
+// TestMemoryStoreBoundPropertyNarrowHash is TestMemoryStoreBoundProperty on stores
+// whose keys share 4 hashes: records that meet another key's under their hash are
+// found, bounded, evicted and reaped like the others.
+func TestMemoryStoreBoundPropertyNarrowHash(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("MEMSTORE_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d: rerun with MEMSTORE_SEED=%d", seed, seed)
+		}
+	})
+	rng := rand.New(rand.NewPCG(seed, 0))
+	for run := range 40 {
+		m := newMemModel(rng)
+		dedup.NarrowHash(m.s, 2)
+		synctest.Test(t, func(t *testing.T) {
+			for i := range 400 {
+				if !m.step(t, rng) {
+					t.Fatalf("run %d (bounds %d entries, %d bytes), step %d", run, m.maxN, m.maxB, i)
+				}
+			}
+		})
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// TestMemoryStoreContractNarrowHash is TestMemoryStoreContract on a store whose
+// keys share 2 hashes.
+func TestMemoryStoreContractNarrowHash(t *testing.T) {
+	storecheck.Run(t, func(*testing.T) dedup.Store {
+		s := dedup.NewMemoryStore()
+		dedup.NarrowHash(s, 1)
+		return s
+	}, storecheck.FakeTime(), storecheck.WithNotice(0), storecheck.WithOps(300))
+}

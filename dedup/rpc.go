@@ -59,8 +59,8 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 		c.report(ctx, outMalformed, nil)
 		return nil, refusal(codes.InvalidArgument, err.Error(), nil)
 	}
-	t := &ticket{key: c.storeKey(ctx, key), inbound: key}
-	if err := fingerprintGRPC(in.Procedure, in.Req, t); err != nil {
+	t := &ticket{inbound: key}
+	if err := c.fingerprintGRPC(ctx, in.Procedure, in.Req, t); err != nil {
 		c.report(ctx, outMalformed, nil)
 		return nil, refusal(codes.InvalidArgument, "dedup: the request cannot be fingerprinted: "+err.Error(), nil)
 	}
@@ -79,7 +79,7 @@ func (c *core) serveRPC(ctx context.Context, in *rpc.Inbound, vs []string, handl
 	case vUnavailable:
 		c.report(ctx, outUnavailable, t)
 		if c.c.runWithoutStore {
-			return c.workRPC(ctx, t, handle)(ctx)
+			return c.workRPC(ctx, nil, handle)(ctx)
 		}
 		// The store's failure, not this server's: the caller's breaker stays neutral.
 		comeBack := c.storeDown(ctx, t.err)
@@ -102,7 +102,8 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 	// What the layers outside set for the call before it came here, they set
 	// again for a repeat: the answer keeps what was set beneath.
 	outerH, outerT := in.Reply.CallMeta(ctx)
-	resp, err = c.workRPC(ctx, t, handle)(c.runCtx(ctx, t))
+	rc := &runContext{}
+	resp, err = c.workRPC(ctx, rc, handle)(c.runCtx(ctx, t, rc))
 	completed = true
 	callH, callT := in.Reply.CallMeta(ctx)
 	callH, callT = since(outerH, callH), since(outerT, callT)
@@ -132,7 +133,7 @@ func (c *core) runRPC(ctx context.Context, in *rpc.Inbound, t *ticket, handle rp
 	} else {
 		storable = false
 	}
-	if t.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, status.New(code, ""), metadata.Join(a.header, a.trailer)) {
+	if rc.forgot.Load() || unfinished(code, err) || comeBackGRPC(ctx, status.New(code, ""), metadata.Join(a.header, a.trailer)) {
 		c.release(ctx, t)
 		c.report(ctx, outReleased, t)
 		return resp, err

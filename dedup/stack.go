@@ -70,11 +70,12 @@ func underRetry(ctx context.Context) bool {
 	return ok
 }
 
-// workHTTP is next for the request r with ticket t: admitted again by the guard
-// when it waited first (refused: the guard's refusal is the answer, and the key is
-// released), and writing through a [doNotRetryWriter] under retry's server side.
-// It is next itself when neither applies.
-func (c *core) workHTTP(r *http.Request, t *ticket, next http.Handler) http.Handler {
+// workHTTP is next for the request r whose run is rc (nil: it runs without a
+// lease): admitted again by the guard when it waited first (refused: the guard's
+// refusal is the answer, and the key is released), and writing through a
+// [doNotRetryWriter] under retry's server side. It is next itself when neither
+// applies.
+func (c *core) workHTTP(r *http.Request, rc *runContext, next http.Handler) http.Handler {
 	ctx := r.Context()
 	g, relay := resuming(ctx), underRetry(ctx)
 	if g == nil && !relay {
@@ -82,7 +83,9 @@ func (c *core) workHTTP(r *http.Request, t *ticket, next http.Handler) http.Hand
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g != nil && !g.Resume(r.Context()) {
-			t.forgot.Store(true) // record nothing
+			if rc != nil {
+				rc.forgot.Store(true) // record nothing
+			}
 			g.RefuseHTTP(w)
 			return
 		}
@@ -93,15 +96,18 @@ func (c *core) workHTTP(r *http.Request, t *ticket, next http.Handler) http.Hand
 	})
 }
 
-// workGRPC is handler, admitted again by the guard when the call waited first.
-func (c *core) workGRPC(ctx context.Context, t *ticket, handler grpc.UnaryHandler) grpc.UnaryHandler {
+// workGRPC is handler, admitted again by the guard when the call waited first; rc
+// is the call's run (nil: it runs without a lease).
+func (c *core) workGRPC(ctx context.Context, rc *runContext, handler grpc.UnaryHandler) grpc.UnaryHandler {
 	g := resuming(ctx)
 	if g == nil {
 		return handler
 	}
 	return func(ctx context.Context, req any) (any, error) {
 		if !g.Resume(ctx) {
-			t.forgot.Store(true)
+			if rc != nil {
+				rc.forgot.Store(true)
+			}
 			md, err := g.Refusal()
 			_ = grpc.SetTrailer(ctx, md)
 			return nil, err
@@ -110,15 +116,18 @@ func (c *core) workGRPC(ctx context.Context, t *ticket, handler grpc.UnaryHandle
 	}
 }
 
-// workRPC is handle, admitted again by the guard when the call waited first.
-func (c *core) workRPC(ctx context.Context, t *ticket, handle rpc.Handle) rpc.Handle {
+// workRPC is handle, admitted again by the guard when the call waited first; rc
+// is the call's run (nil: it runs without a lease).
+func (c *core) workRPC(ctx context.Context, rc *runContext, handle rpc.Handle) rpc.Handle {
 	g := resuming(ctx)
 	if g == nil {
 		return handle
 	}
 	return func(ctx context.Context) (any, error) {
 		if !g.Resume(ctx) {
-			t.forgot.Store(true)
+			if rc != nil {
+				rc.forgot.Store(true)
+			}
 			md, err := g.Refusal()
 			return nil, &rpc.Refusal{Err: err, Meta: md}
 		}

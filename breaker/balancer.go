@@ -159,7 +159,9 @@ type endpointPicker struct {
 }
 
 // Pick asks round_robin for an endpoint until it finds one whose circuit admits the
-// call, at most once per endpoint.
+// call, at most once per endpoint: one whose circuit is open, or whose adaptive
+// throttle refuses the call, is skipped for the next. When every endpoint refused,
+// the call fails with the throttle's refusal if one refused it, else the circuits'.
 func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	n := noteOf(info.Ctx)
 	if n == nil || p.endpoints < 2 {
@@ -168,6 +170,7 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 	b, ctx := n.b, info.Ctx
 	var first *circuit // the open circuit whose probe comes first
 	var wait int64
+	var throttled *ThrottledError // an endpoint's throttle refused the call
 	for range p.endpoints {
 		res, err := p.child.Pick(info)
 		if err != nil {
@@ -196,6 +199,9 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 			if oe, ok := err.(*OpenError); ok && (first == nil || int64(oe.RetryAfter) < wait) {
 				first, wait = c, int64(oe.RetryAfter)
 			}
+			if te, ok := err.(*ThrottledError); ok {
+				throttled = te
+			}
 			if res.Done != nil {
 				res.Done(balancer.DoneInfo{})
 			}
@@ -207,6 +213,11 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 		n.judged.Store(true)
 		res.Done = b.endpointDone(ctx, st, res.Done)
 		return res, nil
+	}
+	if throttled != nil {
+		// Every endpoint refused: those that are up, for load.
+		n.judged.Store(true)
+		return balancer.PickResult{}, throttled.carried()
 	}
 	if first == nil {
 		return p.child.Pick(info)

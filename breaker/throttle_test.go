@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -110,5 +111,61 @@ func throttleLevel(t *testing.T, b *breaker.Breaker, target string, l criticalit
 	return breaker.ThrottleLevel{}
 }
 
-var _ = context.Background
-var _ = synctest.Test
+// refusing is a RoundTripper that refuses every request for load (503, Retry-After)
+// while refuse is set, and accepts it otherwise, counting what it is sent.
+type refusing struct {
+	refuse bool
+	sent   int
+}
+
+func (r *refusing) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.sent++
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}
+	if r.refuse {
+		resp.StatusCode = 503
+		resp.Header.Set(pushback.RetryAfterKey, "1")
+	}
+	return resp, nil
+}
+
+func TestThrottleWindowForgets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &refusing{refuse: true}
+		b := breaker.New(breaker.WithAdaptiveThrottling(breaker.DefaultThrottle)) // 30 s in steps of 3 s
+		client := &http.Client{Transport: b.Transport(rt)}
+		send := func() error {
+			req, _ := http.NewRequestWithContext(criticality.With(context.Background(), criticality.Sheddable), "GET", "http://a.test/", nil)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}
+		for range 50 {
+			if err := send(); err != nil && !errors.Is(err, breaker.ErrThrottled) {
+				t.Fatal(err)
+			}
+		}
+		const target = "http://a.test:80"
+		tl := throttleLevel(t, b, target, criticality.Sheddable)
+		if tl.Requests != 50 || tl.Accepts != 0 || tl.Probability < 0.9 {
+			t.Fatalf("after 50 refused or throttled calls: %+v", tl)
+		}
+		// The refusals count for the whole window: 27 s on, still all there.
+		time.Sleep(breaker.DefaultThrottle.Window - 3*time.Second)
+		if got := throttleLevel(t, b, target, criticality.Sheddable); got != tl {
+			t.Fatalf("27 s on: %+v, want %+v", got, tl)
+		}
+		// 30 s after they were counted, they have left the window, and the server,
+		// recovered, gets the next call.
+		rt.refuse = false
+		time.Sleep(3 * time.Second)
+		if got := throttleLevel(t, b, target, criticality.Sheddable); got.Requests != 0 || got.Probability != 0 {
+			t.Fatalf("30 s on: %+v, want nothing", got)
+		}
+		sent := rt.sent
+		if err := send(); err != nil || rt.sent != sent+1 {
+			t.Fatalf("a call after the window: %v (%d sent)", err, rt.sent-sent)
+		}
+	})
+}

@@ -179,3 +179,39 @@ func TestThrottlePerEndpoint(t *testing.T) {
 		t.Fatalf("%d endpoint circuits", endpoints)
 	}
 }
+
+// streamRefuser refuses every stream for load.
+type streamRefuser struct {
+	testgrpc.UnimplementedTestServiceServer
+	hits atomic.Int64
+}
+
+func (s *streamRefuser) StreamingOutputCall(*testgrpc.StreamingOutputCallRequest, testgrpc.TestService_StreamingOutputCallServer) error {
+	s.hits.Add(1)
+	return status.Error(codes.ResourceExhausted, "overloaded")
+}
+
+func TestThrottleStreams(t *testing.T) {
+	s := &streamRefuser{}
+	b := breaker.New(countOnly)
+	client := dialGRPC(t, listenGRPC(t, s), b)
+	ctx := criticality.With(context.Background(), criticality.Sheddable)
+	const calls = 100
+	throttled := 0
+	for range calls {
+		st, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		switch {
+		case errors.Is(err, breaker.ErrThrottled):
+			throttled++
+		case status.Code(err) != codes.ResourceExhausted:
+			t.Fatal(err)
+		}
+	}
+	t.Logf("opened %d of %d streams", s.hits.Load(), calls)
+	if s.hits.Load()+int64(throttled) != calls || s.hits.Load()*4 > calls {
+		t.Fatalf("opened %d, throttled %d, of %d", s.hits.Load(), throttled, calls)
+	}
+}

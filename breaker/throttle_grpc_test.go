@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -213,5 +214,32 @@ func TestThrottleStreams(t *testing.T) {
 	t.Logf("opened %d of %d streams", s.hits.Load(), calls)
 	if s.hits.Load()+int64(throttled) != calls || s.hits.Load()*4 > calls {
 		t.Fatalf("opened %d, throttled %d, of %d", s.hits.Load(), throttled, calls)
+	}
+}
+
+// With one of two endpoints unreachable, round_robin picks the other for every
+// try of a pick: its throttle draws once per call, and counts one request.
+func TestThrottleDrawsOncePerEndpoint(t *testing.T) {
+	s := &grpcRefuser{}
+	b := breaker.New(countOnly)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	live := listenRefuser(t, s)
+	client, target := dialEndpoints(t, b, live, dead)
+	ctx := criticality.With(context.Background(), criticality.Sheddable)
+	const calls = 200
+	for range calls {
+		if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil && status.Code(err) != codes.ResourceExhausted {
+			t.Fatal(err)
+		}
+	}
+	tl := throttleLevel(t, b, target+"@"+live, criticality.Sheddable)
+	t.Logf("sent %d of %d; the endpoint's throttle: %+v", s.hits.Load(), calls, tl)
+	if tl.Requests != calls || s.hits.Load()*4 > calls {
+		t.Fatalf("the live endpoint's throttle counted %d requests for %d calls (%d sent)", tl.Requests, calls, s.hits.Load())
 	}
 }

@@ -1,17 +1,21 @@
 package breaker_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
+	"github.com/deadlinekit/deadlinekit/retry"
 )
 
 // countOnly is a throttle whose window outlasts any test: what it decides depends on
@@ -26,6 +30,7 @@ type refuser struct {
 	hits   [4]atomic.Int64 // by level, lowest first
 	refuse func(n int64, l criticality.Level) bool
 	relay  bool // mark every refusal as a downstream's (deadlinekit-relayed: 1)
+	soon   bool // say "come back in 1 ms" (grpc-retry-pushback-ms) rather than Retry-After: 1
 }
 
 func newRefuser(t *testing.T, refuse func(n int64, l criticality.Level) bool) *refuser {
@@ -37,7 +42,11 @@ func newRefuser(t *testing.T, refuse func(n int64, l criticality.Level) bool) *r
 		}
 		n := s.hits[l-criticality.Sheddable].Add(1)
 		if s.refuse(n, l) {
-			w.Header().Set(pushback.RetryAfterKey, "1")
+			if s.soon {
+				w.Header().Set(pushback.Key, "1")
+			} else {
+				w.Header().Set(pushback.RetryAfterKey, "1")
+			}
 			if s.relay {
 				w.Header().Set(pushback.RelayedKey, pushback.Yes)
 			}
@@ -191,5 +200,42 @@ func TestThrottleIgnoresRelayedFailures(t *testing.T) {
 	target := breaker.TargetName("http", srv.Listener.Addr().String())
 	if tl := throttleLevel(t, b, target, criticality.Sheddable); srv.total() != calls || tl.Probability != 0 || tl.Accepts != calls {
 		t.Fatalf("%d of %d sent; sheddable throttle %+v", srv.total(), calls, tl)
+	}
+}
+
+func TestThrottledHTTPCallsAreNotRetried(t *testing.T) {
+	srv := newRefuser(t, fourFifths)
+	srv.soon = true
+	var mu sync.Mutex
+	var throttledEvents, retried int
+	obs := retry.WithObserver(func(_ context.Context, e retry.Event) {
+		if errors.Is(e.Err, breaker.ErrThrottled) {
+			mu.Lock()
+			throttledEvents++
+			if e.Action == retry.Retry {
+				retried++
+			}
+			mu.Unlock()
+		}
+	})
+	client := &http.Client{Transport: deadlinekit.NewTransport(nil,
+		deadlinekit.WithBreaker(countOnly), deadlinekit.WithRetry(obs), deadlinekit.Without(deadlinekit.Hedge))}
+	defer client.CloseIdleConnections()
+	const calls = 200
+	throttled := 0
+	for range calls {
+		code, err := levelled(t, client, srv.URL, criticality.Sheddable)
+		switch {
+		case errors.Is(err, breaker.ErrThrottled):
+			throttled++
+		case err != nil || code != 200 && code != 503:
+			t.Fatalf("%d %v", code, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d calls: %d sent, %d attempts throttled, %d calls ended throttled", calls, srv.total(), throttledEvents, throttled)
+	if throttled == 0 || throttledEvents != throttled || retried != 0 {
+		t.Fatalf("%d calls ended throttled, %d throttled attempts, %d of them retried: want every throttled attempt to end its call", throttled, throttledEvents, retried)
 	}
 }

@@ -159,15 +159,16 @@ type endpointPicker struct {
 }
 
 // Pick asks round_robin for an endpoint until it finds one whose circuit admits the
-// call, at most once per endpoint.
+// call, at most once per endpoint: one whose circuit is open, or whose adaptive
+// throttle refuses the call, is skipped for the next. When every endpoint refused,
+// the call fails with the throttle's refusal if one refused it, else the circuits'.
 func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	n := noteOf(info.Ctx)
 	if n == nil || p.endpoints < 2 {
 		return p.child.Pick(info)
 	}
 	b, ctx := n.b, info.Ctx
-	var first *circuit // the open circuit whose probe comes first
-	var wait int64
+	var rs pickRefusals
 	for range p.endpoints {
 		res, err := p.child.Pick(info)
 		if err != nil {
@@ -181,9 +182,9 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 		if c == nil {
 			return res, nil
 		}
-		if w := c.sleeping(int64(time.Since(c.epoch))); w > 0 {
-			if first == nil || w < wait {
-				first, wait = c, w
+		if w := c.sleeping(int64(time.Since(c.epoch))); w > 0 || rs.throttledBy(c) {
+			if w > 0 {
+				rs.open(c, w)
 			}
 			if res.Done != nil {
 				res.Done(balancer.DoneInfo{})
@@ -193,9 +194,7 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 		st := &streamTicket{method: info.FullMethodName, serverStreams: n.serverStreams}
 		st.t.stream = n.stream
 		if err := b.admit(ctx, c, &st.t); err != nil {
-			if oe, ok := err.(*OpenError); ok && (first == nil || int64(oe.RetryAfter) < wait) {
-				first, wait = c, int64(oe.RetryAfter)
-			}
+			rs.add(c, err)
 			if res.Done != nil {
 				res.Done(balancer.DoneInfo{})
 			}
@@ -208,11 +207,58 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 		res.Done = b.endpointDone(ctx, st, res.Done)
 		return res, nil
 	}
-	if first == nil {
+	if rs.throttled != nil {
+		// Every endpoint refused: those that are up, for load.
+		n.judged.Store(true)
+		return balancer.PickResult{}, rs.throttled.carried()
+	}
+	if rs.first == nil {
 		return p.child.Pick(info)
 	}
 	n.judged.Store(true)
-	return balancer.PickResult{}, b.refuse(ctx, first, Open, wait).(*OpenError).carried()
+	return balancer.PickResult{}, b.refuse(ctx, rs.first, Open, rs.wait).(*OpenError).carried()
+}
+
+// pickRefusals gathers the refusals of one pick's endpoints.
+type pickRefusals struct {
+	first     *circuit // the open circuit whose probe comes first
+	wait      int64
+	throttled *ThrottledError // an endpoint's throttle refused the call
+	// tried are the circuits whose throttle refused the call: round_robin picks
+	// only the ready endpoints, and may pick one again, whose throttle must not
+	// draw (and count a request) twice for one call.
+	tried [8]*circuit
+	n     int
+}
+
+func (r *pickRefusals) open(c *circuit, wait int64) {
+	if r.first == nil || wait < r.wait {
+		r.first, r.wait = c, wait
+	}
+}
+
+// add takes an admission's refusal by c.
+func (r *pickRefusals) add(c *circuit, err error) {
+	switch e := err.(type) {
+	case *OpenError:
+		r.open(c, int64(e.RetryAfter))
+	case *ThrottledError:
+		r.throttled = e
+		if r.n < len(r.tried) {
+			r.tried[r.n] = c
+			r.n++
+		}
+	}
+}
+
+// throttledBy reports whether c's throttle refused the call already.
+func (r *pickRefusals) throttledBy(c *circuit) bool {
+	for _, t := range r.tried[:r.n] {
+		if t == c {
+			return true
+		}
+	}
+	return false
 }
 
 // endpointDone returns the Done of a pick admitted by st: it counts the call's

@@ -16,18 +16,44 @@ import (
 func BenchmarkClosed(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b.Run("core", func(b *testing.B) {
-		br := New()
-		c := br.circuit(key{kind: keyGRPC, b: "dns:///svc:50051"})
-		b.ReportAllocs()
-		for b.Loop() {
-			var t ticket
-			if err := br.admit(ctx, c, &t); err != nil {
-				b.Fatal(err)
+	for _, v := range []struct {
+		name string
+		opts []Option
+	}{{"core", nil}, {"core-throttle", []Option{WithAdaptiveThrottling(DefaultThrottle)}}} {
+		b.Run(v.name, func(b *testing.B) {
+			br := New(v.opts...)
+			c := br.circuit(key{kind: keyGRPC, b: "dns:///svc:50051"})
+			b.ReportAllocs()
+			for b.Loop() {
+				var t ticket
+				if err := br.admit(ctx, c, &t); err != nil {
+					b.Fatal(err)
+				}
+				br.done(ctx, &t, &Result{GRPC: true})
 			}
-			br.done(ctx, &t, &Result{GRPC: true})
-		}
-	})
+		})
+	}
+	// The same, from every P at once: the throttle's lock is shared by a circuit's callers.
+	for _, v := range []struct {
+		name string
+		opts []Option
+	}{{"core-parallel", nil}, {"core-throttle-parallel", []Option{WithAdaptiveThrottling(DefaultThrottle)}}} {
+		b.Run(v.name, func(b *testing.B) {
+			br := New(v.opts...)
+			c := br.circuit(key{kind: keyGRPC, b: "dns:///svc:50051"})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					var t ticket
+					if err := br.admit(ctx, c, &t); err != nil {
+						b.Error(err)
+						return
+					}
+					br.done(ctx, &t, &Result{GRPC: true})
+				}
+			})
+		})
+	}
 	b.Run("http", func(b *testing.B) {
 		resp := &http.Response{StatusCode: 200, Body: http.NoBody}
 		rt := New().Transport(testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return resp, nil }))

@@ -71,6 +71,7 @@ type Breaker struct {
 	byName   map[string]*circuit              // under mu; at most MaxTargets
 
 	refused, probes, untracked         atomic.Uint64
+	throttledN                         atomic.Uint64
 	successes, failures, neutral, slow atomic.Uint64
 	opens                              atomic.Uint64
 }
@@ -113,6 +114,10 @@ type circuit struct {
 	tel   *record.BreakerTarget
 	lat   *quantile.Window // latencies of successes: the target's typical latency
 	seen  atomic.Uint32    // successes seen, for sampling them into lat
+	thr   *throttle        // the adaptive throttle's counts; nil when it is off
+	// endpoints is set while the calls through this target circuit are judged by
+	// the circuits of its endpoints (BalancerName): their throttles decide, not its.
+	endpoints atomic.Bool
 
 	// sg is the state (low 2 bits) and the generation (above), which every change of
 	// state increments: an outcome counts only in the generation it was admitted in.
@@ -137,13 +142,17 @@ type circuit struct {
 
 func (b *Breaker) newCircuit(name string) *circuit {
 	lat := quantile.New(quantile.Config{Length: b.cfg.window, Buckets: b.cfg.buckets, Quantile: 0.5})
-	return &circuit{
+	c := &circuit{
 		name:  name,
-		epoch: lat.Epoch(), // one time zero for both: the latencies take the circuit's times
+		epoch: lat.Epoch(), // one time zero for all: the latencies take the circuit's times
 		tel:   record.NewBreakerTarget(name),
 		lat:   lat,
 		win:   newWindow(int64(b.cfg.window), b.cfg.buckets),
 	}
+	if b.cfg.throttle != nil {
+		c.thr = newThrottle(b.cfg.throttle)
+	}
+	return c
 }
 
 func stateOf(sg uint64) State { return State(sg & 3) }
@@ -218,6 +227,11 @@ type ticket struct {
 	probe bool
 	// stream: a gRPC stream, whose lifetime is neither slow nor a latency.
 	stream bool
+	// unthrottled: the adaptive throttle does not decide (the endpoints' do).
+	unthrottled bool
+	// level is, when the adaptive throttle let the call through, its level's index
+	// plus one, for counting its answer; zero when the throttle does not count it.
+	level int8
 }
 
 // streamTicket carries a stream from its admission to its verdict, given once. A
@@ -266,7 +280,7 @@ func (b *Breaker) admit(ctx context.Context, c *circuit, t *ticket) error {
 	t.start = int64(time.Since(c.epoch))
 	if stateOf(sg) == Closed {
 		t.sg = sg
-		return nil
+		return b.throttled(ctx, c, t)
 	}
 	return b.admitSlow(ctx, c, t, sg)
 }
@@ -285,7 +299,7 @@ func (b *Breaker) admitSlow(ctx context.Context, c *circuit, t *ticket, sg uint6
 	case Closed:
 		c.mu.Unlock()
 		t.sg = sg
-		return nil
+		return b.throttled(ctx, c, t)
 	case Open:
 		if wait := c.until.Load() - ns; wait > 0 {
 			c.mu.Unlock()
@@ -353,6 +367,9 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	ns := int64(time.Since(c.epoch))
 	samples := describe(ctx, t, r, ns)
 	o := b.cfg.classify(*r)
+	if t.level != 0 {
+		c.thr.count(ns, int(t.level-1), verdict(o, r))
+	}
 	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
 	b.count(ctx, c, o, slow)
 	lost := t.probe && o == Failure && !slow && lostAnswer(r)
@@ -500,6 +517,9 @@ type Stats struct {
 	Successes, Failures, Neutral, Slow uint64
 	// Refused is the number of calls refused before sending ([ErrOpen]).
 	Refused uint64
+	// Throttled is the number of calls the adaptive throttle refused before
+	// sending ([ErrThrottled], [WithAdaptiveThrottling]).
+	Throttled uint64
 	// Probes is the number of calls let through in half-open.
 	Probes uint64
 	// Opens is the number of times a circuit opened (from closed or half-open).
@@ -522,6 +542,7 @@ func (b *Breaker) Stats() Stats {
 		Neutral:   b.neutral.Load(),
 		Slow:      b.slow.Load(),
 		Refused:   b.refused.Load(),
+		Throttled: b.throttledN.Load(),
 		Probes:    b.probes.Load(),
 		Opens:     b.opens.Load(),
 		Untracked: b.untracked.Load(),
@@ -539,6 +560,9 @@ type Circuit struct {
 	Calls, Failures, Slow int
 	// RetryAfter is, while open, the time until the next probe.
 	RetryAfter time.Duration
+	// Throttle is, with [WithAdaptiveThrottling], the throttle's state for each
+	// level, the lowest first; nil without.
+	Throttle []ThrottleLevel
 }
 
 // State returns the state of target's circuit (a name as [Result.Target] gives it:
@@ -556,7 +580,7 @@ func (b *Breaker) Circuit(target string) (Circuit, bool) {
 	if c == nil {
 		return Circuit{Target: target}, false
 	}
-	return c.snapshot(time.Now()), true
+	return b.snapshot(c, time.Now()), true
 }
 
 // Circuits returns a snapshot of every circuit.
@@ -570,16 +594,20 @@ func (b *Breaker) Circuits() []Circuit {
 	now := time.Now()
 	out := make([]Circuit, len(cs))
 	for i, c := range cs {
-		out[i] = c.snapshot(now)
+		out[i] = b.snapshot(c, now)
 	}
 	return out
 }
 
-func (c *circuit) snapshot(now time.Time) Circuit {
+func (b *Breaker) snapshot(c *circuit, now time.Time) Circuit {
 	ns := int64(now.Sub(c.epoch))
+	var thr []ThrottleLevel
+	if c.thr != nil {
+		thr = c.thr.snapshot(b.cfg.throttle, ns)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Circuit{Target: c.name, State: stateOf(c.sg.Load())}
+	s := Circuit{Target: c.name, State: stateOf(c.sg.Load()), Throttle: thr}
 	switch s.State {
 	case Closed:
 		t := c.win.totals(ns)

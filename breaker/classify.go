@@ -80,7 +80,7 @@ type Classifier func(r Result) Outcome
 // Classify is the default [Classifier]. In order:
 //
 //   - neutral: a local refusal before sending ([deadline.ErrInsufficientBudget]:
-//     propagate's floor; [ErrOpen] from a breaker beneath); a downstream guard's refusal for lack of budget (504 or
+//     propagate's floor; [ErrOpen] or [ErrThrottled] from a breaker beneath); a downstream guard's refusal for lack of budget (504 or
 //     DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1); a call whose caller
 //     cancelled (or that failed CANCELED); a timeout (the caller's deadline passed, a
 //     context.DeadlineExceeded or net timeout error, DEADLINE_EXCEEDED, 504) of a call
@@ -107,7 +107,7 @@ type Classifier func(r Result) Outcome
 //     (NOT_FOUND, INVALID_ARGUMENT, INTERNAL, …): the server is up.
 func Classify(r Result) Outcome {
 	if r.Err != nil {
-		if errors.Is(r.Err, deadline.ErrInsufficientBudget) || errors.Is(r.Err, ErrOpen) {
+		if errors.Is(r.Err, deadline.ErrInsufficientBudget) || errors.Is(r.Err, ErrOpen) || errors.Is(r.Err, ErrThrottled) {
 			return Neutral // refused before sending: nothing reached the target
 		}
 		if st, ok := status.FromError(r.Err); ok && r.GRPC {

@@ -77,6 +77,7 @@ type config struct {
 	classify     Classifier
 	random       func() float64
 	observers    []func(context.Context, Event)
+	throttle     *Throttle // nil: no adaptive throttling
 }
 
 func newConfig(opts []Option) *config {

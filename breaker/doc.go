@@ -20,6 +20,16 @@
 // with [ServiceConfig]): an open replica is skipped while the others serve, and the
 // call is refused only when every replica's circuit is open.
 //
+// A target that is up but refuses for load (429, 503 with Retry-After,
+// RESOURCE_EXHAUSTED) opens no circuit: [Classify] counts none of those as a
+// failure. With
+// [WithAdaptiveThrottling], the circuit's soft mode, its callers send it less: the
+// SRE book's client-side throttle, per circuit and per level of criticality
+// (package criticality), refuses a call locally with probability
+// max(0, (requests − K·accepts) / (requests + 1)) over a window ([Throttle]), with
+// [ErrThrottled]; a sheddable call is throttled before a critical one, and a target
+// that does not answer at all still opens the circuit.
+//
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe
 // comes before its deadline.

@@ -46,6 +46,16 @@ func (e *OpenError) PushbackMs() string {
 	return strconv.FormatInt(int64(max(ms, 0)), 10)
 }
 
+// pushbackValue is the grpc-retry-pushback-ms the refusal carries.
+func (e *OpenError) pushbackValue() string { return e.PushbackMs() }
+
+// localRefusal is a refusal before sending: an *OpenError or a *ThrottledError.
+type localRefusal interface {
+	error
+	carried() error
+	pushbackValue() string
+}
+
 // carried is the refusal as the adapters return it: the *OpenError (status
 // UNAVAILABLE) carrying its pushback, so that a retry layer above reads the time until
 // the next probe with pushback.Of, without a trailer or a response.

@@ -33,3 +33,16 @@ func Example() {
 	fmt.Println("sent:", sent, "refused:", refused, "state:", b.Circuits()[0].State)
 	// Output: sent: 5 refused: 15 state: open
 }
+
+func ExampleThrottle_Probability() {
+	t := breaker.DefaultThrottle                 // K = 2
+	fmt.Printf("%.2f\n", t.Probability(100, 60)) // accepts more than 1/K of the requests
+	fmt.Printf("%.2f\n", t.Probability(100, 20)) // accepts a fifth
+	fmt.Printf("%.2f\n", t.Probability(100, 0))  // refuses everything
+	fmt.Println(t.Reject(100, 20, 0.5), t.Reject(100, 20, 0.7))
+	// Output:
+	// 0.00
+	// 0.59
+	// 0.99
+	// true false
+}

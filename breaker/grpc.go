@@ -53,7 +53,7 @@ func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *
 	if c == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	var tk ticket
+	tk := ticket{unthrottled: c.endpoints.Load()}
 	if err := b.admit(ctx, c, &tk); err != nil {
 		return refusal(err, opts)
 	}
@@ -66,12 +66,23 @@ func (b *Breaker) unary(ctx context.Context, method string, req, reply any, cc *
 		ctx = context.WithValue(ctx, noteKey{}, n)
 	}
 	err := invoker(ctx, method, req, reply, cc, append(append(u.opts[:0], opts...), &u.topt)...)
+	if n != nil {
+		b.byEndpoints(c, n.judged.Load())
+	}
 	if n != nil && n.judged.Load() {
 		b.judged(ctx, &tk)
 		return err
 	}
 	b.done(ctx, &tk, &Result{Method: method, GRPC: true, Err: err, Trailer: u.trailer})
 	return err
+}
+
+// byEndpoints notes whether the last call through the target circuit c was judged
+// by its endpoints' circuits: while it was, their throttles decide, not c's.
+func (b *Breaker) byEndpoints(c *circuit, judged bool) {
+	if c.thr != nil && c.endpoints.Load() != judged {
+		c.endpoints.Store(judged)
+	}
 }
 
 // judged releases the target circuit's ticket of a call that its endpoint's
@@ -86,7 +97,7 @@ func (b *Breaker) judged(ctx context.Context, t *ticket) {
 // refusal is the gRPC form of an admission's refusal: its pushback on the error and
 // in the caller's trailer options.
 func refusal(err error, opts []grpc.CallOption) error {
-	oe, ok := err.(*OpenError)
+	lr, ok := err.(localRefusal)
 	if !ok {
 		return err
 	}
@@ -101,12 +112,12 @@ func refusal(err error, opts []grpc.CallOption) error {
 		}
 		if addr != nil {
 			if md == nil {
-				md = metadata.Pairs(pushback.Key, oe.PushbackMs())
+				md = metadata.Pairs(pushback.Key, lr.pushbackValue())
 			}
 			*addr = md
 		}
 	}
-	return oe.carried()
+	return lr.carried()
 }
 
 // StreamClientInterceptor returns a stream client interceptor with b's circuits. A
@@ -131,6 +142,7 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 	}
 	s := &clientStream{b: b, ctx: ctx, serverStreams: desc.ServerStreams}
 	s.st.method, s.st.serverStreams, s.st.t.stream = method, desc.ServerStreams, true
+	s.st.t.unthrottled = c.endpoints.Load()
 	if err := b.admit(ctx, c, &s.st.t); err != nil {
 		return nil, refusal(err, opts)
 	}
@@ -139,6 +151,9 @@ func (b *Breaker) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		ctx = context.WithValue(ctx, noteKey{}, s.note)
 	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if s.note != nil {
+		b.byEndpoints(c, s.note.judged.Load())
+	}
 	if err != nil {
 		s.finish(err, nil)
 		return nil, err

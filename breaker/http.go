@@ -43,8 +43,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
-		if oe, ok := IsOpen(err); ok {
-			err = oe.carried()
+		if lr, ok := err.(localRefusal); ok {
+			err = lr.carried()
 		}
 		return nil, err
 	}

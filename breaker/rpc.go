@@ -23,8 +23,8 @@ func init() {
 			}
 			var tk ticket
 			if err := b.admit(ctx, c, &tk); err != nil {
-				if oe, ok := err.(*OpenError); ok {
-					return rpc.Answer{Err: oe.carried(), Meta: metadata.Pairs(pushback.Key, oe.PushbackMs())}
+				if lr, ok := err.(localRefusal); ok {
+					return rpc.Answer{Err: lr.carried(), Meta: metadata.Pairs(pushback.Key, lr.pushbackValue())}
 				}
 				return rpc.Answer{Err: err}
 			}
@@ -46,8 +46,8 @@ func (b *Breaker) rpcStream(ctx context.Context, call *rpc.Call) (rpc.StreamRepo
 	st := &streamTicket{method: call.Procedure, serverStreams: call.ServerStreams}
 	st.t.stream = true
 	if err := b.admit(ctx, c, &st.t); err != nil {
-		if oe, ok := err.(*OpenError); ok {
-			return rpc.StreamReport{}, &rpc.Refusal{Err: oe.carried(), Meta: metadata.Pairs(pushback.Key, oe.PushbackMs())}
+		if lr, ok := err.(localRefusal); ok {
+			return rpc.StreamReport{}, &rpc.Refusal{Err: lr.carried(), Meta: metadata.Pairs(pushback.Key, lr.pushbackValue())}
 		}
 		return rpc.StreamReport{}, err
 	}

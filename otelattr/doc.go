@@ -28,6 +28,7 @@
 //	deadlinekit.breaker.transitions        counter    {transition}  per target and new state
 //	deadlinekit.breaker.refused            counter    {call}        per target
 //	deadlinekit.breaker.outcomes           counter    {call}        per target and BreakerOutcomeKey
+//	deadlinekit.breaker.throttled          counter    {call}        per target and BreakerLevelKey
 //	deadlinekit.dedup.outcomes             counter    {request}     by DedupOutcomeKey
 //	deadlinekit.dedup.wait                 histogram  s             time repeats waited for the first's answer
 //	deadlinekit.dedup.store.duration       histogram  s             by DedupStoreOpKey

@@ -132,6 +132,17 @@ const (
 	// "success", "failure", "neutral" (counted neither way: the caller cancelled or
 	// gave too little time, or the call was refused before sending) or "slow".
 	BreakerOutcomeKey = attribute.Key("deadlinekit.breaker.outcome")
+	// BreakerThrottledKey is true when the adaptive throttle refused the call
+	// (nothing was sent), false when it let through a call it might have refused
+	// (its probability above zero).
+	BreakerThrottledKey = attribute.Key("deadlinekit.breaker.throttled")
+	// BreakerThrottleProbabilityKey is the probability, in [0, 1), with which the
+	// adaptive throttle refused calls of the call's level when it decided.
+	BreakerThrottleProbabilityKey = attribute.Key("deadlinekit.breaker.throttle_probability")
+	// BreakerLevelKey is the level of criticality the adaptive throttle weighed a
+	// call at, on its span and the throttled metric: "critical_plus", "critical",
+	// "sheddable_plus" or "sheddable".
+	BreakerLevelKey = attribute.Key("deadlinekit.breaker.level")
 )
 
 // BreakerStateChangeEvent is the name of the span event a call's span gets when

@@ -113,6 +113,23 @@ func (t *BreakerTarget) RecordRefused(ctx context.Context, state BreakerState, r
 	})
 }
 
+// RecordThrottle records the adaptive throttle's decision on a call of level (its
+// wire form) it refused with probability p, or let through although p was above
+// zero: on the call's span (and the attempt's), and, refused, in
+// deadlinekit.breaker.throttled.
+func (t *BreakerTarget) RecordThrottle(ctx context.Context, level string, p float64, refused bool) {
+	if t == nil {
+		return
+	}
+	lv := otelattr.BreakerLevelKey.String(level)
+	if refused {
+		instruments().breakerThrottled.Add(ctx, 1, metric.WithAttributes(t.target, lv))
+	}
+	forCallSpans(ctx, func(s trace.Span, _ bool) {
+		s.SetAttributes(t.target, lv, otelattr.BreakerThrottledKey.Bool(refused), otelattr.BreakerThrottleProbabilityKey.Float64(p))
+	})
+}
+
 // RecordProbe records, on the call's span (and the attempt's), that the call was let
 // through as a probe of the circuit in state half-open.
 func (t *BreakerTarget) RecordProbe(ctx context.Context) {

@@ -32,6 +32,7 @@ type instrumentSet struct {
 	breakerTransitions metric.Int64Counter
 	breakerRefused     metric.Int64Counter
 	breakerOutcomes    metric.Int64Counter
+	breakerThrottled   metric.Int64Counter
 
 	inFlight    metric.Int64UpDownCounter
 	queueLength metric.Int64UpDownCounter
@@ -55,6 +56,7 @@ func newInstruments(mp metric.MeterProvider) *instrumentSet {
 	s.breakerTransitions = counter(m, "deadlinekit.breaker.transitions")
 	s.breakerRefused = counter(m, "deadlinekit.breaker.refused")
 	s.breakerOutcomes = counter(m, "deadlinekit.breaker.outcomes")
+	s.breakerThrottled = counter(m, "deadlinekit.breaker.throttled")
 	s.inFlight = upDown(m, "deadlinekit.shortcircuit.in_flight")
 	s.queueLength = upDown(m, "deadlinekit.shortcircuit.queue_length")
 	s.limit = gauge(m, "deadlinekit.shortcircuit.limit")

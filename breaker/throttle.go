@@ -1,0 +1,361 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/deadlinekit/deadlinekit/criticality"
+	"github.com/deadlinekit/deadlinekit/deadline"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+)
+
+// Throttle configures the adaptive throttle, the breaker's soft mode
+// ([WithAdaptiveThrottling]): the client-side throttling of Google's SRE book. Over a
+// sliding window, each circuit counts per level of criticality the requests it was
+// asked to send and the ones its target accepted, and refuses a call locally, before
+// sending, with probability max(0, (requests − K·accepts) / (requests + 1)). A target
+// that accepts what it is sent is never throttled; one that refuses more than 1 − 1/K
+// of it is sent about K times what it accepts, whatever its clients ask. It is plain
+// data; a zero field takes [DefaultThrottle]'s.
+type Throttle struct {
+	// K is how many times what the target accepts it may be sent: 2 lets a target
+	// spend up to half of what reaches it on refusals; 1.1 about one refusal in ten
+	// accepts. Below 1 it counts as 1; zero or NaN is the default.
+	K float64
+	// Window is how long a call counts: a target's refusals throttle its callers for
+	// at most this long after it stops refusing. Zero or less is the default.
+	Window time.Duration
+	// Buckets is the number of steps in which the window moves on, in [1,
+	// MaxWindowBuckets]; zero or less is the default.
+	Buckets int
+}
+
+// DefaultThrottle is the throttle of [WithAdaptiveThrottling] for the zero fields of
+// its [Throttle]: K = 2, as the SRE book advises, over 30 s moving on in 10 steps of
+// 3 s. The book's 2 minutes keep sheddable calls refused for up to 2 minutes after an
+// overload ends; 30 s (Envoy's admission control's window) recover four times sooner
+// and still hold 300 calls of a client that sends 10 a second, enough for a
+// probability to within a few percent.
+var DefaultThrottle = Throttle{K: 2, Window: 30 * time.Second, Buckets: 10}
+
+// normalized returns t with its zero fields set to the defaults and its values
+// held to their bounds.
+func (t Throttle) normalized() Throttle {
+	if t.K == 0 || math.IsNaN(t.K) {
+		t.K = DefaultThrottle.K
+	}
+	t.K = max(t.K, 1)
+	if t.Window <= 0 {
+		t.Window = DefaultThrottle.Window
+	}
+	if t.Buckets <= 0 {
+		t.Buckets = DefaultThrottle.Buckets
+	}
+	t.Buckets = min(t.Buckets, MaxWindowBuckets)
+	return t
+}
+
+// Probability is the share of calls the throttle refuses locally after requests
+// were asked for and accepts accepted over its window: max(0, (requests −
+// K·accepts) / (requests + 1)), in [0, 1). A K of zero or NaN is [DefaultThrottle]'s,
+// below 1 it counts as 1; negative counts count as zero.
+func (t Throttle) Probability(requests, accepts int) float64 {
+	k := t.normalized().K
+	r, a := float64(max(requests, 0)), float64(max(accepts, 0))
+	ka := 0.0
+	if a > 0 {
+		ka = k * a
+	}
+	return max(0, (r-ka)/(r+1))
+}
+
+// Reject reports whether a call is refused locally given the window's counts, as
+// [Throttle.Probability] weighs them. u is a uniform random number in [0, 1): the
+// call is refused when u is below the probability. It is a pure function: a seeded
+// u gives a reproducible sequence.
+func (t Throttle) Reject(requests, accepts int, u float64) bool {
+	return u < t.Probability(requests, accepts)
+}
+
+// WithAdaptiveThrottling turns on the adaptive throttle ([Throttle]) in every
+// circuit, the breaker's soft mode: a target that is up but refuses for load makes
+// its callers send it less, where the circuit opens only for a target that fails.
+// Off by default: it refuses calls the target never saw, on the strength of what it
+// answered others, which a client should choose (the retry layer already honours each
+// refusal's "come back in"); it pays where many clients share a server whose
+// refusals cost it work. Use [DefaultThrottle], or a Throttle whose zero fields take
+// its values.
+//
+// The counts are per circuit (a target, or an endpoint with [BalancerName]) and per
+// level of criticality ([criticality.From] of the call's context). A refusal of one
+// level counts for the levels below it, which the target refuses first, and an
+// accept for the levels above, which it accepts first: a sheddable call is
+// throttled before a critical one, and a critical-plus call is not throttled while
+// the target accepts anything. The counts:
+//
+//   - a request: every call of the level the closed circuit admits, refused locally
+//     or sent (a half-open probe is the circuit's, and is not counted); a call
+//     sent counts when it ends, unless it ended as neither of the two below;
+//   - a refusal (a request, not accepted): an answer that refuses for load: HTTP 429,
+//     503 with a positive Retry-After or grpc-retry-pushback-ms, gRPC
+//     RESOURCE_EXHAUSTED, UNAVAILABLE with a positive pushback or RetryInfo;
+//   - an accept: any other answer the classifier calls a success, and a failure the
+//     target relays from its downstream (deadlinekit-relayed: 1), which it accepted.
+//
+// A target that does not answer (refused connections, timeouts, 502, a 503 that
+// names no wait) is neither: that is the circuit's to count, and a dead target
+// still opens it. A refusal of the throttle is a [*ThrottledError].
+func WithAdaptiveThrottling(t Throttle) Option {
+	t = t.normalized()
+	return optionFunc(func(c *config) { c.throttle = &t })
+}
+
+// ErrThrottled is the sentinel of a call the adaptive throttle refused before
+// sending it. Match it with [errors.Is]; the concrete error is a [*ThrottledError].
+// It does not match [ErrOpen]: the circuit is closed.
+var ErrThrottled = errors.New("throttled")
+
+// ThrottledError reports a call that the adaptive throttle of Target's circuit
+// refused before sending: over the window, the target refused so much of what it was
+// sent at the call's Level that calls of that level are refused locally with
+// Probability. RetryAfter is the time in which the window moves on.
+//
+// Over gRPC its status is RESOURCE_EXHAUSTED with RetryInfo (RetryAfter), so that a
+// server relaying it (deadlinekit.GRPCError, WriteHTTPError) answers as an overloaded
+// server does: RESOURCE_EXHAUSTED with a come-back, HTTP 503 with Retry-After. The
+// retry layer above does not retry it: the throttle counts a retry as one more request
+// and sends about K times what its target accepts however many there are, so a
+// retry cannot raise the share of calls that get through, only take it from others.
+type ThrottledError struct {
+	Target      string
+	Level       criticality.Level
+	Probability float64
+	RetryAfter  time.Duration
+}
+
+func (e *ThrottledError) Error() string {
+	return e.Target + ": throttled, the target refuses for load: " + e.Level.String() +
+		" calls refused locally with probability " + strconv.FormatFloat(e.Probability, 'f', 2, 64) + " (call not sent)"
+}
+
+// Is reports whether target is [ErrThrottled].
+func (e *ThrottledError) Is(target error) bool { return target == ErrThrottled }
+
+// GRPCStatus is RESOURCE_EXHAUSTED with the error's message and RetryAfter as
+// google.rpc.RetryInfo.
+func (e *ThrottledError) GRPCStatus() *status.Status {
+	st := status.New(codes.ResourceExhausted, e.Error())
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(max(e.RetryAfter, time.Millisecond))}); err == nil {
+		return d
+	}
+	return st
+}
+
+// pushbackValue is the grpc-retry-pushback-ms the refusal carries: "do not retry".
+func (e *ThrottledError) pushbackValue() string { return pushback.DoNotRetry }
+
+// carried is the refusal as the adapters return it, carrying its pushback.
+func (e *ThrottledError) carried() error {
+	return &pushback.Error{Err: e, Value: e.pushbackValue()}
+}
+
+// IsThrottled reports whether err is a refusal of the adaptive throttle, and returns it.
+func IsThrottled(err error) (*ThrottledError, bool) {
+	var te *ThrottledError
+	ok := errors.As(err, &te)
+	return te, ok
+}
+
+// levels is the number of levels of criticality; a level's index is l − Sheddable.
+const levels = 4
+
+func levelIndex(l criticality.Level) int {
+	return int(min(max(l, criticality.Sheddable), criticality.CriticalPlus) - criticality.Sheddable)
+}
+
+// levelCounts are one level's own counts: requests (refused locally, or sent and
+// answered as an accept or a refusal), accepts and refusals.
+type levelCounts struct{ requests, accepts, refusals uint32 }
+
+// effective returns the requests and accepts the throttle weighs for level i: its
+// own, the refusals of the levels above as requests (the target refuses a level only
+// once it refuses every lower one), and the accepts of the levels below as requests
+// and accepts (it accepts a level only when it accepts every higher one).
+func effective(own *[levels]levelCounts, i int) (requests, accepts int) {
+	requests, accepts = int(own[i].requests), int(own[i].accepts)
+	for j := 0; j < i; j++ {
+		requests += int(own[j].accepts)
+		accepts += int(own[j].accepts)
+	}
+	for j := i + 1; j < levels; j++ {
+		requests += int(own[j].refusals)
+	}
+	return requests, accepts
+}
+
+// throttle is one circuit's counts, over a sliding window of buckets. Times are ns
+// since the circuit's epoch.
+type throttle struct {
+	mu    sync.Mutex
+	width int64
+	head  int64
+	ring  [][levels]levelCounts
+	total [levels]levelCounts
+}
+
+func newThrottle(t *Throttle) *throttle {
+	return &throttle{width: max(int64(t.Window)/int64(t.Buckets), 1), ring: make([][levels]levelCounts, t.Buckets)}
+}
+
+// advance moves the window to ns. th.mu is held.
+func (th *throttle) advance(ns int64) {
+	b := max(ns, 0) / th.width
+	if b <= th.head {
+		return
+	}
+	n := int64(len(th.ring))
+	if b-th.head >= n {
+		clear(th.ring)
+		th.total = [levels]levelCounts{}
+	} else {
+		for k := th.head + 1; k <= b; k++ {
+			c := &th.ring[k%n]
+			for i := range c {
+				th.total[i].requests -= c[i].requests
+				th.total[i].accepts -= c[i].accepts
+				th.total[i].refusals -= c[i].refusals
+			}
+			*c = [levels]levelCounts{}
+		}
+	}
+	th.head = b
+}
+
+// decide returns the probability of a local refusal of a call of level i at ns, and
+// whether u refuses it; a refused call is counted as a request.
+func (th *throttle) decide(cfg *Throttle, ns int64, i int, u float64) (float64, bool) {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.advance(ns)
+	p := cfg.Probability(effective(&th.total, i))
+	if u >= p {
+		return p, false
+	}
+	th.ring[th.head%int64(len(th.ring))][i].requests++
+	th.total[i].requests++
+	return p, true
+}
+
+// verdicts of a call's answer, for the throttle.
+const (
+	uncounted = iota
+	accepted
+	refusedForLoad
+)
+
+// count adds a sent call's verdict v at level i at ns.
+func (th *throttle) count(ns int64, i, v int) {
+	if v == uncounted {
+		return
+	}
+	th.mu.Lock()
+	th.advance(ns)
+	c, t := &th.ring[th.head%int64(len(th.ring))][i], &th.total[i]
+	c.requests++
+	t.requests++
+	if v == accepted {
+		c.accepts++
+		t.accepts++
+	} else {
+		c.refusals++
+		t.refusals++
+	}
+	th.mu.Unlock()
+}
+
+// snapshot returns the effective counts and probabilities of every level at ns.
+func (th *throttle) snapshot(cfg *Throttle, ns int64) []ThrottleLevel {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.advance(ns)
+	out := make([]ThrottleLevel, levels)
+	for i := range out {
+		r, a := effective(&th.total, i)
+		out[i] = ThrottleLevel{Level: criticality.Sheddable + criticality.Level(i), Requests: r, Accepts: a, Probability: cfg.Probability(r, a)}
+	}
+	return out
+}
+
+// ThrottleLevel is the adaptive throttle's state for one level of a circuit: the
+// requests and accepts it weighs (the level's own, with what the other levels' answers
+// say of it) and the probability with which it refuses a call now.
+type ThrottleLevel struct {
+	Level             criticality.Level
+	Requests, Accepts int
+	Probability       float64
+}
+
+// verdict is what a sent call's end r, classified o, says to the throttle: a
+// refusal for load, an accept, or nothing (the target did not answer, or the call
+// was refused before sending, or the caller gave up).
+func verdict(o Outcome, r *Result) int {
+	if r.Err != nil && (errors.Is(r.Err, ErrThrottled) || errors.Is(r.Err, ErrOpen) || errors.Is(r.Err, deadline.ErrInsufficientBudget)) {
+		return uncounted
+	}
+	if r.GRPC {
+		if st, ok := status.FromError(r.Err); ok && r.Err != nil {
+			switch {
+			case pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)):
+				return accepted
+			case st.Code() == codes.ResourceExhausted,
+				st.Code() == codes.Unavailable && pushback.ComeBackGRPC(st, r.Trailer) > 0:
+				return refusedForLoad
+			}
+		}
+	} else if resp := r.Response; resp != nil && resp.StatusCode >= 400 {
+		switch {
+		case pushback.Relayed(resp.Header.Values(pushback.RelayedKey)):
+			return accepted
+		case resp.StatusCode == http.StatusTooManyRequests,
+			resp.StatusCode == http.StatusServiceUnavailable && pushback.ComeBackHTTP(resp.Header, time.Now()) > 0:
+			return refusedForLoad
+		}
+	}
+	if o == Success {
+		return accepted
+	}
+	return uncounted
+}
+
+// throttled applies the adaptive throttle of c, when it has one, to the call t
+// admitted in the closed state: a refusal (a *ThrottledError), or nil with t set to
+// count the call's answer.
+func (b *Breaker) throttled(ctx context.Context, c *circuit, t *ticket) error {
+	th := c.thr
+	if th == nil || t.unthrottled {
+		return nil
+	}
+	lvl := criticality.From(ctx)
+	i := levelIndex(lvl)
+	p, refuse := th.decide(b.cfg.throttle, t.start, i, b.cfg.random())
+	if !refuse {
+		t.level = int8(i) + 1
+		if p > 0 {
+			c.tel.RecordThrottle(ctx, lvl.String(), p, false)
+		}
+		return nil
+	}
+	b.throttledN.Add(1)
+	c.tel.RecordThrottle(ctx, lvl.String(), p, true)
+	return &ThrottledError{Target: c.name, Level: lvl, Probability: p, RetryAfter: time.Duration(th.width)}
+}

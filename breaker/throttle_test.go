@@ -1,0 +1,171 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/criticality"
+	"github.com/deadlinekit/deadlinekit/internal/pushback"
+)
+
+func TestThrottleProbability(t *testing.T) {
+	cases := []struct {
+		name              string
+		th                breaker.Throttle
+		requests, accepts int
+		want              float64
+	}{
+		{"nothing yet", breaker.DefaultThrottle, 0, 0, 0},
+		{"all accepted", breaker.DefaultThrottle, 100, 100, 0},
+		{"half accepted: K = 2 still sends all", breaker.DefaultThrottle, 100, 50, 0},
+		{"a third accepted", breaker.DefaultThrottle, 99, 33, 33.0 / 100},
+		{"none accepted", breaker.DefaultThrottle, 9, 0, 0.9},
+		{"one refused", breaker.DefaultThrottle, 1, 0, 0.5},
+		{"K = 1.1", breaker.Throttle{K: 1.1}, 110, 50, 55.0 / 111},
+		{"zero K is the default", breaker.Throttle{}, 99, 33, 33.0 / 100},
+		{"NaN K is the default", breaker.Throttle{K: math.NaN()}, 99, 33, 33.0 / 100},
+		{"K below 1 is 1", breaker.Throttle{K: 0.5}, 100, 100, 0},
+		{"K below 1 is 1, refusals", breaker.Throttle{K: 0.5}, 99, 49, 0.5},
+		{"infinite K, an accept", breaker.Throttle{K: math.Inf(1)}, 1000, 1, 0},
+		{"infinite K, no accept", breaker.Throttle{K: math.Inf(1)}, 3, 0, 0.75},
+		{"negative counts are zero", breaker.DefaultThrottle, -5, -5, 0},
+		{"more accepts than requests", breaker.DefaultThrottle, 1, 5, 0},
+	}
+	for _, c := range cases {
+		got := c.th.Probability(c.requests, c.accepts)
+		if math.Abs(got-c.want) > 1e-12 || got < 0 || got >= 1 {
+			t.Errorf("%s: Probability(%d, %d) = %v, want %v", c.name, c.requests, c.accepts, got, c.want)
+		}
+	}
+}
+
+func TestThrottleReject(t *testing.T) {
+	th := breaker.DefaultThrottle
+	// 10 requests, 2 accepts: p = (10 − 4) / 11.
+	p := 6.0 / 11
+	for _, c := range []struct {
+		u    float64
+		want bool
+	}{{0, true}, {p - 1e-9, true}, {p, false}, {0.99, false}, {-1, true}, {2, false}} {
+		if got := th.Reject(10, 2, c.u); got != c.want {
+			t.Errorf("Reject(10, 2, %v) = %v, want %v (p %.4f)", c.u, got, c.want, p)
+		}
+	}
+	if th.Reject(10, 10, 0) {
+		t.Error("a target that accepts everything is throttled")
+	}
+}
+
+func TestThrottledErrorForms(t *testing.T) {
+	e := &breaker.ThrottledError{Target: "http://a:80", Level: criticality.Sheddable, Probability: 0.625, RetryAfter: 3 * time.Second}
+	if !errors.Is(e, breaker.ErrThrottled) || errors.Is(e, breaker.ErrOpen) {
+		t.Fatalf("%v: Is ErrThrottled %v, Is ErrOpen %v", e, errors.Is(e, breaker.ErrThrottled), errors.Is(e, breaker.ErrOpen))
+	}
+	if got, ok := breaker.IsThrottled(e); !ok || got != e {
+		t.Fatal("IsThrottled")
+	}
+	st := status.Convert(e)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("code %v", st.Code())
+	}
+	if d, found, err := pushback.RetryInfoDelay(st); !found || err != nil || d != 3*time.Second {
+		t.Fatalf("RetryInfo %v %v %v", d, found, err)
+	}
+	const want = "http://a:80: throttled, the target refuses for load: sheddable calls refused locally with probability 0.62 (call not sent)"
+	if e.Error() != want {
+		t.Fatalf("message %q", e.Error())
+	}
+}
+
+func TestClassifyThrottledIsNeutral(t *testing.T) {
+	e := &breaker.ThrottledError{Target: "t", RetryAfter: time.Second}
+	for _, grpc := range []bool{false, true} {
+		if o := breaker.Classify(breaker.Result{GRPC: grpc, Err: e}); o != breaker.Neutral {
+			t.Errorf("GRPC %v: %v, want neutral (refused before sending)", grpc, o)
+		}
+	}
+}
+
+// throttleLevel returns the throttle's state of level l in target's circuit.
+func throttleLevel(t *testing.T, b *breaker.Breaker, target string, l criticality.Level) breaker.ThrottleLevel {
+	t.Helper()
+	c, ok := b.Circuit(target)
+	if !ok || len(c.Throttle) != 4 {
+		t.Fatalf("circuit %q: %v %+v", target, ok, c)
+	}
+	for _, tl := range c.Throttle {
+		if tl.Level == l {
+			return tl
+		}
+	}
+	t.Fatalf("no level %v", l)
+	return breaker.ThrottleLevel{}
+}
+
+// refusing is a RoundTripper that refuses every request for load (503, Retry-After)
+// while refuse is set, and accepts it otherwise, counting what it is sent.
+type refusing struct {
+	refuse bool
+	sent   int
+}
+
+func (r *refusing) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.sent++
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}
+	if r.refuse {
+		resp.StatusCode = 503
+		resp.Header.Set(pushback.RetryAfterKey, "1")
+	}
+	return resp, nil
+}
+
+func TestThrottleWindowForgets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &refusing{refuse: true}
+		b := breaker.New(breaker.WithAdaptiveThrottling(breaker.DefaultThrottle)) // 30 s in steps of 3 s
+		client := &http.Client{Transport: b.Transport(rt)}
+		send := func() error {
+			req, _ := http.NewRequestWithContext(criticality.With(context.Background(), criticality.Sheddable), "GET", "http://a.test/", nil)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}
+		for range 50 {
+			if err := send(); err != nil && !errors.Is(err, breaker.ErrThrottled) {
+				t.Fatal(err)
+			}
+		}
+		const target = "http://a.test:80"
+		tl := throttleLevel(t, b, target, criticality.Sheddable)
+		if tl.Requests != 50 || tl.Accepts != 0 || tl.Probability < 0.9 {
+			t.Fatalf("after 50 refused or throttled calls: %+v", tl)
+		}
+		// The refusals count for the whole window: 27 s on, still all there.
+		time.Sleep(breaker.DefaultThrottle.Window - 3*time.Second)
+		if got := throttleLevel(t, b, target, criticality.Sheddable); got != tl {
+			t.Fatalf("27 s on: %+v, want %+v", got, tl)
+		}
+		// 30 s after they were counted, they have left the window, and the server,
+		// recovered, gets the next call.
+		rt.refuse = false
+		time.Sleep(3 * time.Second)
+		if got := throttleLevel(t, b, target, criticality.Sheddable); got.Requests != 0 || got.Probability != 0 {
+			t.Fatalf("30 s on: %+v, want nothing", got)
+		}
+		sent := rt.sent
+		if err := send(); err != nil || rt.sent != sent+1 {
+			t.Fatalf("a call after the window: %v (%d sent)", err, rt.sent-sent)
+		}
+	})
+}

@@ -233,6 +233,7 @@ func message(err error) string {
 func toolkitError(err error) bool {
 	var se *retry.StopError
 	var oe *breaker.OpenError
+	var te *breaker.ThrottledError
 	var be *deadline.BudgetError
-	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &be)
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &te) || errors.As(err, &be)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -81,11 +82,15 @@ func TestMessagesLeadWithTheCause(t *testing.T) {
 // Through net/http, a toolkit's refusal comes wrapped in a *url.Error; the relayed
 // message still leads with the refusal, which names its target.
 func TestRelayedMessageLeadsWithTheRefusal(t *testing.T) {
-	open := &breaker.OpenError{Target: "http://127.0.0.1:18081", State: breaker.Open, RetryAfter: time.Second}
-	w := httptest.NewRecorder()
-	deadlinekit.WriteHTTPError(w, &url.Error{Op: "Post", URL: "http://127.0.0.1:18081/reserve", Err: open})
-	if got := strings.TrimSpace(w.Body.String()); got != open.Error() {
-		t.Errorf("relayed %q; want %q", got, open.Error())
+	for _, refusal := range []error{
+		&breaker.OpenError{Target: "http://127.0.0.1:18081", State: breaker.Open, RetryAfter: time.Second},
+		&breaker.ThrottledError{Target: "http://127.0.0.1:18081", Level: criticality.Sheddable, Probability: 0.5, RetryAfter: time.Second},
+	} {
+		w := httptest.NewRecorder()
+		deadlinekit.WriteHTTPError(w, &url.Error{Op: "Post", URL: "http://127.0.0.1:18081/reserve", Err: refusal})
+		if got := strings.TrimSpace(w.Body.String()); got != refusal.Error() {
+			t.Errorf("relayed %q; want %q", got, refusal.Error())
+		}
 	}
 }
 

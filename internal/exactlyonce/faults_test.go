@@ -68,9 +68,10 @@ type callInfo struct {
 
 type callKey struct{}
 
-// faultRT is the base of the stack's HTTP transport: each attempt goes to a replica
-// and may meet a fault.
+// faultRT is the base of the stack's HTTP and connect transports: each attempt goes
+// to a replica and may meet a fault.
 type faultRT struct {
+	name  string // "http", "connect"
 	h     *history
 	seed  uint64
 	rate  float64
@@ -97,7 +98,7 @@ func (f *faultRT) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Header.Set("X-Fault", fault)
 	}
 	if fault != "" {
-		f.h.count("http " + fault)
+		f.h.count(f.name + " " + fault)
 	}
 	f.h.event(ci.l.Scope, key, "logical #%d attempt %d → %s fault=%q previous=%q", ci.l.ID, n, host, fault, req.Header.Get("Grpc-Previous-Rpc-Attempts"))
 	resp, err := f.base.RoundTrip(r)

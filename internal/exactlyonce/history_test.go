@@ -90,7 +90,8 @@ type seen struct {
 	Logical   int
 	Scope     string
 	Key       string
-	Proto     string // "http", "grpc"
+	Proto     string // "http", "grpc", "connect"
+	Wire      string // connect's protocol: "connect", "grpc", "grpcweb"
 	Via       string // "stack", "raw", "raw-resend", "probe"
 	At        time.Duration
 	Err       string
@@ -112,6 +113,7 @@ type logical struct {
 	ID         int
 	Scope, Key string
 	Proto      string
+	Wire       string // connect's protocol (wires)
 	Client     string
 	Plan       plan
 	Body       []byte
@@ -216,7 +218,7 @@ func (h *history) setKey(id int, key string) {
 	}
 	h.mu.Unlock()
 	if first {
-		h.event(l.Scope, key, "logical #%d %s via %s client: plan %+v", id, l.Proto, l.Client, l.Plan)
+		h.event(l.Scope, key, "logical #%d %s via %s client: plan %+v", id, wireOf(seen{Proto: l.Proto, Wire: l.Wire}), l.Client, l.Plan)
 	}
 }
 
@@ -302,10 +304,10 @@ func (h *history) saw(s seen) {
 	h.seens = append(h.seens, s)
 	h.mu.Unlock()
 	if s.Err != "" {
-		h.event(s.Scope, s.Key, "logical #%d %s saw error: %s", s.Logical, s.Via, s.Err)
+		h.event(s.Scope, s.Key, "logical #%d %s (%s) saw error: %s", s.Logical, s.Via, wireOf(s), s.Err)
 		return
 	}
-	h.event(s.Scope, s.Key, "logical #%d %s saw replayed=%v truncated=%v exec=%d: %v", s.Logical, s.Via, s.Replayed, s.Truncated, s.ExecID, s.Ans)
+	h.event(s.Scope, s.Key, "logical #%d %s (%s) saw replayed=%v truncated=%v exec=%d: %v", s.Logical, s.Via, wireOf(s), s.Replayed, s.Truncated, s.ExecID, s.Ans)
 }
 
 // invHTTPTrailers is the invariant that a replayed HTTP answer carries the
@@ -316,6 +318,14 @@ const invHTTPTrailers = "a replay carries the execution's trailers (HTTP)"
 // invCutShort is part of "a replay is byte-equal": the stored body is the whole
 // body the handler wrote, not the part the first caller's connection took.
 const invCutShort = "a replay is the execution's whole answer, not the part its first caller received"
+
+// invConnectStopMeta is part of "an answer is byte-equal to its execution's": the
+// error a connect client's stack returns when its retry layer stopped (a
+// retry.StopError) carries the last attempt's metadata, the handler's header and
+// trailer (and dedup's replay marker), as the gRPC stack leaves them in the
+// caller's grpc.Header and grpc.Trailer. Named apart because the code checked today
+// breaks it (see known).
+const invConnectStopMeta = "the connect stack's stopped failure carries the answer's header and trailer"
 
 // invStatusAsError is DESIGN.md's rule that an http.RoundTripper returns the
 // server's response for every status it received.
@@ -468,7 +478,7 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		bad("a completed key's answer is kept and replayed", s.Scope, s.Key, "the final probe saw %v (exec %d), not a replay", s.Ans, s.ExecID)
 	}
 	if s.ExecID == 0 {
-		ok := (s.Proto == "http" && s.Ans.Status/100 == 2) || (s.Proto == "grpc" && s.Ans.Status == 0)
+		ok := (s.Proto == "http" && s.Ans.Status/100 == 2) || (s.Proto != "http" && s.Ans.Status == 0)
 		switch {
 		case s.notKept():
 			if !big {
@@ -508,6 +518,11 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 			bad("a body read in part is a prefix of the execution's", s.Scope, s.Key, "logical #%d: %s", s.Logical, want.diff(got))
 		}
 		got.Body, got.Trailer = want.Body, want.Trailer
+	}
+	if s.Annotated && s.Proto == "connect" && len(got.Header)+len(got.Trailer) == 0 && len(want.Header)+len(want.Trailer) > 0 {
+		bad(invConnectStopMeta, s.Scope, s.Key, "logical #%d (via %s, %s) saw exec %d's failure without its header %v and trailer %v",
+			s.Logical, s.Via, wireOf(s), e.ID, want.Header, want.Trailer)
+		got.Header, got.Trailer = want.Header, want.Trailer // the rest is checked on
 	}
 	if s.Replayed && s.Proto == "http" && len(got.Trailer) == 0 && len(want.Trailer) > 0 {
 		bad(invHTTPTrailers, s.Scope, s.Key, "logical #%d saw a replay of exec %d without its trailers %v", s.Logical, e.ID, want.Trailer)

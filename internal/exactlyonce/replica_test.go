@@ -234,8 +234,3 @@ func (h *history) mergeLine(l logLine, at, lease time.Duration, inc int, final b
 		h.eventAt(at, l.Scope, l.Key, l.Msg)
 	}
 }
-
-// serveConnect serves replica i's connect handler on l (none yet: l is closed).
-func serveConnect(_ recorder, _ any, _ string, l net.Listener) func() {
-	return func() { l.Close() }
-}

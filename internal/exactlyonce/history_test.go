@@ -497,7 +497,7 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		bad("every answer names an execution", s.Scope, s.Key, "logical #%d saw exec %d, which never ran", s.Logical, s.ExecID)
 		return
 	case e.Scope != s.Scope || e.Key != s.Key:
-		bad("no answer crosses a scope or a key", s.Scope, s.Key, "logical #%d (scope %q key %q) saw the answer of exec %d (scope %q key %q)", s.Logical, s.Scope, s.Key, e.ID, e.Scope, e.Key)
+		bad("no answer crosses a scope or a key", s.Scope, s.Key, "logical #%d (scope %q key %q, %s) saw the answer of exec %d (scope %q key %q)", s.Logical, s.Scope, s.Key, wireOf(s), e.ID, e.Scope, e.Key)
 		return
 	}
 	if s.Replayed {
@@ -540,7 +540,7 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		if len(got.Body) > len(want.Body) && bytes.HasPrefix(got.Body, want.Body) {
 			d += fmt.Sprintf(" (it ends with %q)", got.Body[len(want.Body):])
 		}
-		bad(inv, s.Scope, s.Key, "logical #%d (replayed=%v, via %s) of exec %d: %s", s.Logical, s.Replayed, s.Via, e.ID, d)
+		bad(inv, s.Scope, s.Key, "logical #%d (replayed=%v, via %s, %s) of exec %d: %s", s.Logical, s.Replayed, s.Via, wireOf(s), e.ID, d)
 	}
 }
 
@@ -599,8 +599,45 @@ func (h *history) summary(violations int) string {
 	for _, k := range kinds {
 		fmt.Fprintf(&b, " %s %d;", k, h.faults[k])
 	}
+	b.WriteString(h.byProtocol())
 	for _, r := range h.restarts {
 		fmt.Fprintf(&b, "\nstore down from %v to %v (records lost: %v)", r.Stop, r.Back, r.Lossy)
+	}
+	return b.String()
+}
+
+// byProtocol is the summary's figures per protocol (connect's by its wire): logical
+// requests, calls seen (replays and errors among them) and executions. h.mu is held.
+func (h *history) byProtocol() string {
+	type figures struct{ logical, calls, replays, errs, execs int }
+	per := map[string]*figures{}
+	of := func(p string) *figures {
+		if per[p] == nil {
+			per[p] = &figures{}
+		}
+		return per[p]
+	}
+	for _, l := range h.logs {
+		of(wireOf(seen{Proto: l.Proto, Wire: l.Wire})).logical++
+	}
+	for _, s := range h.seens {
+		f := of(wireOf(s))
+		f.calls++
+		switch {
+		case s.Err != "":
+			f.errs++
+		case s.Replayed:
+			f.replays++
+		}
+	}
+	for _, e := range h.execs {
+		of(e.Proto).execs++ // an execution knows its server's protocol, not the wire
+	}
+	var b strings.Builder
+	b.WriteString("\nby protocol:")
+	for _, p := range slices.Sorted(maps.Keys(per)) {
+		f := per[p]
+		fmt.Fprintf(&b, " %s: %d logical, %d calls (%d replays, %d errors), %d executions;", p, f.logical, f.calls, f.replays, f.errs, f.execs)
 	}
 	return b.String()
 }

@@ -92,7 +92,7 @@ type seen struct {
 	Key       string
 	Proto     string // "http", "grpc", "connect"
 	Wire      string // connect's protocol: "connect", "grpc", "grpcweb"
-	Via       string // "stack", "raw", "raw-resend", "probe"
+	Via       string // "stack", "raw", "raw-resend", "warm-up", "probe"
 	At        time.Duration
 	Err       string
 	Ans       answer
@@ -606,10 +606,11 @@ func (h *history) summary(violations int) string {
 	return b.String()
 }
 
-// byProtocol is the summary's figures per protocol (connect's by its wire): logical
-// requests, calls seen (replays and errors among them) and executions. h.mu is held.
+// byProtocol is the summary's figures per protocol (connect's by its wire):
+// logical requests, and calls seen with the replays and errors among them; then the
+// executions per server. h.mu is held.
 func (h *history) byProtocol() string {
-	type figures struct{ logical, calls, replays, errs, execs int }
+	type figures struct{ logical, calls, replays, errs int }
 	per := map[string]*figures{}
 	of := func(p string) *figures {
 		if per[p] == nil {
@@ -630,14 +631,19 @@ func (h *history) byProtocol() string {
 			f.replays++
 		}
 	}
+	execs := map[string]int{}
 	for _, e := range h.execs {
-		of(e.Proto).execs++ // an execution knows its server's protocol, not the wire
+		execs[e.Proto]++
 	}
 	var b strings.Builder
-	b.WriteString("\nby protocol:")
+	b.WriteString("\nby protocol (logical requests; calls seen, replays and errors among them):")
 	for _, p := range slices.Sorted(maps.Keys(per)) {
 		f := per[p]
-		fmt.Fprintf(&b, " %s: %d logical, %d calls (%d replays, %d errors), %d executions;", p, f.logical, f.calls, f.replays, f.errs, f.execs)
+		fmt.Fprintf(&b, " %s %d; %d calls, %d replays, %d errors.", p, f.logical, f.calls, f.replays, f.errs)
+	}
+	b.WriteString("\nexecutions by server:")
+	for _, p := range slices.Sorted(maps.Keys(execs)) {
+		fmt.Fprintf(&b, " %s %d;", p, execs[p])
 	}
 	return b.String()
 }

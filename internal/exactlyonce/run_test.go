@@ -344,6 +344,7 @@ func (r *run) sendGRPC(ctx context.Context, l *logical, key, via string) seen {
 // probe asks, once no fault remains, for the answer of every key that completed:
 // it must be replayed.
 func (r *run) probe() {
+	r.warmUp()
 	r.h.mu.Lock()
 	r.h.probeAt = r.h.since()
 	var ls []*logical
@@ -372,33 +373,41 @@ func (r *run) probe() {
 	wg.Wait()
 }
 
-// probeOne asks for l's answer once no fault remains, and records the answer. A
-// connect replica that has not answered the procedure yet in its process (one
-// restarted late in a process run) cannot make a replay's response: connectkit's
-// documented Unavailable, naming no execution, from which a client comes back. The
-// probe then asks the next replica, up to twice each, and records the last answer
-// only.
+// probeOne asks for l's answer, and records it.
 func (r *run) probeOne(l *logical) {
-	rng := rngFor(r.seed, "probe", strconv.Itoa(l.ID))
-	var s seen
-	first := rng.IntN(replicas)
-	for try := range 2 * replicas {
-		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), replicaKey{}, (first+try)%replicas), 3*time.Second)
-		s = r.call(ctx, l, "probe", 0, rng)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	r.send(ctx, l, "probe", 0, rngFor(r.seed, "probe", strconv.Itoa(l.ID)))
+}
+
+// warmUp sends each connect replica one new keyed request, a logical request of the
+// history like the others, before the probe. A connect server replays a stored
+// answer only once it has answered the procedure itself (connectkit learns the
+// response type from a first answer, and refuses a replay before it, Unavailable,
+// for the client to come back): in a process run, a replica restarted as the run
+// ended has had no request yet, and in a live service it would have.
+func (r *run) warmUp() {
+	r.h.mu.Lock()
+	first := len(r.h.logs)
+	r.h.mu.Unlock()
+	for i := range replicas {
+		p := plan{Kind: "ok", Size: 100}
+		l := &logical{ID: first + i, Scope: "tenant-a", Proto: "connect", Wire: "connect", Client: "raw"}
+		l.Plan, l.Body = p, must(json.Marshal(p))
+		r.h.addLogical(l)
+		r.h.setKey(l.ID, fmt.Sprintf("w%d-%d", r.seed, i))
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), replicaKey{}, i), 3*time.Second)
+		r.send(ctx, l, "warm-up", 0, rngFor(r.seed, "warm-up", strconv.Itoa(i)))
 		cancel()
-		if !unlearned(s) {
-			break
-		}
 	}
-	r.h.saw(s)
 }
 
-// replicaKey is the context key of the replica a probe's raw connect call goes to.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// replicaKey is the context key of the replica a raw connect call goes to.
 type replicaKey struct{}
-
-// unlearned reports whether s is connectkit's refusal of a replay on a server that
-// has not answered the procedure yet.
-func unlearned(s seen) bool {
-	return s.Proto == "connect" && s.ExecID == 0 && s.Ans.Status == int(codes.Unavailable) &&
-		strings.Contains(string(s.Ans.Body), "cannot be rebuilt on this server yet")
-}

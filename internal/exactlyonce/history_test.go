@@ -280,6 +280,12 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 		if t < e.End {
 			continue
 		}
+		if h.storedIn(e, t) {
+			// e's answer was stored first: the completion that found its lease
+			// lost is another's (an earlier execution's, whose lease went with the
+			// store's records, tried again late) or a retry of e's own.
+			return false
+		}
 		if h.recordLost(e.Start, t) {
 			return true // the store lost the lease with its records
 		}
@@ -294,6 +300,16 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 			bad("a lease holds until its deadline + margin", e.Scope, e.Key, "exec %d's completion at %v found its lease lost, before its end at %v", e.ID, t, e.LeaseEnd)
 		}
 		return true
+	}
+	return false
+}
+
+// storedIn reports whether a completion of e's key was stored between e's end and t.
+func (h *history) storedIn(e *execution, t time.Duration) bool {
+	for _, at := range h.saved[sk(e.Scope, e.Key)] {
+		if at >= e.End && at <= t {
+			return true
+		}
 	}
 	return false
 }

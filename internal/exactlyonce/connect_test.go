@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -207,9 +206,11 @@ type cutBody struct {
 
 func (b *cutBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
-		if n, _ := b.ReadCloser.Read(p[:min(len(p), 1)]); n > 0 {
-			b.tr.cut.Store(true)
+		n, err := b.ReadCloser.Read(p[:min(len(p), 1)])
+		if n == 0 {
+			return 0, err // the body was no longer: the client read it whole
 		}
+		b.tr.cut.Store(true)
 		return 0, io.ErrUnexpectedEOF
 	}
 	n, err := b.ReadCloser.Read(p[:min(len(p), b.left)])
@@ -242,6 +243,7 @@ func (r *run) sendConnect(ctx context.Context, l *logical, key, via, wire string
 	}
 	resp, err := client.CallUnary(ctx, req)
 	if tr != nil && tr.cut.Load() {
+		r.h.count("connect truncated body")
 		return seen{Err: fmt.Sprintf("the client read %d bytes of the answer: %v", tr.n, err)}
 	}
 	var s seen
@@ -277,5 +279,3 @@ func wireOf(s seen) string {
 	}
 	return s.Proto
 }
-
-var _ = strconv.Itoa

@@ -160,6 +160,13 @@ func reportViolations(t *testing.T, store string, seed uint64, n int, vs []viola
 		if len(ws) > 1 {
 			b.WriteString("  … and " + strconv.Itoa(len(ws)-1) + " more keys\n")
 		}
+		over := 0
+		for _, w := range ws {
+			if h.overConnect(w) {
+				over++
+			}
+		}
+		fmt.Fprintf(&b, "  (%d of the %d over connect)\n", over, len(ws))
 	}
 	t.Errorf("store %s, seed %d: %d violations of %d invariants; reproduce with\n"+
 		"  go test ./internal/exactlyonce -run 'TestHistory/%s$' -seed=%d -requests=%d\n%s",

@@ -311,25 +311,35 @@ func (s *faultStore) inject(ctx context.Context, op, key string, stall bool) err
 }
 
 func (s *faultStore) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
-	s.checkLease(ctx, key, l)
+	most := s.mostLease(ctx, key)
 	if err := s.inject(ctx, "acquire", key, true); err != nil {
 		return false, dedup.Entry{}, err
 	}
 	got, e, err := s.Store.Acquire(ctx, key, l)
 	scope, k := splitKey(key)
 	s.h.event(scope, k, "store acquire ttl=%v: got=%v state=%v left=%v err=%v", l.TTL, got, e.State, e.Left, err)
+	if got && err == nil {
+		s.checkLease(key, l, most)
+	}
 	return got, e, err
 }
 
-// checkLease: a lease ends with its request's deadline plus the margin.
-func (s *faultStore) checkLease(ctx context.Context, key string, l dedup.Lease) {
+// mostLease notes key, and returns the longest lease its request may be granted:
+// its deadline plus the margin, as the call begins.
+func (s *faultStore) mostLease(ctx context.Context, key string) time.Duration {
 	s.mu.Lock()
 	s.keys[key] = true
 	s.mu.Unlock()
-	most := deadline.DefaultBudget + s.margin
 	if d, ok := ctx.Deadline(); ok {
-		most = time.Until(d) + s.margin
+		return time.Until(d) + s.margin
 	}
+	return deadline.DefaultBudget + s.margin
+}
+
+// checkLease: a lease granted ends with its request's deadline plus the margin
+// (most, read as the call began). A lease asked for and not granted (the store
+// failed, or the context ended first) holds nothing.
+func (s *faultStore) checkLease(key string, l dedup.Lease, most time.Duration) {
 	const slack = 250 * time.Millisecond // the time between the middleware's reading and ours
 	if l.TTL > most+slack {
 		scope, k := splitKey(key)
@@ -349,6 +359,8 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 		s.h.stored(scope, k)
 	case errors.Is(err, dedup.ErrLeaseLost):
 		s.h.leaseLost(scope, k)
+	default:
+		s.h.storeFailed(scope, k)
 	}
 	s.h.event(scope, k, "store complete (%d bytes): %v", len(answer), err)
 	return err

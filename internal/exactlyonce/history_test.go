@@ -126,10 +126,11 @@ type recorder interface {
 	beginExec(ctx context.Context, scope, key, proto, replica string) *execution
 	endExec(e *execution, a answer, released string)
 	event(scope, key, format string, args ...any)
-	leaseLost(scope, key string) // a completion found its lease lost
-	stored(scope, key string)    // a completion was stored
-	violated(v violation)        // a store call broke an invariant
-	count(kind string)           // a fault was injected
+	leaseLost(scope, key string)   // a completion found its lease lost
+	stored(scope, key string)      // a completion was stored
+	storeFailed(scope, key string) // the store failed a completion (not an injected fault)
+	violated(v violation)          // a store call broke an invariant
+	count(kind string)             // a fault was injected
 }
 
 // storeRestart is one restart of the store: down from Stop until Back; Lossy when
@@ -158,7 +159,10 @@ type history struct {
 	evs   map[string][]keyEvent      // scope + "\x00" + key → events
 	lost  map[string][]time.Duration // scope + "\x00" + key → completions refused for a lost lease
 	saved map[string][]time.Duration // scope + "\x00" + key → completions stored
-	bad   []violation                // broken by a store call
+	// failed: scope + "\x00" + key → completions the store itself failed (slow or
+	// unreachable: not an injected fault)
+	failed map[string][]time.Duration
+	bad    []violation // broken by a store call
 	// killed is when each killed replica process (by incarnation) was killed.
 	killed   map[int]time.Duration
 	restarts []storeRestart
@@ -169,7 +173,7 @@ type history struct {
 func newHistory() *history {
 	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
 		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]keyEvent{},
-		saved: map[string][]time.Duration{}, killed: map[int]time.Duration{}, faults: map[string]int{}}
+		saved: map[string][]time.Duration{}, failed: map[string][]time.Duration{}, killed: map[int]time.Duration{}, faults: map[string]int{}}
 }
 
 func sk(scope, key string) string { return scope + "\x00" + key }
@@ -261,6 +265,13 @@ func (h *history) leaseLost(scope, key string) {
 func (h *history) stored(scope, key string) {
 	h.mu.Lock()
 	h.saved[sk(scope, key)] = append(h.saved[sk(scope, key)], h.since())
+	h.mu.Unlock()
+}
+
+// storeFailed notes a completion the store failed.
+func (h *history) storeFailed(scope, key string) {
+	h.mu.Lock()
+	h.failed[sk(scope, key)] = append(h.failed[sk(scope, key)], h.since())
 	h.mu.Unlock()
 }
 
@@ -453,8 +464,9 @@ func (h *history) restartedIn(from, to time.Duration) bool {
 
 // neverStored reports whether p, which completed, may legitimately be followed by
 // e: its answer was never stored (no completion of its key was taken between its end
-// and e's start) because its process was killed or the store was down before the
-// answer could be, and e began once p's lease had ended.
+// and e's start) because its process was killed or the store was down (restarted,
+// or failing the completion itself: a Redis too slow to answer within the store's
+// timeout) before the answer could be, and e began once p's lease had ended.
 func (h *history) neverStored(p, e *execution) bool {
 	for _, t := range h.saved[sk(p.Scope, p.Key)] {
 		if t >= p.End && t <= e.Start {
@@ -469,6 +481,11 @@ func (h *history) neverStored(p, e *execution) bool {
 	}
 	for _, r := range h.restarts {
 		if r.Stop <= p.LeaseEnd && r.Back >= p.End {
+			return true
+		}
+	}
+	for _, t := range h.failed[sk(p.Scope, p.Key)] {
+		if t >= p.End && t <= p.LeaseEnd {
 			return true
 		}
 	}

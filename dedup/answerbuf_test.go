@@ -61,3 +61,33 @@ func TestStoredAnswerHasNoSpareCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredAnswerOfTheBuffersSize: an answer whose record fills the recorder's
+// pooled buffer exactly is stored in a copy of its own, not in the buffer, which goes
+// back to the pool: answers written after it (the pool's buffers reused) leave its
+// replay as written. The sizes cover every head size up to 300 bytes.
+func TestStoredAnswerOfTheBuffersSize(t *testing.T) {
+	store := dedup.NewMemoryStore()
+	h := dedup.NewMiddleware(store)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte(strings.Repeat(r.URL.Query().Get("c"), n)))
+	}))
+	serve := func(key string, n int, c string) string {
+		r := httptest.NewRequest(http.MethodPost, "/?n="+strconv.Itoa(n)+"&c="+c, strings.NewReader("x"))
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Body.String()
+	}
+	for n := 700; n <= 1100; n++ {
+		for _, c := range []string{"a", "b", "c", "d"} { // the later ones reuse the buffer the first went back in
+			serve(strconv.Itoa(n)+c, n, c)
+		}
+		for _, c := range []string{"a", "b", "c", "d"} {
+			if got, want := serve(strconv.Itoa(n)+c, n, c), strings.Repeat(c, n); got != want {
+				t.Fatalf("the replay of a %d-byte body of %q: %d bytes %.40q…", n, c, len(got), got)
+			}
+		}
+	}
+}

@@ -553,9 +553,10 @@ func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
 		ans, keepable = encodeNotKeptWhy(w.status, w.size, whyIncomplete), false
 	case over || total > w.max:
 		ans, keepable = encodeNotKept(w.status, total), false
-	case cap(ans) != len(ans):
-		// Its own (not the pooled buffer's), of its own length: a store may keep it
-		// for the whole retention.
+	case cap(ans) != len(ans) || w.buf != nil:
+		// Its own (not the pooled buffer's, which seal gives back, even when the
+		// answer fills it exactly), of its own length: a store may keep it for the
+		// whole retention.
 		ans, keepable = append(make([]byte, 0, len(ans)), ans...), true
 	default:
 		keepable = true

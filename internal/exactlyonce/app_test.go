@@ -85,11 +85,13 @@ func (s *service) outcome(ctx context.Context, e *execution, p plan, grpcCodes b
 }
 
 // answer builds the execution's answer: a body that names the execution, padded to
-// the plan's size, the handler's headers and, when planned, a trailer.
+// the plan's size (one letter at least), the handler's headers and, when planned, a trailer.
 func (s *service) answer(e *execution, p plan, kind string, httpStatus int, code codes.Code, grpcCodes bool) answer {
 	head := fmt.Sprintf("exec=%d scope=%s key=%s kind=%s ", e.ID, e.Scope, e.Key, kind)
 	body := []byte(head)
-	for i := len(body); i < p.Size; i++ {
+	// At least one letter after the head: an error's message travels in a header
+	// over HTTP/1.1 (connect's gRPC-Web), whose values lose trailing spaces.
+	for i := len(body); i < max(p.Size, len(head)+1); i++ {
 		body = append(body, 'a'+byte((int(e.ID)+i)%26))
 	}
 	a := answer{Status: httpStatus, Body: body}

@@ -1,10 +1,12 @@
 // Package exactlyonce is a seeded history checker for deduplication by idempotency
 // key (package dedup) under random faults. It has no code of its own outside its
-// tests: the harness (replicas of one service on loopback, HTTP and gRPC, sharing one
-// dedup.Store in memory or on Redis; clients through the toolkit's stack and raw
-// clients that resend a key by hand; faults drawn from a seed) records every logical
-// request, attempt, handler execution and answer a client saw, and checks the whole
-// history against the invariants of exactly-once:
+// tests: the harness (replicas of one service on loopback, HTTP, gRPC and connect
+// (package connectkit, in the Connect, gRPC and gRPC-Web protocols), sharing one
+// dedup.Store in memory or on Redis under one scope; clients through the toolkit's
+// stack and raw clients that resend a key by hand, a gRPC or connect key sometimes
+// over the other, as both serve the same procedure; faults drawn from a seed)
+// records every logical request, attempt, handler execution and answer a client
+// saw, and checks the whole history against the invariants of exactly-once:
 //
 //   - a key's handler executions never overlap, and at most one of them completes
 //     (an execution released by design, by dedup.Forget, a 504 / 499 or a panic, may

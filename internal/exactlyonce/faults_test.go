@@ -68,9 +68,10 @@ type callInfo struct {
 
 type callKey struct{}
 
-// faultRT is the base of the stack's HTTP transport: each attempt goes to a replica
-// and may meet a fault.
+// faultRT is the base of the stack's HTTP and connect transports: each attempt goes
+// to a replica and may meet a fault.
 type faultRT struct {
+	name  string // "http", "connect"
 	h     *history
 	seed  uint64
 	rate  float64
@@ -97,7 +98,7 @@ func (f *faultRT) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Header.Set("X-Fault", fault)
 	}
 	if fault != "" {
-		f.h.count("http " + fault)
+		f.h.count(f.name + " " + fault)
 	}
 	f.h.event(ci.l.Scope, key, "logical #%d attempt %d → %s fault=%q previous=%q", ci.l.ID, n, host, fault, req.Header.Get("Grpc-Previous-Rpc-Attempts"))
 	resp, err := f.base.RoundTrip(r)
@@ -310,25 +311,35 @@ func (s *faultStore) inject(ctx context.Context, op, key string, stall bool) err
 }
 
 func (s *faultStore) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
-	s.checkLease(ctx, key, l)
+	most := s.mostLease(ctx, key)
 	if err := s.inject(ctx, "acquire", key, true); err != nil {
 		return false, dedup.Entry{}, err
 	}
 	got, e, err := s.Store.Acquire(ctx, key, l)
 	scope, k := splitKey(key)
 	s.h.event(scope, k, "store acquire ttl=%v: got=%v state=%v left=%v err=%v", l.TTL, got, e.State, e.Left, err)
+	if got && err == nil {
+		s.checkLease(key, l, most)
+	}
 	return got, e, err
 }
 
-// checkLease: a lease ends with its request's deadline plus the margin.
-func (s *faultStore) checkLease(ctx context.Context, key string, l dedup.Lease) {
+// mostLease notes key, and returns the longest lease its request may be granted:
+// its deadline plus the margin, as the call begins.
+func (s *faultStore) mostLease(ctx context.Context, key string) time.Duration {
 	s.mu.Lock()
 	s.keys[key] = true
 	s.mu.Unlock()
-	most := deadline.DefaultBudget + s.margin
 	if d, ok := ctx.Deadline(); ok {
-		most = time.Until(d) + s.margin
+		return time.Until(d) + s.margin
 	}
+	return deadline.DefaultBudget + s.margin
+}
+
+// checkLease: a lease granted ends with its request's deadline plus the margin
+// (most, read as the call began). A lease asked for and not granted (the store
+// failed, or the context ended first) holds nothing.
+func (s *faultStore) checkLease(key string, l dedup.Lease, most time.Duration) {
 	const slack = 250 * time.Millisecond // the time between the middleware's reading and ours
 	if l.TTL > most+slack {
 		scope, k := splitKey(key)
@@ -348,6 +359,8 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 		s.h.stored(scope, k)
 	case errors.Is(err, dedup.ErrLeaseLost):
 		s.h.leaseLost(scope, k)
+	default:
+		s.h.storeFailed(scope, k)
 	}
 	s.h.event(scope, k, "store complete (%d bytes): %v", len(answer), err)
 	return err

@@ -30,8 +30,8 @@ const (
 	replicas    = 3
 )
 
-// cluster is the replicas of one service, HTTP and gRPC, sharing one store, and the
-// clients that call them.
+// cluster is the replicas of one service, HTTP, gRPC and connect, sharing one
+// store, and the clients that call them.
 type cluster struct {
 	h     *history
 	store *faultStore
@@ -43,6 +43,9 @@ type cluster struct {
 	rawHTTP   *http.Client
 	stackGRPC testgrpc.TestServiceClient
 	rawGRPC   testgrpc.TestServiceClient
+	// stackConnect and rawConnect are by protocol (wires); rawConnect, per replica.
+	stackConnect map[string]*connectClient
+	rawConnect   map[string][]*connectClient
 
 	closers []func()
 }
@@ -50,8 +53,14 @@ type cluster struct {
 var schemes atomic.Int64
 
 // startCluster starts the replicas on store and the clients; t's cleanup stops them.
-func startCluster(t testing.TB, h *history, store dedup.Store, seed uint64, rate float64) *cluster {
+// The connect replicas use connectStore(the store) (a meta-test breaks it there
+// alone; nil: the store itself).
+func startCluster(t testing.TB, h *history, store dedup.Store, seed uint64, rate float64, connectStore func(dedup.Store) dedup.Store) *cluster {
 	c := &cluster{h: h, store: newFaultStore(store, h, seed, rate, leaseMargin)}
+	cstore := dedup.Store(c.store)
+	if connectStore != nil {
+		cstore = connectStore(c.store)
+	}
 	for i := range replicas {
 		hl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -63,7 +72,13 @@ func startCluster(t testing.TB, h *history, store dedup.Store, seed uint64, rate
 		}
 		c.hosts = append(c.hosts, hl.Addr().String())
 		c.addrs = append(c.addrs, gl.Addr().String())
+		cl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.conns = append(c.conns, cl.Addr().String())
 		c.closers = append(c.closers, serveReplica(h, c.store, strconv.Itoa(i), hl, gl)...)
+		c.closers = append(c.closers, serveConnect(h, cstore, strconv.Itoa(i), cl))
 	}
 	c.clients(t, seed, rate)
 	t.Cleanup(c.close)
@@ -90,7 +105,7 @@ func serveReplica(h recorder, store dedup.Store, i string, hl, gl net.Listener) 
 }
 
 // clients builds the stack's clients (retry with generated keys, hedging after a
-// fixed 4 ms, faults beneath) and the raw ones.
+// fixed 4 ms, faults beneath) and the raw ones, for the three protocols.
 func (c *cluster) clients(t testing.TB, seed uint64, rate float64) {
 	hedgeAfter := 4 * time.Millisecond
 	stack := []deadlinekit.Option{
@@ -100,7 +115,7 @@ func (c *cluster) clients(t testing.TB, seed uint64, rate float64) {
 	}
 	stackTr := &http.Transport{MaxIdleConnsPerHost: 64}
 	rawTr := &http.Transport{MaxIdleConnsPerHost: 64}
-	c.stackHTTP = &http.Client{Transport: deadlinekit.NewTransport(&faultRT{h: c.h, seed: seed, rate: rate, hosts: c.hosts, base: stackTr}, stack...)}
+	c.stackHTTP = &http.Client{Transport: deadlinekit.NewTransport(&faultRT{name: "http", h: c.h, seed: seed, rate: rate, hosts: c.hosts, base: stackTr}, stack...)}
 	c.rawHTTP = &http.Client{Transport: rawTr}
 	c.closers = append(c.closers, stackTr.CloseIdleConnections, rawTr.CloseIdleConnections)
 
@@ -122,6 +137,7 @@ func (c *cluster) clients(t testing.TB, seed uint64, rate float64) {
 	}
 	c.stackGRPC = dial(append(deadlinekit.DialOptions(stack...), grpc.WithChainUnaryInterceptor(faultInterceptor(c.h, seed, rate)))...)
 	c.rawGRPC = dial()
+	c.connectClients(stack, seed, rate)
 }
 
 func (c *cluster) close() {

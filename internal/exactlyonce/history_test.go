@@ -90,8 +90,9 @@ type seen struct {
 	Logical   int
 	Scope     string
 	Key       string
-	Proto     string // "http", "grpc"
-	Via       string // "stack", "raw", "raw-resend", "probe"
+	Proto     string // "http", "grpc", "connect"
+	Wire      string // connect's protocol: "connect", "grpc", "grpcweb"
+	Via       string // "stack", "raw", "raw-resend", "warm-up", "probe"
 	At        time.Duration
 	Err       string
 	Ans       answer
@@ -112,6 +113,7 @@ type logical struct {
 	ID         int
 	Scope, Key string
 	Proto      string
+	Wire       string // connect's protocol (wires)
 	Client     string
 	Plan       plan
 	Body       []byte
@@ -124,10 +126,11 @@ type recorder interface {
 	beginExec(ctx context.Context, scope, key, proto, replica string) *execution
 	endExec(e *execution, a answer, released string)
 	event(scope, key, format string, args ...any)
-	leaseLost(scope, key string) // a completion found its lease lost
-	stored(scope, key string)    // a completion was stored
-	violated(v violation)        // a store call broke an invariant
-	count(kind string)           // a fault was injected
+	leaseLost(scope, key string)   // a completion found its lease lost
+	stored(scope, key string)      // a completion was stored
+	storeFailed(scope, key string) // the store failed a completion (not an injected fault)
+	violated(v violation)          // a store call broke an invariant
+	count(kind string)             // a fault was injected
 }
 
 // storeRestart is one restart of the store: down from Stop until Back; Lossy when
@@ -156,7 +159,10 @@ type history struct {
 	evs   map[string][]keyEvent      // scope + "\x00" + key → events
 	lost  map[string][]time.Duration // scope + "\x00" + key → completions refused for a lost lease
 	saved map[string][]time.Duration // scope + "\x00" + key → completions stored
-	bad   []violation                // broken by a store call
+	// failed: scope + "\x00" + key → completions the store itself failed (slow or
+	// unreachable: not an injected fault)
+	failed map[string][]time.Duration
+	bad    []violation // broken by a store call
 	// killed is when each killed replica process (by incarnation) was killed.
 	killed   map[int]time.Duration
 	restarts []storeRestart
@@ -167,7 +173,7 @@ type history struct {
 func newHistory() *history {
 	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
 		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]keyEvent{},
-		saved: map[string][]time.Duration{}, killed: map[int]time.Duration{}, faults: map[string]int{}}
+		saved: map[string][]time.Duration{}, failed: map[string][]time.Duration{}, killed: map[int]time.Duration{}, faults: map[string]int{}}
 }
 
 func sk(scope, key string) string { return scope + "\x00" + key }
@@ -216,7 +222,7 @@ func (h *history) setKey(id int, key string) {
 	}
 	h.mu.Unlock()
 	if first {
-		h.event(l.Scope, key, "logical #%d %s via %s client: plan %+v", id, l.Proto, l.Client, l.Plan)
+		h.event(l.Scope, key, "logical #%d %s via %s client: plan %+v", id, wireOf(seen{Proto: l.Proto, Wire: l.Wire}), l.Client, l.Plan)
 	}
 }
 
@@ -262,6 +268,13 @@ func (h *history) stored(scope, key string) {
 	h.mu.Unlock()
 }
 
+// storeFailed notes a completion the store failed.
+func (h *history) storeFailed(scope, key string) {
+	h.mu.Lock()
+	h.failed[sk(scope, key)] = append(h.failed[sk(scope, key)], h.since())
+	h.mu.Unlock()
+}
+
 // violated notes an invariant a store call broke.
 func (h *history) violated(v violation) {
 	h.mu.Lock()
@@ -277,6 +290,12 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 	for _, t := range h.lost[sk(e.Scope, e.Key)] {
 		if t < e.End {
 			continue
+		}
+		if h.storedIn(e, t) {
+			// e's answer was stored first: the completion that found its lease
+			// lost is another's (an earlier execution's, whose lease went with the
+			// store's records, tried again late) or a retry of e's own.
+			return false
 		}
 		if h.recordLost(e.Start, t) {
 			return true // the store lost the lease with its records
@@ -296,16 +315,26 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 	return false
 }
 
+// storedIn reports whether a completion of e's key was stored between e's end and t.
+func (h *history) storedIn(e *execution, t time.Duration) bool {
+	for _, at := range h.saved[sk(e.Scope, e.Key)] {
+		if at >= e.End && at <= t {
+			return true
+		}
+	}
+	return false
+}
+
 func (h *history) saw(s seen) {
 	s.At = h.since()
 	h.mu.Lock()
 	h.seens = append(h.seens, s)
 	h.mu.Unlock()
 	if s.Err != "" {
-		h.event(s.Scope, s.Key, "logical #%d %s saw error: %s", s.Logical, s.Via, s.Err)
+		h.event(s.Scope, s.Key, "logical #%d %s (%s) saw error: %s", s.Logical, s.Via, wireOf(s), s.Err)
 		return
 	}
-	h.event(s.Scope, s.Key, "logical #%d %s saw replayed=%v truncated=%v exec=%d: %v", s.Logical, s.Via, s.Replayed, s.Truncated, s.ExecID, s.Ans)
+	h.event(s.Scope, s.Key, "logical #%d %s (%s) saw replayed=%v truncated=%v exec=%d: %v", s.Logical, s.Via, wireOf(s), s.Replayed, s.Truncated, s.ExecID, s.Ans)
 }
 
 // invHTTPTrailers is the invariant that a replayed HTTP answer carries the
@@ -316,6 +345,14 @@ const invHTTPTrailers = "a replay carries the execution's trailers (HTTP)"
 // invCutShort is part of "a replay is byte-equal": the stored body is the whole
 // body the handler wrote, not the part the first caller's connection took.
 const invCutShort = "a replay is the execution's whole answer, not the part its first caller received"
+
+// invConnectStopMeta is part of "an answer is byte-equal to its execution's": the
+// error a connect client's stack returns when its retry layer stopped (a
+// retry.StopError) carries the last attempt's metadata, the handler's header and
+// trailer (and dedup's replay marker), as the gRPC stack leaves them in the
+// caller's grpc.Header and grpc.Trailer. Named apart because the code checked today
+// breaks it (see known).
+const invConnectStopMeta = "the connect stack's stopped failure carries the answer's header and trailer"
 
 // invStatusAsError is DESIGN.md's rule that an http.RoundTripper returns the
 // server's response for every status it received.
@@ -427,8 +464,9 @@ func (h *history) restartedIn(from, to time.Duration) bool {
 
 // neverStored reports whether p, which completed, may legitimately be followed by
 // e: its answer was never stored (no completion of its key was taken between its end
-// and e's start) because its process was killed or the store was down before the
-// answer could be, and e began once p's lease had ended.
+// and e's start) because its process was killed or the store was down (restarted,
+// or failing the completion itself: a Redis too slow to answer within the store's
+// timeout) before the answer could be, and e began once p's lease had ended.
 func (h *history) neverStored(p, e *execution) bool {
 	for _, t := range h.saved[sk(p.Scope, p.Key)] {
 		if t >= p.End && t <= e.Start {
@@ -443,6 +481,11 @@ func (h *history) neverStored(p, e *execution) bool {
 	}
 	for _, r := range h.restarts {
 		if r.Stop <= p.LeaseEnd && r.Back >= p.End {
+			return true
+		}
+	}
+	for _, t := range h.failed[sk(p.Scope, p.Key)] {
+		if t >= p.End && t <= p.LeaseEnd {
 			return true
 		}
 	}
@@ -468,7 +511,7 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		bad("a completed key's answer is kept and replayed", s.Scope, s.Key, "the final probe saw %v (exec %d), not a replay", s.Ans, s.ExecID)
 	}
 	if s.ExecID == 0 {
-		ok := (s.Proto == "http" && s.Ans.Status/100 == 2) || (s.Proto == "grpc" && s.Ans.Status == 0)
+		ok := (s.Proto == "http" && s.Ans.Status/100 == 2) || (s.Proto != "http" && s.Ans.Status == 0)
 		switch {
 		case s.notKept():
 			if !big {
@@ -487,7 +530,7 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		bad("every answer names an execution", s.Scope, s.Key, "logical #%d saw exec %d, which never ran", s.Logical, s.ExecID)
 		return
 	case e.Scope != s.Scope || e.Key != s.Key:
-		bad("no answer crosses a scope or a key", s.Scope, s.Key, "logical #%d (scope %q key %q) saw the answer of exec %d (scope %q key %q)", s.Logical, s.Scope, s.Key, e.ID, e.Scope, e.Key)
+		bad("no answer crosses a scope or a key", s.Scope, s.Key, "logical #%d (scope %q key %q, %s) saw the answer of exec %d (scope %q key %q)", s.Logical, s.Scope, s.Key, wireOf(s), e.ID, e.Scope, e.Key)
 		return
 	}
 	if s.Replayed {
@@ -509,6 +552,11 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		}
 		got.Body, got.Trailer = want.Body, want.Trailer
 	}
+	if s.Annotated && s.Proto == "connect" && len(got.Header)+len(got.Trailer) == 0 && len(want.Header)+len(want.Trailer) > 0 {
+		bad(invConnectStopMeta, s.Scope, s.Key, "logical #%d (via %s, %s) saw exec %d's failure without its header %v and trailer %v",
+			s.Logical, s.Via, wireOf(s), e.ID, want.Header, want.Trailer)
+		got.Header, got.Trailer = want.Header, want.Trailer // the rest is checked on
+	}
 	if s.Replayed && s.Proto == "http" && len(got.Trailer) == 0 && len(want.Trailer) > 0 {
 		bad(invHTTPTrailers, s.Scope, s.Key, "logical #%d saw a replay of exec %d without its trailers %v", s.Logical, e.ID, want.Trailer)
 		got.Trailer = want.Trailer // the rest is checked on
@@ -525,7 +573,7 @@ func (h *history) checkSeen(s seen, completed []*execution, maxResponse int, bad
 		if len(got.Body) > len(want.Body) && bytes.HasPrefix(got.Body, want.Body) {
 			d += fmt.Sprintf(" (it ends with %q)", got.Body[len(want.Body):])
 		}
-		bad(inv, s.Scope, s.Key, "logical #%d (replayed=%v, via %s) of exec %d: %s", s.Logical, s.Replayed, s.Via, e.ID, d)
+		bad(inv, s.Scope, s.Key, "logical #%d (replayed=%v, via %s, %s) of exec %d: %s", s.Logical, s.Replayed, s.Via, wireOf(s), e.ID, d)
 	}
 }
 
@@ -584,8 +632,51 @@ func (h *history) summary(violations int) string {
 	for _, k := range kinds {
 		fmt.Fprintf(&b, " %s %d;", k, h.faults[k])
 	}
+	b.WriteString(h.byProtocol())
 	for _, r := range h.restarts {
 		fmt.Fprintf(&b, "\nstore down from %v to %v (records lost: %v)", r.Stop, r.Back, r.Lossy)
+	}
+	return b.String()
+}
+
+// byProtocol is the summary's figures per protocol (connect's by its wire):
+// logical requests, and calls seen with the replays and errors among them; then the
+// executions per server. h.mu is held.
+func (h *history) byProtocol() string {
+	type figures struct{ logical, calls, replays, errs int }
+	per := map[string]*figures{}
+	of := func(p string) *figures {
+		if per[p] == nil {
+			per[p] = &figures{}
+		}
+		return per[p]
+	}
+	for _, l := range h.logs {
+		of(wireOf(seen{Proto: l.Proto, Wire: l.Wire})).logical++
+	}
+	for _, s := range h.seens {
+		f := of(wireOf(s))
+		f.calls++
+		switch {
+		case s.Err != "":
+			f.errs++
+		case s.Replayed:
+			f.replays++
+		}
+	}
+	execs := map[string]int{}
+	for _, e := range h.execs {
+		execs[e.Proto]++
+	}
+	var b strings.Builder
+	b.WriteString("\nby protocol (logical requests; calls seen, replays and errors among them):")
+	for _, p := range slices.Sorted(maps.Keys(per)) {
+		f := per[p]
+		fmt.Fprintf(&b, " %s %d; %d calls, %d replays, %d errors.", p, f.logical, f.calls, f.replays, f.errs)
+	}
+	b.WriteString("\nexecutions by server:")
+	for _, p := range slices.Sorted(maps.Keys(execs)) {
+		fmt.Fprintf(&b, " %s %d;", p, execs[p])
 	}
 	return b.String()
 }

@@ -87,7 +87,7 @@ func runReplica(replica string) error {
 
 // logLine is one event in a replica process's log.
 type logLine struct {
-	T       string  `json:"t"` // begin, end, ev, lost, stored, bad, fault, ready, off
+	T       string  `json:"t"` // begin, end, ev, lost, stored, failed, bad, fault, ready, off
 	At      int64   `json:"at"`
 	ID      int64   `json:"id,omitempty"`
 	Scope   string  `json:"s,omitempty"`
@@ -158,6 +158,9 @@ func (r *fileRecorder) leaseLost(scope, key string) {
 func (r *fileRecorder) stored(scope, key string) {
 	r.write(logLine{T: "stored", Scope: scope, Key: key})
 }
+func (r *fileRecorder) storeFailed(scope, key string) {
+	r.write(logLine{T: "failed", Scope: scope, Key: key})
+}
 func (r *fileRecorder) count(kind string) { r.write(logLine{T: "fault", Msg: kind}) }
 func (r *fileRecorder) violated(v violation) {
 	r.write(logLine{T: "bad", Scope: v.Scope, Key: v.Key, Msg: v.Invariant + "\x00" + v.Detail})
@@ -223,6 +226,8 @@ func (h *history) mergeLine(l logLine, at, lease time.Duration, inc int, final b
 		l.Msg = "store: completion found its lease lost"
 	case "stored":
 		h.saved[sk(l.Scope, l.Key)] = append(h.saved[sk(l.Scope, l.Key)], at)
+	case "failed":
+		h.failed[sk(l.Scope, l.Key)] = append(h.failed[sk(l.Scope, l.Key)], at)
 	case "fault":
 		h.faults[l.Msg]++
 	case "bad":
@@ -233,9 +238,4 @@ func (h *history) mergeLine(l logLine, at, lease time.Duration, inc int, final b
 	if l.Msg != "" && l.T != "fault" && l.T != "bad" {
 		h.eventAt(at, l.Scope, l.Key, l.Msg)
 	}
-}
-
-// serveConnect serves replica i's connect handler on l (none yet: l is closed).
-func serveConnect(_ recorder, _ any, _ string, l net.Listener) func() {
-	return func() { l.Close() }
 }

@@ -68,8 +68,11 @@ func (r *run) logical(i int) *logical {
 	pair := rngFor(r.seed, "pair", strconv.Itoa(i/2))
 	own := rngFor(r.seed, "logical", strconv.Itoa(i))
 	l := &logical{ID: i, Scope: []string{"tenant-a", "tenant-b"}[i%2], Proto: "http", Client: "stack"}
-	if pair.IntN(100) < 45 {
+	switch x := pair.IntN(100); {
+	case x < 32:
 		l.Proto = "grpc"
+	case x < 64:
+		l.Proto, l.Wire = "connect", drawWire(pair)
 	}
 	l.Plan = drawPlan(pair)
 	shared, sameBody := pair.IntN(100) < 40, pair.IntN(2) == 0
@@ -105,7 +108,7 @@ func (r *run) one(ctx context.Context, i int) {
 		timeout = time.Duration(15+own.IntN(45)) * time.Millisecond
 	}
 	truncate := 0
-	if l.Proto == "http" && own.IntN(100) < 6 {
+	if l.Proto != "grpc" && own.IntN(100) < 6 {
 		truncate = 1 + own.IntN(200)
 	}
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, &callInfo{l: l}), timeout)
@@ -171,26 +174,44 @@ func (s seen) settled() bool {
 // completed but not kept (410 Gone / AlreadyExists, naming it in its message). It is
 // not the stored answer, so it is never marked replayed: [history.checkSeen] checks.
 func (s seen) notKept() bool {
-	return ((s.Proto == "http" && s.Ans.Status == http.StatusGone) || (s.Proto == "grpc" && s.Ans.Status == int(codes.AlreadyExists))) &&
+	return ((s.Proto == "http" && s.Ans.Status == http.StatusGone) || (s.Proto != "http" && s.Ans.Status == int(codes.AlreadyExists))) &&
 		bytes.Contains(s.Ans.Body, []byte("not kept"))
 }
 
 // send makes one call for l, through the stack (via "stack") or raw, and records
 // what the client saw.
 func (r *run) send(ctx context.Context, l *logical, via string, truncate int, rng *rand.Rand) seen {
+	s := r.call(ctx, l, via, truncate, rng)
+	r.h.saw(s)
+	return s
+}
+
+// call makes one call for l, and returns what the client saw. A key of a gRPC or
+// connect request is sent by hand (a resend, the final probe) over the other of the
+// two a quarter of the time: they share the procedure, so it is the same request.
+func (r *run) call(ctx context.Context, l *logical, via string, truncate int, rng *rand.Rand) seen {
 	r.h.mu.Lock()
 	key := r.h.logs[l.ID].Key
 	r.h.mu.Unlock()
+	proto, wire := l.Proto, l.Wire
+	if (via == "raw-resend" || via == "probe") && proto != "http" && rng.IntN(100) < 25 {
+		proto, wire = "connect", drawWire(rng)
+		if l.Proto == "connect" {
+			proto, wire = "grpc", ""
+		}
+	}
 	var s seen
-	if l.Proto == "http" {
+	switch proto {
+	case "http":
 		s = r.sendHTTP(ctx, l, key, via, truncate, rng)
-	} else {
+	case "grpc":
 		s = r.sendGRPC(ctx, l, key, via)
+	default:
+		s = r.sendConnect(ctx, l, key, via, wire, truncate, rng)
 	}
 	r.h.mu.Lock()
-	s.Logical, s.Via, s.Proto, s.Scope, s.Key = l.ID, via, l.Proto, l.Scope, r.h.logs[l.ID].Key
+	s.Logical, s.Via, s.Proto, s.Wire, s.Scope, s.Key = l.ID, via, proto, wire, l.Scope, r.h.logs[l.ID].Key
 	r.h.mu.Unlock()
-	r.h.saw(s)
 	return s
 }
 
@@ -323,6 +344,7 @@ func (r *run) sendGRPC(ctx context.Context, l *logical, key, via string) seen {
 // probe asks, once no fault remains, for the answer of every key that completed:
 // it must be replayed.
 func (r *run) probe() {
+	r.warmUp()
 	r.h.mu.Lock()
 	r.h.probeAt = r.h.since()
 	var ls []*logical
@@ -340,9 +362,7 @@ func (r *run) probe() {
 	for range 8 {
 		wg.Go(func() {
 			for l := range work {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				r.send(ctx, l, "probe", 0, rngFor(r.seed, "probe", strconv.Itoa(l.ID)))
-				cancel()
+				r.probeOne(l)
 			}
 		})
 	}
@@ -352,3 +372,42 @@ func (r *run) probe() {
 	close(work)
 	wg.Wait()
 }
+
+// probeOne asks for l's answer, and records it.
+func (r *run) probeOne(l *logical) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	r.send(ctx, l, "probe", 0, rngFor(r.seed, "probe", strconv.Itoa(l.ID)))
+}
+
+// warmUp sends each connect replica one new keyed request, a logical request of the
+// history like the others, before the probe. A connect server replays a stored
+// answer only once it has answered the procedure itself (connectkit learns the
+// response type from a first answer, and refuses a replay before it, Unavailable,
+// for the client to come back): in a process run, a replica restarted as the run
+// ended has had no request yet, and in a live service it would have.
+func (r *run) warmUp() {
+	r.h.mu.Lock()
+	first := len(r.h.logs)
+	r.h.mu.Unlock()
+	for i := range replicas {
+		p := plan{Kind: "ok", Size: 100}
+		l := &logical{ID: first + i, Scope: "tenant-a", Proto: "connect", Wire: "connect", Client: "raw"}
+		l.Plan, l.Body = p, must(json.Marshal(p))
+		r.h.addLogical(l)
+		r.h.setKey(l.ID, fmt.Sprintf("w%d-%d", r.seed, i))
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), replicaKey{}, i), 3*time.Second)
+		r.send(ctx, l, "warm-up", 0, rngFor(r.seed, "warm-up", strconv.Itoa(i)))
+		cancel()
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// replicaKey is the context key of the replica a raw connect call goes to.
+type replicaKey struct{}

@@ -28,9 +28,15 @@ func init() {
 			if key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); idempotency.Keyed(key) {
 				record.IdempotencyKey(ctx, key[0])
 			}
-			l.p = rpcCall{c: c, call: call, next: send}
+			var last rpc.Answer // the last attempt's, whose metadata a stop keeps
+			l.p = rpcCall{c: c, call: call, next: send, last: &last}
 			a, err := l.run(ctx)
 			if err != nil {
+				if a.Meta == nil {
+					// Stopped: the caller's error carries the last answer's headers
+					// and trailers, as grpc.Header and grpc.Trailer do for a gRPC call.
+					a.Meta = last.Meta
+				}
 				a.Err, a.Resp = err, nil
 				if v := a.Meta.Get(pushback.Key); len(v) > 0 {
 					a.Err = &pushback.Error{Err: err, Value: v[0]}
@@ -60,11 +66,13 @@ type rpcCall struct {
 	c    *config
 	call *rpc.Call
 	next rpc.Send
+	last *rpc.Answer // the last attempt's answer
 }
 
 func (r rpcCall) send(actx context.Context, n int, _ bool) (rpc.Answer, error, bool) {
 	actx = attempts.Outgoing(actx, n-1)
 	a := r.next(actx)
+	*r.last = a
 	return a, a.Err, true
 }
 

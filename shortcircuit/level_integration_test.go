@@ -8,8 +8,14 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/criticality"
+	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
 )
 
@@ -37,7 +43,14 @@ func TestCriticalFloodIsServedThroughASheddableOne(t *testing.T) {
 			}
 			return criticality.Critical
 		}))
-	srv := httptest.NewServer(h)
+	// The server span the user's tracing would start, outside the stack.
+	spans := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("test")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := tracer.Start(r.Context(), r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	}))
 	defer srv.Close()
 	release := sync.OnceFunc(func() { close(gate) })
 	defer release() // before srv.Close, should the test stop early
@@ -96,6 +109,20 @@ func TestCriticalFloodIsServedThroughASheddableOne(t *testing.T) {
 			t.Errorf("%s: %d %q", a.path, a.code, a.body)
 		}
 		served[a.path]++
+	}
+	// Each displaced request's span says its level and which level took its place.
+	displaced := 0
+	for _, sp := range spans.Ended() {
+		attrs := attribute.NewSet(sp.Attributes()...)
+		if by, ok := attrs.Value(otelattr.ShortCircuitDisplacedByKey); ok {
+			displaced++
+			if l, _ := attrs.Value(otelattr.CriticalityKey); sp.Name() != "/prefetch/flood" || by.AsString() != "critical" || l.AsString() != "sheddable" {
+				t.Errorf("span %s: displaced by %q, level %q; want a sheddable one displaced by a critical one", sp.Name(), by.AsString(), l.AsString())
+			}
+		}
+	}
+	if displaced != critical {
+		t.Errorf("%d spans say their request was displaced; want %d", displaced, critical)
 	}
 	if served["/checkout"] != critical || served["/prefetch/a"]+served["/prefetch/b"] != 2 || served["/prefetch/flood"] != 0 {
 		t.Errorf("served %v; want every critical request and the two running sheddable ones", served)

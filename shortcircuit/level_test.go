@@ -230,3 +230,71 @@ func TestACriticalRequestIsNotRefusedWhileSheddableOnesAre(t *testing.T) {
 		})
 	}
 }
+
+// The adaptive limit learns the same whatever the levels of the requests: the same
+// closed-loop load, all critical or half of it sheddable, is served at the same rate
+// with as many handlers in flight (the rule measures the handler, not who asks;
+// which request gets a slot changes, not how many run). Goroutines that wake at the
+// same fake instant run in no set order, so two runs differ a little even at one
+// level: the figures are compared within 3%.
+func TestTheAdaptiveLimitLearnsTheSameFromEveryLevel(t *testing.T) {
+	run := func(levels bool) (served int, inFlight float64) {
+		synctest.Test(t, func(t *testing.T) {
+			slots := make(chan struct{}, 8)
+			var mu sync.Mutex
+			inside, samples, sum := 0, 0, 0
+			h := shortcircuit.NewMiddleware(shortcircuit.WithFloor(0), shortcircuit.WithQueue(8, shortcircuit.FIFO),
+				shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))(
+				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					inside++
+					mu.Unlock()
+					slots <- struct{}{}
+					<-time.After(10 * ms)
+					<-slots
+					mu.Lock()
+					inside--
+					served++
+					mu.Unlock()
+				}))
+			start := time.Now()
+			stop := start.Add(3 * time.Second)
+			var wg sync.WaitGroup
+			for i := range 40 { // closed loop: a refused client comes back 1 ms later
+				ctx := context.Background()
+				if levels && i%2 == 1 {
+					ctx = criticality.With(ctx, criticality.Sheddable)
+				}
+				wg.Go(func() {
+					for time.Now().Before(stop) {
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/work", nil))
+						if rec.Code != http.StatusOK {
+							time.Sleep(ms)
+						}
+					}
+				})
+			}
+			for time.Now().Before(stop) {
+				time.Sleep(5 * ms)
+				mu.Lock()
+				if time.Since(start) > time.Second { // after the first rounds
+					samples++
+					sum += inside
+				}
+				mu.Unlock()
+			}
+			wg.Wait()
+			inFlight = float64(sum) / float64(samples)
+		})
+		return served, inFlight
+	}
+	near := func(a, b float64) bool { return a > 0.97*b && a < 1.03*b }
+	allServed, allInFlight := run(false)
+	halfServed, halfInFlight := run(true)
+	t.Logf("all critical: %d served, %.1f handlers in flight; half sheddable: %d, %.1f", allServed, allInFlight, halfServed, halfInFlight)
+	if !near(float64(halfServed), float64(allServed)) || !near(halfInFlight, allInFlight) {
+		t.Errorf("half sheddable: %d served, %.1f handlers in flight; all critical: %d, %.1f; want the same within 3%%",
+			halfServed, halfInFlight, allServed, allInFlight)
+	}
+}

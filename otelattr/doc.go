@@ -17,7 +17,7 @@
 //	deadlinekit.retry.budget_refusals      counter    {refusal}
 //	deadlinekit.hedge.sent                 counter    {hedge}
 //	deadlinekit.hedge.wins                 counter    {hedge}
-//	deadlinekit.shortcircuit.rejections    counter    {request}     by ShortCircuitReasonKey
+//	deadlinekit.shortcircuit.rejections    counter    {request}     by ShortCircuitReasonKey and CriticalityKey
 //	deadlinekit.shortcircuit.in_flight     updown     {request}     handlers running under a concurrency limit
 //	deadlinekit.shortcircuit.queue_length  updown     {request}     requests waiting for a slot
 //	deadlinekit.shortcircuit.limit         gauge      {request}     the current concurrency limit

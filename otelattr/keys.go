@@ -38,6 +38,11 @@ const (
 	// finish, the time (ms) it had to have left once it got a slot: the handler's
 	// mean duration and twice its deviation.
 	ShortCircuitWorkKey = attribute.Key("deadlinekit.shortcircuit.work_ms")
+	// ShortCircuitDisplacedByKey is, for a request refused after its place in the
+	// queue of a concurrency limit was given to a newcomer the queue serves first,
+	// the newcomer's level (package criticality): "critical_plus", "critical",
+	// "sheddable_plus" or "sheddable".
+	ShortCircuitDisplacedByKey = attribute.Key("deadlinekit.shortcircuit.displaced_by")
 	// ShortCircuitReasonKey is a refusal's reason on the
 	// deadlinekit.shortcircuit.rejections metric: "below_floor", "expired", or one of
 	// the limit's refusals of [ShortCircuitAdmissionKey].
@@ -47,7 +52,8 @@ const (
 	// CriticalityKey is the request's level (package criticality), when one was
 	// read from a trusted caller's deadlinekit-criticality header or set by the
 	// server (deadlinekit.WithCriticality): "critical_plus", "critical",
-	// "sheddable_plus" or "sheddable". Absent: critical, the default.
+	// "sheddable_plus" or "sheddable". Absent: critical, the default. It is also on
+	// the deadlinekit.shortcircuit.rejections metric, the refused request's level.
 	CriticalityKey = attribute.Key("deadlinekit.criticality")
 )
 

@@ -61,8 +61,13 @@ func newServer(t *testing.T, work time.Duration, opts ...shortcircuit.Option) *s
 // send serves request id with the given budget (0: no deadline) on a goroutine of its
 // own, recording the answer.
 func (s *server) send(wg *sync.WaitGroup, id int, budget time.Duration) {
+	s.sendFrom(context.Background(), wg, id, budget)
+}
+
+// sendFrom is send with a request context made from base.
+func (s *server) sendFrom(base context.Context, wg *sync.WaitGroup, id int, budget time.Duration) {
 	wg.Go(func() {
-		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		ctx, cancel := base, context.CancelFunc(func() {})
 		if budget > 0 {
 			ctx, cancel = context.WithTimeout(ctx, budget)
 		}

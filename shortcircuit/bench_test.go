@@ -3,6 +3,7 @@ package shortcircuit_test
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -112,5 +113,41 @@ func BenchmarkGuardReject(b *testing.B) {
 				b.Fatal("admitted")
 			}
 		}
+	})
+}
+
+// BenchmarkLimitAdmit measures the concurrency limit's admission of requests at the
+// default level: "free" finds a slot free every time; "contended" runs the callers
+// in parallel under a limit of 2, so that most wait in the queue (no deadline, no
+// refusal) and pay for the queue's bookkeeping.
+func BenchmarkLimitAdmit(b *testing.B) {
+	b.Run("free", func(b *testing.B) {
+		h := shortcircuit.NewMiddleware(shortcircuit.WithFloor(20*time.Millisecond), shortcircuit.WithMaxConcurrency(64))(noopHTTP)
+		r, w := budgetRequest(b, time.Hour), &discard{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			h.ServeHTTP(w, r)
+		}
+	})
+	b.Run("contended", func(b *testing.B) {
+		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(0), shortcircuit.WithMaxConcurrency(2),
+			shortcircuit.WithQueue(1<<16, shortcircuit.FIFO))
+		work := func(context.Context, any) (any, error) {
+			for range 20 { // a little work, so that the slots are held long enough to queue
+				runtime.Gosched()
+			}
+			return nil, nil
+		}
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			for pb.Next() {
+				if _, err := icpt(ctx, nil, unaryInfo, work); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 }

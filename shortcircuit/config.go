@@ -386,12 +386,20 @@ func withoutLimit() Option {
 // elsewhere.
 //
 // FIFO keeps every refusal fast: a request that the queue could not serve in time is
-// refused on arrival, and the ones it holds are served in time. LIFO answers the
+// refused on arrival, and the ones it holds are served in time (at one level: a
+// request of a lower level may be overtaken by higher ones arriving after it, and
+// leave the queue refused, or displaced). LIFO answers the
 // admitted requests sooner under overload (in BENCHMARKS.md, at 2× and 4× of
 // capacity with a queue of 4 per slot, a p50 of 12–13 ms where FIFO took 51–52 ms, at
 // the same goodput) but refuses late: the requests it serves last wait until they
 // can no longer finish, or until a newcomer evicts them. EarliestDeadline was no
 // better than FIFO there. A shorter queue is the other way to a lower latency.
+//
+// The queue is where the levels of package criticality are told apart (queue.go):
+// it serves the higher levels first, in the order above within each, and a full
+// queue gives a newcomer a lower level's place. With n = 0 there is no queue: a slot
+// that frees goes to whichever request arrives next, whatever its level, and the
+// levels are not told apart.
 func WithQueue(n int, order QueueOrder) Option {
 	return optionFunc(func(c *config) {
 		c.maxQueue = max(n, 0)

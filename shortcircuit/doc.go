@@ -17,6 +17,17 @@
 // that admits a request only if it can finish in time. A request without a deadline
 // is never refused for its budget. [Check] makes the same test inside a handler.
 //
+// The limit sheds by criticality, then by deadline: the level on the request's
+// context (package criticality; critical when none) decides before the queue's
+// order. Its queue serves the higher levels first, a request's predicted wait counts
+// only the requests served before it, and a full queue gives a newcomer the place of
+// the lowest-level request it holds, answered at once with when to come back. So a
+// level is refused only while every lower one is, as the SRE book has it, under the
+// static and the adaptive limit alike; within a level nothing changes. A running
+// handler keeps its slot, and the adaptive limit learns the same from every level.
+// A request that finds a slot free pays nothing for this: its level is read only
+// when it must queue. queue.go tells the rules and why they keep the contract.
+//
 // Under the guard, package dedup answers repeats of a request that carries an
 // idempotency key without running the handler: a replay of the first's answer, or
 // a wait for it. That is no handler work: dedup tells the guard, which gives the

@@ -299,7 +299,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	}
 	t.entry = g.lim.acquire(ctx, t.start, t.deadline, t.has)
 	t.decision = t.entry.decision
-	record.Admission(ctx, t.decision.String(), t.entry.queued, t.entry.wait, t.entry.service, t.left, t.has)
+	record.Admission(ctx, t.decision.String(), t.entry.queued, t.entry.wait, t.entry.service, t.left, t.has, t.displacedBy())
 	if t.decision != Admitted {
 		g.observe(ctx, t)
 		return false
@@ -390,6 +390,15 @@ func (t *ticket) comeBack() (d time.Duration, ok bool) {
 	return max(t.entry.wait, time.Millisecond), true
 }
 
+// displacedBy is, for a request whose queue place a newcomer took, the newcomer's
+// level; "" otherwise.
+func (t *ticket) displacedBy() string {
+	if !t.entry.displaced {
+		return ""
+	}
+	return t.entry.by.String()
+}
+
 // releaseOnPanic gives back the slot of an admitted request whose handler panicked
 // (done did not run); the panic goes on.
 func (g *guard) releaseOnPanic(t *ticket) {
@@ -412,6 +421,10 @@ func (t *ticket) refusal() string {
 			deadline.Format(t.left-e.wait) + " left for " + deadline.Format(e.service) + " of work: request refused before the handler ran"
 	case Overloaded:
 		d, _ := t.comeBack()
+		if e.displaced {
+			return "shortcircuit: overloaded: its place in the queue taken by a " + e.by.String() + " request; come back in " +
+				deadline.Format(d) + " (the predicted wait): request refused before the handler ran"
+		}
 		return "shortcircuit: overloaded: every slot taken and the queue full; come back in " + deadline.Format(d) +
 			" (the predicted wait): request refused before the handler ran"
 	case Canceled:

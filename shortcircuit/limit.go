@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
@@ -113,6 +114,10 @@ type entry struct {
 	wait     time.Duration // time spent in the queue, or predicted (refusals on arrival)
 	service  time.Duration // the service time the prediction used
 	slot     int           // the slot of an admitted request, for release
+	// displaced: Overloaded after queueing, its place taken by a newcomer the queue
+	// serves first, at level by.
+	displaced bool
+	by        criticality.Level
 }
 
 // acquire waits for a slot for a request that arrived at now, with the given
@@ -141,7 +146,9 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	if l.adapt != nil {
 		l.adapt.held()
 	}
-	w := l.newWaiter(deadline, has)
+	// The level is read only here, where the request must queue: a request that
+	// finds a slot free pays nothing for it.
+	w := l.newWaiter(deadline, has, criticality.From(ctx))
 	ahead := l.ahead(w)
 	wait := l.predict(ahead, svc)
 	if has && deadline.Sub(now) < wait+need+l.worst(ahead, need) {

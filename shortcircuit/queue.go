@@ -6,8 +6,36 @@ import (
 	"math"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
+
+// Shedding by level. Every queued request has a level (package criticality, read
+// from its context; critical when it carries none), and the queue serves the levels
+// from the highest down, each in the queue's order. Three rules follow, and together
+// they keep the SRE book's contract: a level is refused only while every lower one
+// is.
+//
+//   - A request's predicted wait counts only the queued requests served before it:
+//     those at a higher level, and those its order puts first at its own. A critical
+//     request is never refused as unable to finish for sheddable work queued ahead
+//     of it; that work will wait behind it.
+//   - A full queue makes room for a newcomer by refusing the request it serves last,
+//     if the newcomer goes before it: that request is at the lowest level queued
+//     (within it, the newest in FIFO order, the oldest in LIFO, the one with the
+//     most time left in EarliestDeadline). A level is refused as overloaded only when
+//     the queue holds no lower one to displace, so every lower level is refused too.
+//     The displaced request is answered at once, as a refusal on arrival is: 503 /
+//     ResourceExhausted and "come back in" the predicted wait of the queue's end.
+//   - Within a level, nothing changes: the order, the eviction and the predictions
+//     are those of a queue holding that level alone.
+//
+// A slot is never taken back from a running handler, and the limit itself (static or
+// adaptive) is one for all levels: the adaptive rule learns from every request held
+// back and every handler's duration, whatever their level, so the levels change whom
+// the limit refuses, never what it learns. Requests at the lowest levels may wait as
+// long as higher ones keep arriving: with a deadline they leave the queue when their
+// time left can no longer pay for the work (Dropped); without one they wait.
 
 // QueueOrder is the order in which queued requests get a free slot.
 type QueueOrder uint8
@@ -43,11 +71,22 @@ type waiter struct {
 	granted  bool          // set before ready is closed: a slot is the request's
 	slot     int           // the slot, once granted
 	evicted  bool          // set before ready is closed: refused, overloaded
+	level    criticality.Level
+	by       criticality.Level // set with evicted: the level of the newcomer it made room for
+}
+
+// before reports whether the queue serves w before o: a higher level first, then
+// the smaller key.
+func (w *waiter) before(o *waiter) bool {
+	if w.level != o.level {
+		return w.level > o.level
+	}
+	return w.key < o.key
 }
 
 // newWaiter is a request about to queue, keyed for the queue's order. l.mu is held.
-func (l *limiter) newWaiter(deadline time.Time, has bool) *waiter {
-	w := &waiter{deadline: deadline, has: has, index: -1}
+func (l *limiter) newWaiter(deadline time.Time, has bool, level criticality.Level) *waiter {
+	w := &waiter{deadline: deadline, has: has, index: -1, level: level}
 	l.seq++
 	switch l.order {
 	case LIFO:
@@ -64,14 +103,15 @@ func (l *limiter) newWaiter(deadline time.Time, has bool) *waiter {
 }
 
 // evictFor makes room in the full queue for w by refusing the queued request the
-// order serves last, if w goes before it; false when w does not. l.mu is held.
+// queue serves last, if w goes before it; false when w does not. l.mu is held.
 func (l *limiter) evictFor(w *waiter) bool {
-	worst := l.evictee()
-	if worst == nil || worst.key <= w.key {
+	worst := l.evictee(w)
+	if worst == nil || !w.before(worst) {
 		return false
 	}
 	heap.Remove(&l.q, worst.index)
 	worst.evicted = true
+	worst.by = w.level
 	close(worst.ready)
 	return true
 }
@@ -114,6 +154,7 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 		}
 	case w.evicted:
 		e.decision = Overloaded
+		e.displaced, e.by = true, w.by
 		e.wait = l.predictEnd(svc)
 	default:
 		e.decision = Dropped
@@ -121,15 +162,19 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 	return e
 }
 
-// ahead is how many queued requests the queue's order serves before w. l.mu is held.
+// ahead is how many queued requests the queue serves before w: every one at a
+// higher level, and those the order puts first at w's. l.mu is held.
 func (l *limiter) ahead(w *waiter) int {
-	ahead := 0
+	ahead := l.q.above(w.level)
 	switch l.order {
 	case FIFO:
-		ahead = l.q.Len()
+		ahead += l.q.at(w.level)
 	case EarliestDeadline:
-		for _, o := range l.q {
-			if o.key <= w.key {
+		if l.q.at(w.level) == 0 {
+			break
+		}
+		for _, o := range l.q.ws {
+			if o.level == w.level && o.key <= w.key {
 				ahead++
 			}
 		}
@@ -137,40 +182,76 @@ func (l *limiter) ahead(w *waiter) int {
 	return ahead
 }
 
-// evictee is the queued request a full queue gives up first for a better newcomer:
-// none in FIFO order, else the one served last. l.mu is held.
-func (l *limiter) evictee() *waiter {
-	if l.order == FIFO {
+// evictee is the queued request a full queue gives up first for newcomer w: the
+// one it serves last, or nil when w cannot go before it (w's level is below every
+// queued one, or, in FIFO order, no queued one is below w's: w is last at its
+// level). l.mu is held.
+func (l *limiter) evictee(w *waiter) *waiter {
+	low, ok := l.q.lowest()
+	if !ok || low > w.level || (l.order == FIFO && low == w.level) {
 		return nil
 	}
 	var worst *waiter
-	for _, o := range l.q {
-		if worst == nil || o.key > worst.key {
+	for _, o := range l.q.ws {
+		if o.level == low && (worst == nil || o.key > worst.key) {
 			worst = o
 		}
 	}
 	return worst
 }
 
-// waitQueue is a heap of waiters by key.
-type waitQueue []*waiter
+// levels is the number of levels: from criticality.Sheddable to CriticalPlus.
+const levels = int(criticality.CriticalPlus-criticality.Sheddable) + 1
 
-func (q waitQueue) Len() int           { return len(q) }
-func (q waitQueue) Less(i, j int) bool { return q[i].key < q[j].key }
-func (q waitQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+// waitQueue is a heap of waiters in the order the queue serves them (before), with
+// the number queued at each level.
+type waitQueue struct {
+	ws []*waiter
+	n  [levels]int // by level, Sheddable first
+}
+
+func levelIndex(l criticality.Level) int { return int(l - criticality.Sheddable) }
+
+// at is how many are queued at level l.
+func (q *waitQueue) at(l criticality.Level) int { return q.n[levelIndex(l)] }
+
+// above is how many are queued at the levels above l.
+func (q *waitQueue) above(l criticality.Level) int {
+	n := 0
+	for _, c := range q.n[levelIndex(l)+1:] {
+		n += c
+	}
+	return n
+}
+
+// lowest is the lowest level queued; false when the queue is empty.
+func (q *waitQueue) lowest() (criticality.Level, bool) {
+	for i, c := range q.n {
+		if c > 0 {
+			return criticality.Sheddable + criticality.Level(i), true
+		}
+	}
+	return 0, false
+}
+
+func (q *waitQueue) Len() int           { return len(q.ws) }
+func (q *waitQueue) Less(i, j int) bool { return q.ws[i].before(q.ws[j]) }
+func (q *waitQueue) Swap(i, j int) {
+	q.ws[i], q.ws[j] = q.ws[j], q.ws[i]
+	q.ws[i].index, q.ws[j].index = i, j
 }
 func (q *waitQueue) Push(x any) {
 	w := x.(*waiter)
-	w.index = len(*q)
-	*q = append(*q, w)
+	w.index = len(q.ws)
+	q.ws = append(q.ws, w)
+	q.n[levelIndex(w.level)]++
 }
 func (q *waitQueue) Pop() any {
-	old := *q
+	old := q.ws
 	w := old[len(old)-1]
 	old[len(old)-1] = nil
 	w.index = -1
-	*q = old[:len(old)-1]
+	q.ws = old[:len(old)-1]
+	q.n[levelIndex(w.level)]--
 	return w
 }

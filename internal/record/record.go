@@ -90,7 +90,7 @@ func Criticality(ctx context.Context, l criticality.Level) {
 
 // Guard records the short-circuit guard's refusal on the server span in ctx:
 // the floor, the budget left, and that the request was refused; it counts in
-// deadlinekit.shortcircuit.rejections.
+// deadlinekit.shortcircuit.rejections, by reason and by the request's level.
 func Guard(ctx context.Context, remaining, floor time.Duration) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
@@ -100,7 +100,7 @@ func Guard(ctx context.Context, remaining, floor time.Duration) {
 		)
 		span.SetStatus(codes.Error, "refused before the handler ran: budget below the floor")
 	}
-	instruments().rejections.Add(ctx, 1, reasonOption(reason(remaining))...)
+	instruments().rejections.Add(ctx, 1, reasonOption(reason(remaining), criticality.From(ctx))...)
 }
 
 // reason is the refusal reason of a floor's refusal, as package shortcircuit names it.

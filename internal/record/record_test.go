@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/metrictest"
 	"github.com/deadlinekit/deadlinekit/internal/testkit"
 	"github.com/deadlinekit/deadlinekit/otelattr"
@@ -52,9 +53,9 @@ func TestServerSide(t *testing.T) {
 		t.Errorf("short-circuited span status %v; want Error", s.Status())
 	}
 	metrictest.Want(t, reader, metricdata.Metrics{
-		Name: "deadlinekit.shortcircuit.rejections", Description: "Requests refused before their handler ran, by reason.", Unit: "{request}",
+		Name: "deadlinekit.shortcircuit.rejections", Description: "Requests refused before their handler ran, by reason and level.", Unit: "{request}",
 		Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: []metricdata.DataPoint[int64]{
-			{Attributes: attribute.NewSet(otelattr.ShortCircuitReasonKey.String("below_floor")), Value: 1},
+			{Attributes: attribute.NewSet(otelattr.ShortCircuitReasonKey.String("below_floor"), otelattr.CriticalityKey.String("critical")), Value: 1},
 		}},
 	})
 	for name, want := range map[string]float64{"deadlinekit.server.budget": 0.25, "deadlinekit.server.overrun": 0.053} {
@@ -254,7 +255,7 @@ func TestNoSDKAllocs(t *testing.T) {
 		a.End(OutcomeFailure, context.Canceled)
 		RetryCall(ctx, 3, StopBudgetEmpty)
 		HedgeCall(ctx, 1, true, "")
-		Admission(ctx, "cannot_finish", false, time.Millisecond, 2*time.Millisecond, 3*time.Millisecond, true)
+		Admission(ctx, "cannot_finish", false, time.Millisecond, 2*time.Millisecond, 3*time.Millisecond, true, "")
 		InFlight(ctx, 1)
 		QueueLength(ctx, -1)
 		Limit(ctx, 8)
@@ -404,7 +405,7 @@ func TestAdmissionCanceledIsNotAnError(t *testing.T) {
 	tp, rec, _ := withSDK(t)
 	for _, d := range []string{"cannot_finish", "canceled"} {
 		ctx, s := tp.Tracer("test").Start(context.Background(), d, trace.WithSpanKind(trace.SpanKindServer))
-		Admission(ctx, d, true, time.Millisecond, 0, 0, false)
+		Admission(ctx, d, true, time.Millisecond, 0, 0, false, "")
 		s.End()
 	}
 	spans := rec.Ended()
@@ -419,10 +420,10 @@ func TestAdmissionCanceledIsNotAnError(t *testing.T) {
 func TestAdmissionRefusalSaysWhatDidNotFit(t *testing.T) {
 	tp, rec, _ := withSDK(t)
 	ctx, s := tp.Tracer("test").Start(context.Background(), "refused", trace.WithSpanKind(trace.SpanKindServer))
-	Admission(ctx, "cannot_finish", false, 73*time.Millisecond, 125*time.Millisecond, 193*time.Millisecond, true)
+	Admission(ctx, "cannot_finish", false, 73*time.Millisecond, 125*time.Millisecond, 193*time.Millisecond, true, "")
 	s.End()
 	ctx, s = tp.Tracer("test").Start(context.Background(), "queued", trace.WithSpanKind(trace.SpanKindServer))
-	Admission(ctx, "admitted", true, 4*time.Millisecond, 10*time.Millisecond, 90*time.Millisecond, true)
+	Admission(ctx, "admitted", true, 4*time.Millisecond, 10*time.Millisecond, 90*time.Millisecond, true, "")
 	s.End()
 	spans := rec.Ended()
 	got := func(i int) map[attribute.Key]attribute.Value {
@@ -446,4 +447,23 @@ func TestAdmissionRefusalSaysWhatDidNotFit(t *testing.T) {
 	if _, ok := q[otelattr.ShortCircuitWorkKey]; ok {
 		t.Errorf("an admitted request has the refusal's work: %v", q)
 	}
+}
+
+// A refusal counts under the refused request's level; one displaced from the queue
+// says by which level on its span.
+func TestAdmissionCountsTheLevel(t *testing.T) {
+	tp, rec, reader := withSDK(t)
+	ctx, s := tp.Tracer("test").Start(criticality.With(context.Background(), criticality.Sheddable), "displaced",
+		trace.WithSpanKind(trace.SpanKindServer))
+	Admission(ctx, "overloaded", true, 30*time.Millisecond, 0, 0, true, "critical_plus")
+	s.End()
+	Admission(context.Background(), "overloaded", false, 30*time.Millisecond, 0, 0, true, "")
+	testkit.WantAttrs(t, rec.Ended()[0], otelattr.ShortCircuitDisplacedByKey.String("critical_plus"))
+	metrictest.Want(t, reader, metricdata.Metrics{
+		Name: "deadlinekit.shortcircuit.rejections", Description: "Requests refused before their handler ran, by reason and level.", Unit: "{request}",
+		Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: []metricdata.DataPoint[int64]{
+			{Attributes: attribute.NewSet(otelattr.ShortCircuitReasonKey.String("overloaded"), otelattr.CriticalityKey.String("sheddable")), Value: 1},
+			{Attributes: attribute.NewSet(otelattr.ShortCircuitReasonKey.String("overloaded"), otelattr.CriticalityKey.String("critical")), Value: 1},
+		}},
+	})
 }

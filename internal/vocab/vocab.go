@@ -67,6 +67,7 @@ type Metric struct {
 var (
 	admissions = []string{"admitted", "cannot_finish", "dropped", "overloaded", "canceled"}
 	states     = []string{"closed", "half_open", "open"}
+	levelNames = []string{"critical_plus", "critical", "sheddable_plus", "sheddable"}
 )
 
 // Attributes are the attribute keys of package otelattr, in its order.
@@ -82,9 +83,10 @@ var Attributes = []Attribute{
 	{Key: otelattr.ShortCircuitQueueWaitKey, Places: ServerSpan},
 	{Key: otelattr.ShortCircuitPredictedWaitKey, Places: ServerSpan},
 	{Key: otelattr.ShortCircuitWorkKey, Places: ServerSpan},
+	{Key: otelattr.ShortCircuitDisplacedByKey, Places: ServerSpan, Values: levelNames},
 	{Key: otelattr.ShortCircuitReasonKey, Places: OnMetric, Values: append([]string{"below_floor", "expired"}, admissions[1:]...)},
 	{Key: otelattr.ServerOverrunKey, Places: ServerSpan},
-	{Key: otelattr.CriticalityKey, Places: ServerSpan, Values: []string{"critical_plus", "critical", "sheddable_plus", "sheddable"}},
+	{Key: otelattr.CriticalityKey, Places: ServerSpan | OnMetric, Values: levelNames},
 
 	{Key: otelattr.BudgetSentKey, Places: CallSpan | AttemptSpan},
 	{Key: otelattr.AttemptsKey, Places: CallSpan},
@@ -135,8 +137,8 @@ var Metrics = []Metric{
 	{Name: "deadlinekit.hedge.wins", Kind: Counter, Unit: "{hedge}",
 		Description: "Calls answered by a hedge rather than the primary."},
 	{Name: "deadlinekit.shortcircuit.rejections", Kind: Counter, Unit: "{request}",
-		Description: "Requests refused before their handler ran, by reason.",
-		Note:        "by ShortCircuitReasonKey", Attributes: []attribute.Key{otelattr.ShortCircuitReasonKey}},
+		Description: "Requests refused before their handler ran, by reason and level.",
+		Note:        "by ShortCircuitReasonKey and CriticalityKey", Attributes: []attribute.Key{otelattr.ShortCircuitReasonKey, otelattr.CriticalityKey}},
 	{Name: "deadlinekit.shortcircuit.in_flight", Kind: UpDown, Unit: "{request}",
 		Description: "Handlers running under a concurrency limit.",
 		Note:        "handlers running under a concurrency limit"},

@@ -211,7 +211,7 @@ func TestACriticalRequestIsNotRefusedWhileSheddableOnesAre(t *testing.T) {
 						send(&wg, criticality.Sheddable)
 					}
 					if i%10 == 9 {
-						time.Sleep(10 * ms)
+						<-time.After(10 * ms) // the bubble's fake clock
 					}
 				}
 				wg.Wait()
@@ -270,13 +270,13 @@ func TestTheAdaptiveLimitLearnsTheSameFromEveryLevel(t *testing.T) {
 						rec := httptest.NewRecorder()
 						h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/work", nil))
 						if rec.Code != http.StatusOK {
-							time.Sleep(ms)
+							<-time.After(ms)
 						}
 					}
 				})
 			}
 			for time.Now().Before(stop) {
-				time.Sleep(5 * ms)
+				<-time.After(5 * ms)
 				mu.Lock()
 				if time.Since(start) > time.Second { // after the first rounds
 					samples++

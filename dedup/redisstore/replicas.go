@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/deadlinekit/deadlinekit/dedup"
 )
 
 // WithReplicaWait makes a first request's lease, and then its answer, wait until
@@ -50,33 +48,6 @@ type ReplicaWaitError struct {
 
 func (e *ReplicaWaitError) Error() string {
 	return fmt.Sprintf("redisstore: %d of %d replicas acknowledged the write within %v", e.Acked, e.Want, e.Timeout)
-}
-
-// acquireReplicated is Acquire with the lease acknowledged by s.replicas replicas.
-func (s *Store) acquireReplicated(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
-	keys := []string{s.name(key)}
-	var v any
-	var acked int
-	err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
-		v, acked, err = s.evalWait(ctx, acquire, keys, []any{running(l.Token, l.Fingerprint), ms(l.TTL)})
-		if err != nil {
-			s.giveBack(ctx, keys, l.Token) // the lease may have been taken before the failure
-		} else if n, ok := v.(int64); ok && n == 1 && acked < s.replicas {
-			s.giveBack(ctx, keys, l.Token)
-		}
-		return err
-	}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }})
-	if err != nil {
-		return false, dedup.Entry{}, err
-	}
-	if n, ok := v.(int64); ok && n == 1 {
-		if acked < s.replicas {
-			return false, dedup.Entry{}, &ReplicaWaitError{Acked: acked, Want: s.replicas, Timeout: s.waitFor}
-		}
-		return true, dedup.Entry{}, nil
-	}
-	e, err := parse(v)
-	return false, e, err
 }
 
 // giveBack releases the lease with token, if it holds, as far as ctx allows: a

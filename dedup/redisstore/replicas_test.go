@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,76 @@ func BenchmarkClusterFirstRequest(b *testing.B) {
 			})
 		}
 		rdb.Close()
+	}
+}
+
+// TestReplicaWaitAbandonedLeaseDoesNotBlockItsKey is TestAbandonedLeaseDoesNotBlockItsKey
+// with WithReplicaWait: an Acquire (script and WAIT) abandoned at the bound on a
+// paused master, which the master runs once it resumes, holds a lease no request
+// runs under. The next try of the same request, with a fresh token, takes the key
+// instead of being told for the lease's whole TTL that its key runs.
+func TestReplicaWaitAbandonedLeaseDoesNotBlockItsKey(t *testing.T) {
+	master, replica := redistest.Start(t), redistest.Start(t)
+	ctx := t.Context()
+	admin := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	t.Cleanup(func() { admin.Close() })
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := admin.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := userClient(master)
+	s := redisstore.New(rdb, redisstore.WithTimeout(50*time.Millisecond), redisstore.WithReplicaWait(1, time.Second))
+	for i := 0; ; i++ { // the replica attached: a lease is acknowledged
+		ok, _, err := s.Acquire(ctx, fmt.Sprint("warm-", i), dedup.Lease{Token: "w", Fingerprint: "fp", TTL: time.Minute})
+		if err == nil && ok {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("the replica never acknowledged a lease: %v", err)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	hold := &holdReply{mark: "abandoned-token", landed: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hold)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold.release)
+		}
+		rdb.Close()
+		s.Close()
+	})
+	if err := master.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	first := dedup.Lease{Token: "abandoned-token", Fingerprint: "fp", TTL: time.Minute}
+	if _, _, err := s.Acquire(ctx, "k", first); !isUnavailable(err) {
+		master.Resume()
+		t.Fatalf("paused: %v, want ErrUnavailable", err)
+	}
+	if err := master.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-hold.landed // the master ran the abandoned Acquire: its lease is held, not yet given back
+	next := dedup.Lease{Token: "next-token", Fingerprint: "fp", TTL: time.Minute}
+	for i := 0; ; i++ {
+		ok, e, err := s.Acquire(ctx, "k", next)
+		if err == nil {
+			if !ok {
+				t.Fatalf("the abandoned Acquire's lease blocks its key: %+v", e)
+			}
+			break
+		}
+		var ue *dedup.UnavailableError
+		if !errors.As(err, &ue) || i > 100 {
+			t.Fatalf("the master resumed: %v", err)
+		}
+		<-time.After(ue.RetryIn)
+	}
+	close(hold.release)
+	released = true
+	s.Close()
+	if v, err := rdb.Get(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || !strings.HasPrefix(v, "Rnext-token\n") {
+		t.Fatalf("the key's record after the give-back: %q %v, want the next lease's", v, err)
 	}
 }

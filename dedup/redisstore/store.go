@@ -118,16 +118,9 @@ func ms(d time.Duration) string {
 // request's next try, once the store is back, would be told that its key runs, for
 // the lease's whole time, by the lease of its own try before.
 func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, dedup.Entry, error) {
-	if s.replicas > 0 {
-		return s.acquireReplicated(ctx, key, l)
-	}
 	keys := []string{s.name(key)}
 	for try := 0; ; try++ {
-		var v any
-		err := s.do(ctx, keys[0], func(ctx context.Context) (err error) {
-			v, err = acquire.Run(ctx, s.rdb, keys, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
-			return err
-		}, callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }, stale: keys[0] + "\n" + l.Token})
+		v, err := s.acquireOnce(ctx, keys, l)
 		if err != nil {
 			return false, dedup.Entry{}, err
 		}
@@ -145,6 +138,39 @@ func (s *Store) Acquire(ctx context.Context, key string, l dedup.Lease) (bool, d
 		e, err := parse(v)
 		return false, e, err
 	}
+}
+
+// acquireOnce runs the acquire script once, bounded: with [WithReplicaWait],
+// followed by WAIT, and a lease too few replicas acknowledged given back and
+// reported as a [*ReplicaWaitError]. v is the script's reply.
+func (s *Store) acquireOnce(ctx context.Context, keys []string, l dedup.Lease) (any, error) {
+	// v and acked are written by the call, which may go on after it was abandoned:
+	// they are read only when it returned in time, and never written here.
+	var v any
+	var acked int
+	opts := callOpts{undo: func(ctx context.Context) { s.giveBack(ctx, keys, l.Token) }, stale: keys[0] + "\n" + l.Token}
+	call := func(ctx context.Context) (err error) {
+		v, err = acquire.Run(ctx, s.rdb, keys, running(l.Token, l.Fingerprint), ms(l.TTL)).Result()
+		return err
+	}
+	if s.replicas > 0 {
+		call = func(ctx context.Context) (err error) {
+			v, acked, err = s.evalWait(ctx, acquire, keys, []any{running(l.Token, l.Fingerprint), ms(l.TTL)})
+			if err != nil {
+				s.giveBack(ctx, keys, l.Token) // the lease may have been taken before the failure
+			} else if n, ok := v.(int64); ok && n == 1 && acked < s.replicas {
+				s.giveBack(ctx, keys, l.Token)
+			}
+			return err
+		}
+	}
+	if err := s.do(ctx, keys[0], call, opts); err != nil {
+		return nil, err
+	}
+	if n, ok := v.(int64); ok && n == 1 && acked < s.replicas {
+		return nil, &ReplicaWaitError{Acked: acked, Want: s.replicas, Timeout: s.waitFor}
+	}
+	return v, nil
 }
 
 // isStale reports whether token's lease on name is that of an Acquire this store

@@ -120,6 +120,7 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 		skip = SkipNotDue
 	}
 	record.HedgeCall(ctx, sent-1, won, record.HedgeSkip(skip))
+	c.plan.rec.Hedges(ctx, sent-1, won)
 	return winner, cancel, ok
 }
 

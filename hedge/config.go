@@ -31,11 +31,12 @@ const (
 const maxTargets = 1024
 
 // Delay says how a [Hedger] finds the delay after which a call is hedged: the recent
-// latency of the call's target at the percentile ([WithPercentile]), read from a
-// sliding window of that target's latencies, within bounds. Only successful answers
-// feed the window, so that fast failures do not drag the delay down, and so do
-// primaries cut short by a hedge's success (their time up to the cut is a lower bound
-// of their latency).
+// latency of the call's target at the percentile ([WithPercentile], [WithExtraLoad]),
+// read from a sliding window of that target's latencies, within bounds. Only
+// successful answers feed the window, so that fast failures do not drag the delay
+// down, and so do primaries cut short by a hedge's success: at their time up to the
+// cut, a lower bound of their latency, and at least a little above the delay (1/32),
+// so that the window knows they took longer than it.
 //
 // Delay is plain data. A zero (or negative) field takes its value from
 // [DefaultDelay], so Delay{Initial: 10 * time.Millisecond} changes the initial delay
@@ -173,9 +174,10 @@ func WithPercentile(p float64) Option {
 // within [Delay]'s Min and Max. f is clamped to [0, 0.5]; 0 (or NaN) leaves the
 // percentile in force. Default: unset.
 //
-// It names the cost rather than the percentile. On a heavy tail, hedging earlier buys
-// a shorter tail for the load it costs: in BENCHMARKS.md, 5% of extra load cuts the
-// P99.9 to about a third of what the P99 hedge's 1% gives.
+// It names the cost rather than the percentile: the P99.9 a hedge buys is about its
+// delay plus a normal latency, and on a heavy tail an earlier delay costs more
+// requests and shortens the tail (BENCHMARKS.md measures it against fixed delays at
+// the true quantiles).
 func WithExtraLoad(f float64) Option {
 	return optionFunc(func(c *config) {
 		if math.IsNaN(f) {

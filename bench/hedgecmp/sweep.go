@@ -45,6 +45,9 @@ func SweepVariants() []SweepVariant {
 			return failsafehttp.NewRoundTripper(base, p), nil
 		}},
 		{"oracle P99", withHedger(func(o Oracle) []hedge.Option { return []hedge.Option{hedge.WithDelay(fixed(o.P99))} })},
+		{"deadlinekit extra load 1.5%", withHedger(func(Oracle) []hedge.Option { return []hedge.Option{hedge.WithExtraLoad(0.015)} })},
+		{"deadlinekit extra load 5%", withHedger(func(Oracle) []hedge.Option { return []hedge.Option{hedge.WithExtraLoad(0.05)} })},
+		{"oracle P95", withHedger(func(o Oracle) []hedge.Option { return []hedge.Option{hedge.WithDelay(fixed(o.P95))} })},
 	}
 }
 

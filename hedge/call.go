@@ -120,6 +120,7 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 		skip = SkipNotDue
 	}
 	record.HedgeCall(ctx, sent-1, won, record.HedgeSkip(skip))
+	c.plan.rec.Hedges(ctx, sent-1, won)
 	return winner, cancel, ok
 }
 
@@ -307,6 +308,15 @@ func (c *call[T]) learn(at time.Time, latency time.Duration) {
 	}
 }
 
+// censored is the latency a primary cut short by a hedge's success counts as, at
+// least: a little above the delay it was hedged after, beyond the window's
+// resolution there (its bins are 1/32 to 1/16 of their value wide). Its time up to
+// the cut is a lower bound of its latency; when the hedge answered within a bin of
+// the delay, that time falls in the delay's own bin, and then no latency in the
+// window lies above the delay: its quantile could go down but never up, and the
+// hedges would spend more than their share.
+func censored(delay time.Duration) time.Duration { return delay + delay/32 + 1 }
+
 // hedgeWon reports whether the call's result is a hedge's success. c.mu is held.
 func (c *call[T]) hedgeWon() bool { return c.hasWinner && c.succeeded && c.winner.n > 0 }
 
@@ -361,7 +371,7 @@ func (c *call[T]) end() {
 // cancelInFlight cancels every copy that has not returned. A copy given an index but
 // never sent gives its token back; its goroutine finds the call decided. A primary
 // cut short by a hedge's success feeds the window with its time so far, a lower
-// bound of its latency.
+// bound of its latency (see censored).
 func (c *call[T]) cancelInFlight() {
 	for n, cancel := range c.cancels {
 		if cancel == nil || c.returned[n] {
@@ -377,7 +387,7 @@ func (c *call[T]) cancelInFlight() {
 		c.spans[n] = record.Attempt{}
 		if n == 0 && c.succeeded {
 			now := time.Now()
-			c.learn(now, now.Sub(c.plan.start))
+			c.learn(now, max(now.Sub(c.plan.start), censored(c.plan.delay)))
 		}
 	}
 }

@@ -31,11 +31,12 @@ const (
 const maxTargets = 1024
 
 // Delay says how a [Hedger] finds the delay after which a call is hedged: the recent
-// latency of the call's target at the percentile ([WithPercentile]), read from a
-// sliding window of that target's latencies, within bounds. Only successful answers
-// feed the window, so that fast failures do not drag the delay down, and so do
-// primaries cut short by a hedge's success (their time up to the cut is a lower bound
-// of their latency).
+// latency of the call's target at the percentile ([WithPercentile], [WithExtraLoad]),
+// read from a sliding window of that target's latencies, within bounds. Only
+// successful answers feed the window, so that fast failures do not drag the delay
+// down, and so do primaries cut short by a hedge's success: at their time up to the
+// cut, a lower bound of their latency, and at least a little above the delay (1/32),
+// so that the window knows they took longer than it.
 //
 // Delay is plain data. A zero (or negative) field takes its value from
 // [DefaultDelay], so Delay{Initial: 10 * time.Millisecond} changes the initial delay
@@ -101,6 +102,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	percentile   float64
+	extraLoad    float64 // WithExtraLoad's share; 0: the percentile holds
 	maxExtraLoad float64
 	maxAttempts  int
 	delay        Delay
@@ -127,6 +129,9 @@ func newConfig(opts []Option) *config {
 		if o != nil {
 			o.apply(c)
 		}
+	}
+	if c.extraLoad > 0 {
+		c.percentile = 1 - min(c.extraLoad, c.maxExtraLoad)
 	}
 	return c
 }
@@ -158,6 +163,27 @@ func WithPercentile(p float64) Option {
 			return
 		}
 		c.percentile = min(max(p, 0.5), 1)
+	})
+}
+
+// WithExtraLoad hedges after the delay that spends share f of extra load, in place of
+// a percentile: a call is hedged once it has taken longer than the recent (1 − f)
+// quantile of its target's latencies, so that about f of the calls are hedged
+// (0.05: 5 hedges per 100 primaries). It replaces [WithPercentile], whatever their
+// order. The share is at most the cap ([WithMaxExtraLoad]), and the delay stays
+// within [Delay]'s Min and Max. f is clamped to [0, 0.5]; 0 (or NaN) leaves the
+// percentile in force. Default: unset.
+//
+// It names the cost rather than the percentile: the P99.9 a hedge buys is about its
+// delay plus a normal latency, and on a heavy tail an earlier delay costs more
+// requests and shortens the tail (BENCHMARKS.md measures it against fixed delays at
+// the true quantiles).
+func WithExtraLoad(f float64) Option {
+	return optionFunc(func(c *config) {
+		if math.IsNaN(f) {
+			return
+		}
+		c.extraLoad = min(max(f, 0), 0.5)
 	})
 }
 

@@ -39,13 +39,18 @@ import (
 // ([record.StartCall]) or starts one; each attempt of a hedgeable call gets a child
 // span, ended before the call's (a copy still in flight when the call is decided ends
 // "canceled"); the call's span gets the hedges sent and whether one won, or why none
-// was sent (deadlinekit.hedge.skip, a [Skip]).
+// was sent (deadlinekit.hedge.skip, a [Skip]). Beside the spans, each hedge sent
+// counts once its call ends in the metric deadlinekit.hedge.outcomes, by target
+// (deadlinekit.hedge.target) and outcome (deadlinekit.hedge.outcome): won, when its
+// success was the call's answer, else wasted; their sum is the hedges sent.
 type Hedger struct {
 	cfg          *config
 	windowConfig quantile.Config
 	targets      atomic.Pointer[map[string]*target] // copy-on-write, at most maxTargets
 	targetsMu    sync.Mutex
 	tokens       *tokens
+	// others records the hedges to targets beyond maxTargets.
+	others *record.HedgeTarget
 
 	primaries, hedges, wins, refusedCap, refusedDeadline    atomic.Uint64
 	notIdempotent, notReplayable, coveredCalls, keyedWrites atomic.Uint64
@@ -57,6 +62,7 @@ type target struct {
 	// descriptor.
 	idempotent bool
 	window     atomic.Pointer[quantile.Window] // made by the first hedgeable call
+	rec        *record.HedgeTarget             // its hedges, won or wasted
 }
 
 // targetKind says what names a target, and so whether its idempotency is declared.
@@ -74,6 +80,7 @@ func New(opts ...Option) *Hedger {
 		cfg:          c,
 		windowConfig: quantile.Config{Length: c.delay.Window, Buckets: c.delay.Buckets, Quantile: c.percentile},
 		tokens:       newTokens(c.maxExtraLoad),
+		others:       record.NewHedgeTarget("other"),
 	}
 }
 
@@ -182,7 +189,7 @@ func (h *Hedger) target(name string, kind targetKind) *target {
 	if n >= maxTargets {
 		return nil
 	}
-	t := &target{}
+	t := &target{rec: record.NewHedgeTarget(name)}
 	if kind == grpcMethod {
 		t.idempotent = h.declaredIdempotent(name)
 	}
@@ -243,6 +250,7 @@ func (h *Hedger) marks() bool { return !h.cfg.noChainRule && !h.cfg.disabled() }
 // plan is how a hedgeable call goes out.
 type plan struct {
 	window *quantile.Window // nil when h knows too many targets
+	rec    *record.HedgeTarget
 	start  time.Time
 	delay  time.Duration
 	// skip is why the call is sent once, without a hedge; "" when it may be hedged.
@@ -254,7 +262,10 @@ type plan struct {
 func (h *Hedger) plan(t *target) plan {
 	h.primaries.Add(1)
 	h.tokens.pay()
-	p := plan{window: h.window(t), start: time.Now()}
+	p := plan{window: h.window(t), rec: h.others, start: time.Now()}
+	if t != nil {
+		p.rec = t.rec
+	}
 	var known bool
 	p.delay, known = h.delay(p.window, p.start)
 	switch {

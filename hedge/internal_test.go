@@ -71,3 +71,25 @@ func TestOptionsClamped(t *testing.T) {
 		t.Errorf("defaults = %+v", *d)
 	}
 }
+
+// WithExtraLoad is clamped to [0, 0.5] and to the cap, replaces the percentile
+// whatever the order, and leaves it alone when 0 or NaN.
+func TestExtraLoadOption(t *testing.T) {
+	for _, tc := range []struct {
+		opts []Option
+		want float64
+	}{
+		{[]Option{WithExtraLoad(0.05)}, 0.95},
+		{[]Option{WithExtraLoad(0.05), WithPercentile(0.9)}, 0.95},
+		{[]Option{WithExtraLoad(0.9)}, 1 - DefaultMaxExtraLoad},
+		{[]Option{WithExtraLoad(0.9), WithMaxExtraLoad(1)}, 0.5},
+		{[]Option{WithExtraLoad(0.1), WithMaxExtraLoad(0.02)}, 0.98},
+		{[]Option{WithPercentile(0.9), WithExtraLoad(0)}, 0.9},
+		{[]Option{WithPercentile(0.9), WithExtraLoad(math.NaN())}, 0.9},
+		{[]Option{WithExtraLoad(-1)}, DefaultPercentile},
+	} {
+		if got := newConfig(tc.opts).percentile; math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%d options: percentile %v; want %v", len(tc.opts), got, tc.want)
+		}
+	}
+}

@@ -17,6 +17,7 @@
 //	deadlinekit.retry.budget_refusals      counter    {refusal}
 //	deadlinekit.hedge.sent                 counter    {hedge}
 //	deadlinekit.hedge.wins                 counter    {hedge}
+//	deadlinekit.hedge.outcomes             counter    {hedge}       per HedgeTargetKey and HedgeOutcomeKey
 //	deadlinekit.shortcircuit.rejections    counter    {request}     by ShortCircuitReasonKey and CriticalityKey
 //	deadlinekit.shortcircuit.in_flight     updown     {request}     handlers running under a concurrency limit
 //	deadlinekit.shortcircuit.queue_length  updown     {request}     requests waiting for a slot
@@ -34,8 +35,9 @@
 //	deadlinekit.dedup.store.duration       histogram  s             by DedupStoreOpKey
 //
 // A metric's attributes take a bounded set of values: the breaker's the target,
-// whose number package breaker bounds, and the others a fixed set of reasons,
-// outcomes or operations. No metric's cost grows with routes or methods; per-route
+// whose number package breaker bounds; the hedge's the target (a host, or a gRPC
+// full method), at most 1024 per Hedger; the others a fixed set of reasons, outcomes
+// or operations. No other metric's cost grows with routes or methods; per-route
 // detail is on the spans. internal/vocab holds these names in one table, which the
 // instruments are made from and this list is checked against.
 package otelattr

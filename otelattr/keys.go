@@ -91,6 +91,17 @@ const (
 	HedgeSkipKey = attribute.Key("deadlinekit.hedge.skip")
 )
 
+// Attributes of package hedge's per-target metric, deadlinekit.hedge.outcomes.
+const (
+	// HedgeTargetKey is the target a hedge was sent to: the host (HTTP) or the full
+	// method (gRPC); "other" beyond the 1024 targets a Hedger keeps.
+	HedgeTargetKey = attribute.Key("deadlinekit.hedge.target")
+	// HedgeOutcomeKey is what became of a hedge that was sent, once its call ended:
+	// "won" (its answer was the call's) or "wasted" (the primary or another copy
+	// answered, or no copy succeeded).
+	HedgeOutcomeKey = attribute.Key("deadlinekit.hedge.outcome")
+)
+
 // Attributes of an attempt span, a child of the call span (packages retry and
 // hedge). An attempt span also carries the number of attempts before it under the
 // name its protocol's conventions give it: http.request.resend_count (OTel's HTTP

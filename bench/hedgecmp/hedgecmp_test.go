@@ -37,3 +37,25 @@ func TestHarness(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepVariants runs every sweep variant briefly on a fast lognormal-Pareto tail:
+// each is measured, its oracle delays come from the distribution, and deadlinekit's
+// delay is traced.
+func TestSweepVariants(t *testing.T) {
+	d := hedgecmp.LogPareto{Median: time.Millisecond, Sigma: 0.25, PTail: 0.03, Scale: 2 * time.Millisecond, Alpha: 1.1, Cap: 100 * time.Millisecond}
+	q := hedgecmp.TrueQuantiles(d, 0.95, 0.99)
+	if !(q[0] > 0 && q[0] < q[1] && q[1] <= d.Cap) {
+		t.Fatalf("true quantiles %v", q)
+	}
+	cfg := hedgecmp.Config{Calls: 300, Concurrency: 8, CallTimeout: 5 * time.Second, MaxTime: 20 * time.Second}
+	for _, v := range hedgecmp.SweepVariants() {
+		r, err := hedgecmp.RunOne(v, d, hedgecmp.Oracle{P95: q[0], P99: q[1]}, 1, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		if r.Result.Calls != cfg.Calls || r.Result.Errors != 0 || r.Result.Requests < int64(cfg.Calls) {
+			t.Errorf("%s: %+v", v.Name, r.Result)
+		}
+		t.Logf("%s: p99.9 %v, extra load %.1f%%, %d delay readings", v.Name, r.Result.P999, 100*r.Result.ExtraLoad(), len(r.Trace))
+	}
+}

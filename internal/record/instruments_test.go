@@ -54,6 +54,7 @@ func TestInstrumentsAreTheVocabulary(t *testing.T) {
 	p := namingProvider{made: &made}
 	newInstruments(p)
 	newDedupInstruments(p)
+	newHedgeOutcomes(p)
 	var want []string
 	for _, m := range vocab.Metrics {
 		want = append(want, m.Name+" "+string(m.Kind))

@@ -95,6 +95,8 @@ var Attributes = []Attribute{
 	{Key: otelattr.HedgeCountKey, Places: CallSpan},
 	{Key: otelattr.HedgeWonKey, Places: CallSpan},
 	{Key: otelattr.HedgeSkipKey, Places: CallSpan, Values: []string{"warming_up", "not_idempotent", "cap", "deadline", "not_due", "disabled", "covered", "keyed_write"}},
+	{Key: otelattr.HedgeTargetKey, Places: OnMetric},
+	{Key: otelattr.HedgeOutcomeKey, Places: OnMetric, Values: []string{"won", "wasted"}},
 
 	{Key: otelattr.AttemptNumberKey, Places: AttemptSpan},
 	{Key: otelattr.AttemptKindKey, Places: AttemptSpan, Values: []string{"primary", "retry", "hedge"}},
@@ -136,6 +138,9 @@ var Metrics = []Metric{
 		Description: "Hedged (backup) attempts sent."},
 	{Name: "deadlinekit.hedge.wins", Kind: Counter, Unit: "{hedge}",
 		Description: "Calls answered by a hedge rather than the primary."},
+	{Name: "deadlinekit.hedge.outcomes", Kind: Counter, Unit: "{hedge}",
+		Description: "Hedges sent, once their call ended, by target and outcome (won or wasted).",
+		Note:        "per HedgeTargetKey and HedgeOutcomeKey", Attributes: []attribute.Key{otelattr.HedgeTargetKey, otelattr.HedgeOutcomeKey}},
 	{Name: "deadlinekit.shortcircuit.rejections", Kind: Counter, Unit: "{request}",
 		Description: "Requests refused before their handler ran, by reason and level.",
 		Note:        "by ShortCircuitReasonKey and CriticalityKey", Attributes: []attribute.Key{otelattr.ShortCircuitReasonKey, otelattr.CriticalityKey}},

@@ -129,7 +129,7 @@ type Adaptive struct {
 // of 1 s), once 20 are known, between 1 ms ([deadline.MinFloor]) and 1 s, for at most
 // 256 routes.
 var DefaultAdaptive = Adaptive{
-	Quantile:   0.5,
+	Quantile:   0.05,
 	Window:     10 * time.Second,
 	Buckets:    10,
 	MinSamples: 20,

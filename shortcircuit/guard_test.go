@@ -261,7 +261,7 @@ func TestAdaptiveWarmUpRiseFall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
 		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(0),
-			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 10, Window: 10 * time.Second, Buckets: 10}),
+			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{Quantile: 0.5, MinSamples: 10, Window: 10 * time.Second, Buckets: 10}),
 			shortcircuit.WithObserver(rec.Observe))
 		const m = "/svc/Adaptive"
 

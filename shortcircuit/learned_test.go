@@ -96,8 +96,10 @@ func TestDefaultFloorIsLearned(t *testing.T) {
 	}
 }
 
-// The learned floor follows a handler that slows down, once the window holds more
-// slow calls than fast ones, and comes back when it speeds up again.
+// The learned floor (P5) follows a handler that slows down once nearly all of the
+// window is slow: until the fast durations have left it (at the latest one window,
+// 10 s, later) it errs toward admitting. It follows a speed-up at once: a few fast
+// calls are 5% of the window.
 func TestDefaultFloorFollowsTheHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newLearnedGuard(2 * ms)
@@ -112,13 +114,22 @@ func TestDefaultFloorFollowsTheHandler(t *testing.T) {
 		for range 35 {
 			g.call(time.Hour)
 		}
-		if code := g.call(30 * ms); code != codes.DeadlineExceeded || !near(g.rec.last(t).Floor, 40*ms) {
-			t.Errorf("slowed down: 30 ms left: %v, floor %v; want refused, floor 40ms", code, g.rec.last(t).Floor)
+		g.call(30 * ms)
+		if e := g.rec.last(t); e.Admission != shortcircuit.Admitted || !near(e.Floor, 2*ms) {
+			t.Errorf("slowed down, the fast calls still in the window: 30 ms left: %v, floor %v; want admitted (to be cut short), floor 2ms", e.Admission, e.Floor)
 		}
-		// Ten seconds on, the slow durations have left the window.
-		g.work = 2 * ms
+		// Ten seconds on, the fast durations have left the window.
 		<-time.After(11 * time.Second) // the bubble's clock jumps
 		for range 30 {
+			g.call(time.Hour)
+		}
+		if code := g.call(30 * ms); code != codes.DeadlineExceeded || !near(g.rec.last(t).Floor, 40*ms) ||
+			g.rec.last(t).Admission != shortcircuit.BelowFloor {
+			t.Errorf("slowed down for a window: 30 ms left: %v, floor %v; want refused, floor 40ms", code, g.rec.last(t).Floor)
+		}
+		// Two fast calls are 5% of the 32 durations in the window.
+		g.work = 2 * ms
+		for range 2 {
 			g.call(time.Hour)
 		}
 		g.call(10 * ms)

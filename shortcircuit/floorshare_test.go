@@ -73,7 +73,7 @@ func (s floorShare) share() float64 {
 type routeModel struct {
 	name     string
 	requests int
-	gap      time.Duration                 // mean time between arrivals
+	gap      time.Duration                  // mean time between arrivals
 	budget   func(*rand.Rand) time.Duration // a short budget
 	// handler returns the route's handler: it serves a request with a draw of
 	// the standard normal distribution.
@@ -205,4 +205,3 @@ func (r routeModel) run(t *testing.T, opts []shortcircuit.Option) floorShare {
 	wg.Wait()
 	return s
 }
-

@@ -64,9 +64,9 @@ func newConfig(opts []Option) config {
 // guard's queue is not its work) to when it returned. A gateway's includes its
 // downstream's queue, which varies with the downstream's load: P5 keeps what
 // repeats (the downstream's work without a queue) and leaves the queue to the
-// downstream's guard, which knows it. Of what P5 refuses, 2.2% would have finished
+// downstream's guard, which knows it. Of what P5 refuses, 2.4% would have finished
 // on a lognormal route and none on such a gateway; of what the median (the floor
-// of earlier versions) refused, 13% and 9% would have (the package's test
+// of earlier versions) refused, 13% and 8% would have (the package's test
 // TestLearnedFloorRefusesOnlyWhatCannotFinish runs every refused request anyway).
 // What the floor admits and cannot finish is cut at its deadline; where that work
 // costs more than a refusal, set a higher [Adaptive].Quantile. The upper bound (1 s,

@@ -255,3 +255,24 @@ func TestCutShortCallsAreNotLearned(t *testing.T) {
 		}
 	})
 }
+
+// The floor never stands above the durations it was learned from: the window keeps
+// durations in bins up to a sixteenth wide, and the floor is the low edge of its
+// bin, not the middle, so a 20 ms handler admits a request with 20.3 ms left, which
+// it finishes, as it does one with 20 ms and a few microseconds.
+func TestLearnedFloorIsNotAboveTheDurations(t *testing.T) {
+	for _, left := range []time.Duration{20*ms + 5*time.Microsecond, 20300 * time.Microsecond} {
+		t.Run(left.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newLearnedGuard(20 * ms)
+				for range 25 {
+					g.call(time.Hour)
+				}
+				g.call(left)
+				if e := g.rec.last(t); e.Admission != shortcircuit.Admitted || e.Floor > 20*ms {
+					t.Errorf("a 20 ms handler, %v left: %v, floor %v; want admitted, the floor at most 20ms", left, e.Admission, e.Floor)
+				}
+			})
+		})
+	}
+}

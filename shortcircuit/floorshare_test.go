@@ -20,29 +20,33 @@ import (
 // the guard refuses is run anyway, outside the guard, with the budget it had, and
 // counted as one that would have finished if its handler succeeds before its
 // deadline. The learned floor in force (the default) must refuse only what has a
-// small chance to finish: of what it refuses, at most 5% would have. The median of
-// the route's durations, the floor of earlier versions, is measured beside it; both
-// figures are logged (go test -v -run TestLearnedFloorRefusesOnlyWhatCannotFinish).
+// small chance to finish: of what it refuses, at most 5% would have, and at most 5%
+// of what it refuses within a fifth of the floor. The median of the route's
+// durations, the floor of earlier versions, is measured beside it; the figures are
+// logged, with the price of a lower floor: the admitted requests that did not
+// finish, cut at their deadline (go test -v -run
+// TestLearnedFloorRefusesOnlyWhatCannotFinish ./shortcircuit).
 func TestLearnedFloorRefusesOnlyWhatCannotFinish(t *testing.T) {
 	rules := []struct {
-		name string
-		opts []shortcircuit.Option
+		name  string
+		opts  []shortcircuit.Option
+		bound bool // held to the 5% bound
 	}{
-		{"median (earlier versions)", []shortcircuit.Option{shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{Quantile: 0.5})}},
-		{"default", nil},
+		{"median (earlier versions)", []shortcircuit.Option{shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{Quantile: 0.5})}, false},
+		{"default", nil, true},
 	}
 	for _, r := range routeModels {
-		for i, rule := range rules {
+		for _, rule := range rules {
 			var s floorShare
 			synctest.Test(t, func(t *testing.T) { s = r.run(t, rule.opts) })
 			t.Logf("%-9s %-25s floor %5.1fms: refused %4d of %4d short-budget requests, %3d would have finished (%4.1f%%); "+
 				"within 20%% of the floor %3d of %3d (%4.1f%%); of those admitted, %3d did not finish",
 				r.name, rule.name, float64(s.floor)/1e6, s.refused, s.offered, s.wouldFinish, s.share()*100,
-				s.nearFinish, s.near, 100*float64(s.nearFinish)/float64(max(s.near, 1)), s.admittedLate)
-			if i == len(rules)-1 {
-				if s.share() > 0.05 {
-					t.Errorf("%s: %d of the %d requests the default floor refused would have finished (%.1f%%); want at most 5%%",
-						r.name, s.wouldFinish, s.refused, s.share()*100)
+				s.nearFinish, s.near, 100*s.nearShare(), s.admittedLate)
+			if rule.bound {
+				if s.share() > 0.05 || s.nearShare() > 0.05 {
+					t.Errorf("%s: %d of the %d requests the default floor refused would have finished (%.1f%%), %d of the %d within a fifth of it (%.1f%%); want at most 5%%",
+						r.name, s.wouldFinish, s.refused, s.share()*100, s.nearFinish, s.near, s.nearShare()*100)
 				}
 				if s.refused < s.offered/20 {
 					t.Errorf("%s: the default floor refused %d of %d short-budget requests; want it to refuse what cannot finish", r.name, s.refused, s.offered)
@@ -61,12 +65,8 @@ type floorShare struct {
 	floor            time.Duration // the floor of the last refusal
 }
 
-func (s floorShare) share() float64 {
-	if s.refused == 0 {
-		return 0
-	}
-	return float64(s.wouldFinish) / float64(s.refused)
-}
+func (s floorShare) share() float64     { return float64(s.wouldFinish) / float64(max(s.refused, 1)) }
+func (s floorShare) nearShare() float64 { return float64(s.nearFinish) / float64(max(s.near, 1)) }
 
 // routeModel is a route: how its requests arrive, what budgets they carry, and the
 // handler that serves them (in fake time, given the request's random draw).

@@ -146,11 +146,11 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	if l.adapt != nil {
 		l.adapt.held()
 	}
-	// The level is read only here, where the request must queue: a request that
-	// finds a slot free pays nothing for it.
 	if l.service == 0 {
 		svc, need = l.unknownWork(now, svc, need) // nothing learned yet: queue.go
 	}
+	// The level is read only here, where the request must queue: a request that
+	// finds a slot free pays nothing for it.
 	w := l.newWaiter(deadline, has, criticality.From(ctx))
 	ahead := l.ahead(w)
 	wait := l.predict(ahead, svc)

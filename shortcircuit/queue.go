@@ -165,8 +165,8 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 // unknownWork is the service time, and the time a request must have left to be
 // started, that the wait of a request about to queue is predicted with while no
 // handler under the limit has ended (svc and need: the static floor's). Every slot
-// is taken and none has freed since the oldest running handler started: the work
-// takes at least as long as that handler has run. Without it the wait predicted
+// is taken, and no handler has ended since the oldest running one started: take
+// the work to be at least as long as that one has run. Without it the wait predicted
 // would be nothing (the floor's, 1 ms by default), and a request that cannot get a
 // slot in time would be queued, and dropped when its time ran out instead of at
 // once, while its caller could still go elsewhere. It errs toward queueing: the

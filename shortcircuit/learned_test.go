@@ -45,7 +45,7 @@ func (g *learnedGuard) call(left time.Duration) codes.Code {
 }
 
 // The default floor follows what the route's handler takes: 1 ms until 20 durations
-// are known, then their median: a 3 ms handler admits 4 ms and refuses 2.5 ms, a
+// are known, then their P5: a 3 ms handler admits 4 ms and refuses 2.5 ms, a
 // 50 ms one refuses 30 ms.
 func TestDefaultFloorIsLearned(t *testing.T) {
 	for _, c := range []struct {

@@ -98,20 +98,22 @@ func WithFloorFunc(f func(route string) time.Duration) Option {
 // Adaptive configures the adaptive floor: a quantile of the durations of a route's
 // recent successful calls (gRPC: the handler returned nil; HTTP: a status below 500;
 // a stream's whole life; never a call whose context ended while its handler ran,
-// whose duration is the budget it was given), learned after the handler returns and read without a lock
-// on the admit path. A route has a floor once its window holds MinSamples durations,
-// held between Min and Max. It is plain data; zero fields take the value of
-// [DefaultAdaptive].
+// whose duration is the budget it was given), each the handler's own from when it
+// got its slot, learned after the handler returns and read without a lock on the
+// admit path. A route has a floor once its window holds MinSamples durations, held
+// between Min and Max and never above the durations it was read from (the window
+// keeps them in bins up to a sixteenth wide; the floor is a bin's low edge). It is
+// plain data; zero fields take the value of [DefaultAdaptive].
 //
 // When the handler slows down, the floor (P5) reaches the new speed once slow calls
 // are more than 95% of the window, at the latest one Window after the change; until
 // then it admits what the old speed would have finished, and the deadline cuts what
 // the new one does not. It falls as soon as fast calls are 5% of the window. A
-// higher quantile follows a slowdown sooner and a speed-up later. A
-// route whose window empties (nothing succeeded for a whole Window, say because the
-// floor refused everything) loses its floor until it has learned again, so the guard
-// cannot lock a route out for good; and Max bounds the damage of a handler that turns
-// very slow.
+// higher quantile follows a slowdown sooner and a speed-up later. A route whose
+// window empties (nothing succeeded for a whole Window, say because the floor
+// refused everything) loses its floor until it has learned again, so the guard
+// cannot lock a route out for good; and Max bounds the damage of a handler that
+// turns very slow.
 type Adaptive struct {
 	// Quantile of the successful durations used as the floor, in (0, 1]. 0.05 (P5,
 	// the default) refuses a request only when it has less time left than 95% of

@@ -20,8 +20,8 @@ import (
 // so that it does not eat a short budget: a call with 20 ms left keeps 2 ms.
 //
 // With the defaults, no floor compounds down a chain: each server's guard learns its
-// floor from its own handler (package shortcircuit: the median of its recent
-// durations, between 1 ms and 1 s), and a client, which cannot know the
+// floor from its own handler (package shortcircuit: the 5th percentile of its
+// recent durations, between 1 ms and 1 s), and a client, which cannot know the
 // downstream's, refuses to send only below [deadline.MinFloor] (1 ms) and hedges or
 // retries only with that plus the reserve left. A chain of four 3 ms handlers
 // answers a 25 ms budget (BENCHMARKS.md); a hop whose handler takes 50 ms still

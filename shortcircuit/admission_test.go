@@ -520,3 +520,35 @@ func TestRefusesOnArrivalWhatTheRunningHandlersLeaveNoTimeFor(t *testing.T) {
 		}
 	})
 }
+
+// Before any handler has ended, the limit knows no service time, but it knows how
+// long the running handlers have run without ending: the work takes at least that.
+// Two slots, taken 50 ms ago by handlers of 100 ms: a request with 30 ms left cannot
+// finish, and is refused at once, while its caller can still go elsewhere, not
+// queued on a predicted wait of nothing and dropped when its time runs out. One
+// with 400 ms left is queued and answered when a slot frees and its work is done.
+func TestRefusesOnArrivalBeforeAnyDurationIsKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 100*ms, shortcircuit.WithMaxConcurrency(2), shortcircuit.WithQueue(2, shortcircuit.FIFO))
+		var wg sync.WaitGroup
+		for i := range 2 {
+			s.send(&wg, i, time.Second)
+		}
+		<-time.After(50 * ms) // fake time: the 2 handlers started 50 ms ago
+		synctest.Wait()
+		s.send(&wg, 10, 30*ms)
+		synctest.Wait()
+		a := s.answer(10)
+		if a.code != http.StatusGatewayTimeout || a.end != a.start || !strings.Contains(a.body, "cannot finish in time") {
+			t.Errorf("request with 30 ms behind handlers running for 50 ms: %d after %v: %q; want 504 at once, cannot finish", a.code, a.end.Sub(a.start), a.body)
+		}
+		s.send(&wg, 11, 400*ms)
+		wg.Wait()
+		if a := s.answer(11); a.code != http.StatusOK || a.end.Sub(a.start) != 150*ms {
+			t.Errorf("request with 400 ms: %d after %v: %q; want 200 after 150ms", a.code, a.end.Sub(a.start), a.body)
+		}
+		if st := s.c.Stats(); st.CannotFinish != 1 || st.Dropped != 0 {
+			t.Errorf("stats = %+v; want one refusal on arrival, none dropped from the queue", st)
+		}
+	})
+}

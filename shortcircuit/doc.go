@@ -10,9 +10,10 @@
 //
 //	user's tracing (otelhttp, otelgrpc) → propagate → shortcircuit → handler
 //
-// By default the floor follows what each route's handler takes: the median of its
-// recent successful durations, between 1 ms and 1 s ([WithFloor] says why); a static
-// floor replaces it. The floor in force is the largest of [WithFloor], [WithFloorFunc]
+// By default the floor follows what each route's handler takes: the 5th percentile
+// (P5) of its recent successful durations, between 1 ms and 1 s, so that it refuses
+// only what has little chance to finish ([WithFloor] says why); a static floor
+// replaces it. The floor in force is the largest of [WithFloor], [WithFloorFunc]
 // and [WithAdaptiveFloor]; [WithMaxConcurrency] and [WithAdaptiveConcurrency] add a limit
 // that admits a request only if it can finish in time. A request without a deadline
 // is never refused for its budget. [Check] makes the same test inside a handler.

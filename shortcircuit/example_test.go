@@ -48,7 +48,7 @@ func Example() {
 }
 
 // A gRPC server with per-method floors and an adaptive floor: each method's floor is
-// the larger of its entry in the map and the median of its recent successful calls.
+// the larger of its entry in the map and the P5 of its recent successful calls.
 func ExampleUnaryServerInterceptor() {
 	floors := map[string]time.Duration{
 		"/shop.Cart/Checkout": 80 * time.Millisecond,

@@ -278,7 +278,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 		}
 		if t.win != nil {
 			if v, n := t.win.Tracked(t.start); n >= g.minSamples {
-				floor = max(floor, min(max(v, g.min), g.max))
+				floor = max(floor, min(max(binLow(v), g.min), g.max))
 			}
 		}
 		t.floor = floor
@@ -309,6 +309,13 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	}
 	return true
 }
+
+// binLow is the least duration that v, a quantile read from a window of package
+// internal/quantile, stands for. The window keeps durations in bins at most a
+// sixteenth of their low edge wide, and answers with a bin's middle, which may be
+// above every duration in it: a floor there would refuse a request with as much
+// time left as the handler took. v·32/33 is at or below the bin's low edge.
+func binLow(v time.Duration) time.Duration { return v - v/33 }
 
 // observe reports a refused request to the observers.
 func (g *guard) observe(ctx context.Context, t *ticket) {

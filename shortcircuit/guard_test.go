@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -253,15 +252,17 @@ func floorOf(t *testing.T, icpt grpc.UnaryServerInterceptor, rec *recorder, meth
 	return rec.last(t).Floor
 }
 
+// near reports whether got is the floor learned from durations of want: the low
+// edge of want's bin in the window, up to a sixteenth below it, never above.
 func near(got, want time.Duration) bool {
-	return math.Abs(float64(got-want)) <= float64(want)/32
+	return got <= want && float64(want-got) <= float64(want)/16
 }
 
 func TestAdaptiveWarmUpRiseFall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rec recorder
 		icpt := shortcircuit.UnaryServerInterceptor(shortcircuit.WithFloor(0),
-			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{MinSamples: 10, Window: 10 * time.Second, Buckets: 10}),
+			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{Quantile: 0.5, MinSamples: 10, Window: 10 * time.Second, Buckets: 10}),
 			shortcircuit.WithObserver(rec.Observe))
 		const m = "/svc/Adaptive"
 
@@ -419,7 +420,7 @@ func TestAdaptiveHTTPStatus(t *testing.T) {
 		for range 3 {
 			serve(h, "/r", 0)
 		}
-		if w := serve(h, "/r", 10*ms); w.Code != 504 || !strings.Contains(w.Body.String(), "floor 40") {
+		if w := serve(h, "/r", 10*ms); w.Code != 504 || !strings.Contains(w.Body.String(), "floor 39.7ms") || !near(rec.last(t).Floor, 40*ms) {
 			t.Fatalf("after 200s: %d %q; want 504 with floor ≈40ms", w.Code, w.Body)
 		}
 

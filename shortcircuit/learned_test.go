@@ -45,7 +45,7 @@ func (g *learnedGuard) call(left time.Duration) codes.Code {
 }
 
 // The default floor follows what the route's handler takes: 1 ms until 20 durations
-// are known, then their median: a 3 ms handler admits 4 ms and refuses 2.5 ms, a
+// are known, then their P5: a 3 ms handler admits 4 ms and refuses 2.5 ms, a
 // 50 ms one refuses 30 ms.
 func TestDefaultFloorIsLearned(t *testing.T) {
 	for _, c := range []struct {
@@ -96,8 +96,10 @@ func TestDefaultFloorIsLearned(t *testing.T) {
 	}
 }
 
-// The learned floor follows a handler that slows down, once the window holds more
-// slow calls than fast ones, and comes back when it speeds up again.
+// The learned floor (P5) follows a handler that slows down once nearly all of the
+// window is slow: until the fast durations have left it (at the latest one window,
+// 10 s, later) it errs toward admitting. It follows a speed-up at once: a few fast
+// calls are 5% of the window.
 func TestDefaultFloorFollowsTheHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newLearnedGuard(2 * ms)
@@ -112,13 +114,22 @@ func TestDefaultFloorFollowsTheHandler(t *testing.T) {
 		for range 35 {
 			g.call(time.Hour)
 		}
-		if code := g.call(30 * ms); code != codes.DeadlineExceeded || !near(g.rec.last(t).Floor, 40*ms) {
-			t.Errorf("slowed down: 30 ms left: %v, floor %v; want refused, floor 40ms", code, g.rec.last(t).Floor)
+		g.call(30 * ms)
+		if e := g.rec.last(t); e.Admission != shortcircuit.Admitted || !near(e.Floor, 2*ms) {
+			t.Errorf("slowed down, the fast calls still in the window: 30 ms left: %v, floor %v; want admitted (to be cut short), floor 2ms", e.Admission, e.Floor)
 		}
-		// Ten seconds on, the slow durations have left the window.
-		g.work = 2 * ms
+		// Ten seconds on, the fast durations have left the window.
 		<-time.After(11 * time.Second) // the bubble's clock jumps
 		for range 30 {
+			g.call(time.Hour)
+		}
+		if code := g.call(30 * ms); code != codes.DeadlineExceeded || !near(g.rec.last(t).Floor, 40*ms) ||
+			g.rec.last(t).Admission != shortcircuit.BelowFloor {
+			t.Errorf("slowed down for a window: 30 ms left: %v, floor %v; want refused, floor 40ms", code, g.rec.last(t).Floor)
+		}
+		// Two fast calls are 5% of the 32 durations in the window.
+		g.work = 2 * ms
+		for range 2 {
 			g.call(time.Hour)
 		}
 		g.call(10 * ms)
@@ -241,6 +252,54 @@ func TestCutShortCallsAreNotLearned(t *testing.T) {
 		hang = false
 		if code := serve(100 * ms); code != 200 {
 			t.Errorf("after 30 calls cut at their deadline: %d with 100 ms left, floor %v; want 200, the floor not learned from them", code, rec.last(t).Floor)
+		}
+	})
+}
+
+// The floor never stands above the durations it was learned from: the window keeps
+// durations in bins up to a sixteenth wide, and the floor is the low edge of its
+// bin, not the middle, so a 20 ms handler admits a request with 20.3 ms left, which
+// it finishes, as it does one with 20 ms and a few microseconds.
+func TestLearnedFloorIsNotAboveTheDurations(t *testing.T) {
+	for _, left := range []time.Duration{20*ms + 5*time.Microsecond, 20300 * time.Microsecond} {
+		t.Run(left.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newLearnedGuard(20 * ms)
+				for range 25 {
+					g.call(time.Hour)
+				}
+				g.call(left)
+				if e := g.rec.last(t); e.Admission != shortcircuit.Admitted || e.Floor > 20*ms {
+					t.Errorf("a 20 ms handler, %v left: %v, floor %v; want admitted, the floor at most 20ms", left, e.Admission, e.Floor)
+				}
+			})
+		})
+	}
+}
+
+// A duration the floor learns is the handler's own work, from when it got its slot:
+// a wait in the guard's queue is not its work. One slot, a 10 ms handler, requests
+// in bursts of five: each waits up to 40 ms for the slot, and its time in the guard
+// is up to 50 ms; even P90 of the durations learned is 10 ms.
+func TestLearnedFloorIsTheHandlersOwnWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		s := newServer(t, 10*ms, shortcircuit.WithMaxConcurrency(1), shortcircuit.WithQueue(8, shortcircuit.FIFO),
+			shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{Quantile: 0.9}), shortcircuit.WithObserver(rec.Observe))
+		var wg sync.WaitGroup
+		for burst := range 6 {
+			for i := range 5 {
+				s.send(&wg, burst*5+i, time.Second)
+			}
+			wg.Wait()
+		}
+		if st := s.c.Stats(); st.Admitted != 30 || st.Queued != 24 {
+			t.Fatalf("stats = %+v; want 30 admitted, 24 of them queued", st)
+		}
+		s.send(&wg, 100, 20*ms)
+		wg.Wait()
+		if e := rec.last(t); e.Admission != shortcircuit.Admitted || !near(e.Floor, 10*ms) {
+			t.Errorf("20 ms left after bursts that queued: %v, floor %v; want admitted, floor 10ms (the handler's work, not its wait)", e.Admission, e.Floor)
 		}
 	})
 }

@@ -146,6 +146,9 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool
 	if l.adapt != nil {
 		l.adapt.held()
 	}
+	if l.service == 0 {
+		svc, need = l.unknownWork(now, svc, need) // nothing learned yet: queue.go
+	}
 	// The level is read only here, where the request must queue: a request that
 	// finds a slot free pays nothing for it.
 	w := l.newWaiter(deadline, has, criticality.From(ctx))

@@ -308,7 +308,7 @@ func TestGRPCOverloadGoodput(t *testing.T) {
 // until their deadline: they miss it, or the handler's 504 at the deadline is no fast
 // refusal. checkGoodput would fail; it sees what the guard prevents. The floor is a
 // static one: a learned floor (the default) learns the slot wait inside the
-// handler, and refuses much of the same load by itself.
+// handler, and refuses some of the same load by itself.
 func TestOverloadGoodputWithoutTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := httpOverload(t, shortcircuit.WithFloor(20*time.Millisecond))

@@ -162,6 +162,26 @@ func (l *limiter) await(ctx context.Context, w *waiter, now time.Time, need, svc
 	return e
 }
 
+// unknownWork is the service time, and the time a request must have left to be
+// started, that the wait of a request about to queue is predicted with while no
+// handler under the limit has ended (svc and need: the static floor's). Every slot
+// is taken, and no handler has ended since the oldest running one started: take
+// the work to be at least as long as that one has run. Without it the wait predicted
+// would be nothing (the floor's, 1 ms by default), and a request that cannot get a
+// slot in time would be queued, and dropped when its time ran out instead of at
+// once, while its caller could still go elsewhere. It errs toward queueing: the
+// oldest handler may end at once, and the request's work may be shorter. l.mu is
+// held.
+func (l *limiter) unknownWork(now time.Time, svc, need time.Duration) (time.Duration, time.Duration) {
+	var ran time.Duration
+	for _, s := range l.starts {
+		if !s.IsZero() {
+			ran = max(ran, now.Sub(s))
+		}
+	}
+	return max(svc, ran), max(need, ran)
+}
+
 // ahead is how many queued requests the queue serves before w: every one at a
 // higher level, and those the order puts first at w's. l.mu is held.
 func (l *limiter) ahead(w *waiter) int {

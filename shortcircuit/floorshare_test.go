@@ -1,0 +1,207 @@
+package shortcircuit_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/deadlinekit/deadlinekit/shortcircuit"
+)
+
+// How much of what the learned floor refuses would have finished? Each route below
+// gets a stream of requests (Poisson arrivals, fixed seeds, fake time): half with a
+// generous budget, half with one drawn around the route's durations. Every request
+// the guard refuses is run anyway, outside the guard, with the budget it had, and
+// counted as one that would have finished if its handler succeeds before its
+// deadline. The learned floor in force (the default) must refuse only what has a
+// small chance to finish: of what it refuses, at most 5% would have, and at most 5%
+// of what it refuses within a fifth of the floor. The median of the route's
+// durations, the floor of earlier versions, is measured beside it; the figures are
+// logged, with the price of a lower floor: the admitted requests that did not
+// finish, cut at their deadline (go test -v -run
+// TestLearnedFloorRefusesOnlyWhatCannotFinish ./shortcircuit).
+func TestLearnedFloorRefusesOnlyWhatCannotFinish(t *testing.T) {
+	rules := []struct {
+		name  string
+		opts  []shortcircuit.Option
+		bound bool // held to the 5% bound
+	}{
+		{"median (earlier versions)", []shortcircuit.Option{shortcircuit.WithAdaptiveFloor(shortcircuit.Adaptive{Quantile: 0.5})}, false},
+		{"default", nil, true},
+	}
+	for _, r := range routeModels {
+		for _, rule := range rules {
+			var s floorShare
+			synctest.Test(t, func(t *testing.T) { s = r.run(t, rule.opts) })
+			t.Logf("%-9s %-25s floor %5.1fms: refused %4d of %4d short-budget requests, %3d would have finished (%4.1f%%); "+
+				"within 20%% of the floor %3d of %3d (%4.1f%%); of those admitted, %3d did not finish",
+				r.name, rule.name, float64(s.floor)/1e6, s.refused, s.offered, s.wouldFinish, s.share()*100,
+				s.nearFinish, s.near, 100*s.nearShare(), s.admittedLate)
+			if rule.bound {
+				if s.share() > 0.05 || s.nearShare() > 0.05 {
+					t.Errorf("%s: %d of the %d requests the default floor refused would have finished (%.1f%%), %d of the %d within a fifth of it (%.1f%%); want at most 5%%",
+						r.name, s.wouldFinish, s.refused, s.share()*100, s.nearFinish, s.near, s.nearShare()*100)
+				}
+				if s.refused < s.offered/20 {
+					t.Errorf("%s: the default floor refused %d of %d short-budget requests; want it to refuse what cannot finish", r.name, s.refused, s.offered)
+				}
+			}
+		}
+	}
+}
+
+// floorShare is what one run measured, over the requests with a short budget.
+type floorShare struct {
+	offered, refused, wouldFinish, admittedLate int
+	// near: refused with at least 80% of the floor left, and how many of them
+	// would have finished.
+	near, nearFinish int
+	floor            time.Duration // the floor of the last refusal
+}
+
+func (s floorShare) share() float64     { return float64(s.wouldFinish) / float64(max(s.refused, 1)) }
+func (s floorShare) nearShare() float64 { return float64(s.nearFinish) / float64(max(s.near, 1)) }
+
+// routeModel is a route: how its requests arrive, what budgets they carry, and the
+// handler that serves them (in fake time, given the request's random draw).
+type routeModel struct {
+	name     string
+	requests int
+	gap      time.Duration                  // mean time between arrivals
+	budget   func(*rand.Rand) time.Duration // a short budget
+	// handler returns the route's handler: it serves a request with a draw of
+	// the standard normal distribution.
+	handler func() func(ctx context.Context, draw float64) error
+}
+
+var routeModels = []routeModel{
+	{
+		// A handler whose durations are lognormal: median 20 ms, σ 0.5 (P5 8.8 ms,
+		// P95 45 ms). Short budgets: log-uniform from 6 to 40 ms.
+		name: "lognormal", requests: 3000, gap: 2 * ms,
+		budget: logUniform(6*ms, 40*ms),
+		handler: func() func(context.Context, float64) error {
+			return func(ctx context.Context, z float64) error {
+				return spendFor(ctx, time.Duration(float64(20*ms)*math.Exp(0.5*z)))
+			}
+		},
+	},
+	{
+		// A gateway: 1 ms of its own work around a call to a downstream that
+		// serves 2 at a time, 4 ms each (lognormal, σ 0.25), first come first
+		// served, at 86% of its capacity: the gateway's durations are mostly the
+		// downstream's queue. Short budgets: log-uniform from 2 to 60 ms.
+		name: "gateway", requests: 4000, gap: 2200 * time.Microsecond,
+		budget: logUniform(2*ms, 60*ms),
+		handler: func() func(context.Context, float64) error {
+			slots := make(chan struct{}, 2) // a channel's senders queue in order
+			return func(ctx context.Context, z float64) error {
+				if err := spendFor(ctx, ms/2); err != nil {
+					return err
+				}
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				err := spendFor(ctx, time.Duration(float64(4*ms)*math.Exp(0.25*z)))
+				<-slots
+				if err != nil {
+					return err
+				}
+				return spendFor(ctx, ms/2)
+			}
+		},
+	},
+}
+
+// spendFor takes d of fake time, or fails when ctx ends first.
+func spendFor(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func logUniform(lo, hi time.Duration) func(*rand.Rand) time.Duration {
+	return func(rng *rand.Rand) time.Duration {
+		return time.Duration(float64(lo) * math.Pow(float64(hi)/float64(lo), rng.Float64()))
+	}
+}
+
+type eventKey struct{}
+
+// run offers the route's requests to a guard with opts, in the running bubble.
+func (r routeModel) run(t *testing.T, opts []shortcircuit.Option) floorShare {
+	rng := rand.New(rand.NewPCG(37, 4))
+	handler := r.handler()
+	guard := shortcircuit.UnaryServerInterceptor(append(opts, shortcircuit.WithObserver(func(ctx context.Context, e shortcircuit.Event) {
+		if e.Admission.Refused() {
+			*ctx.Value(eventKey{}).(*shortcircuit.Event) = e
+		}
+	}))...)
+	info := &grpc.UnaryServerInfo{FullMethod: "/shop.Gateway/" + r.name}
+	var (
+		mu sync.Mutex
+		s  floorShare
+		wg sync.WaitGroup
+	)
+	for range r.requests {
+		<-time.After(time.Duration(rng.ExpFloat64() * float64(r.gap)))
+		budget, short := time.Second, rng.IntN(2) == 0
+		if short {
+			budget = r.budget(rng)
+		}
+		z := rng.NormFloat64()
+		wg.Go(func() {
+			var e shortcircuit.Event
+			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), eventKey{}, &e), budget)
+			defer cancel()
+			ran := false
+			_, err := guard(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+				ran = true
+				return nil, handler(ctx, z)
+			})
+			refused, finished := !ran, ran && err == nil
+			if refused { // run it anyway, with the time it had
+				finished = handler(ctx, z) == nil
+			}
+			if !short {
+				if !finished {
+					t.Errorf("a request with %v left did not finish: %v", budget, err)
+				}
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			s.offered++
+			switch {
+			case refused:
+				s.refused++
+				s.floor = e.Floor
+				near := e.Remaining >= e.Floor*8/10
+				if near {
+					s.near++
+				}
+				if finished {
+					s.wouldFinish++
+					if near {
+						s.nearFinish++
+					}
+				}
+			case !finished:
+				s.admittedLate++
+			}
+		})
+	}
+	wg.Wait()
+	return s
+}

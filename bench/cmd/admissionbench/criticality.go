@@ -62,7 +62,7 @@ func criticality(base admissioncmp.ChainConfig, only, cellFilter string) {
 			os.Exit(1)
 		}
 		fmt.Printf("### %s: %.0f requests/s offered (%.0f critical), refusals cost %.0f%% of a request's work\n\n", c.Name, c.Load*c.Capacity(), c.Critical*c.Capacity(), 100*c.RefusalCost)
-		fmt.Println("| variant | critical goodput | total goodput (% of capacity) | critical p99 (× unloaded) | refusal work | work | critical lost, where (all rounds) |")
+		fmt.Println("| variant | critical goodput (rounds) | total goodput (% of capacity) | critical p99 (× unloaded) | refusal work | work (rounds) | critical lost, where (all rounds) |")
 		fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
 		for _, r := range rs {
 			if c.Name == "unloaded" {
@@ -72,8 +72,10 @@ func criticality(base admissioncmp.ChainConfig, only, cellFilter string) {
 			if u := unloaded[r.Variant]; u > 0 {
 				ratio = fmt.Sprintf(" (%.2f×)", float64(r.Med.CriticalP99)/float64(u))
 			}
-			fmt.Printf("| %s | %.2f%% | %.1f%% | %s%s | %.1f%% | %.1f%% | %s |\n", r.Variant, 100*r.Med.CriticalGoodput, 100*r.Med.TotalGoodput,
-				ms(r.Med.CriticalP99), ratio, 100*r.Med.RefusalWork, 100*r.Med.BusyWork, lostStr(r.Lost, r.Med.Critical))
+			fmt.Printf("| %s | %.2f%% (%s) | %.1f%% | %s%s | %.1f%% | %.1f%% (%s) | %s |\n", r.Variant, 100*r.Med.CriticalGoodput,
+				perRound(r.Rounds, func(f admissioncmp.ChainFig) float64 { return f.CriticalGoodput }), 100*r.Med.TotalGoodput,
+				ms(r.Med.CriticalP99), ratio, 100*r.Med.RefusalWork, 100*r.Med.BusyWork,
+				perRound(r.Rounds, func(f admissioncmp.ChainFig) float64 { return f.BusyWork }), lostStr(r.Lost, r.Med.Critical))
 			lines = append(lines, r.ResultLine())
 		}
 		fmt.Println()
@@ -88,6 +90,15 @@ func criticality(base admissioncmp.ChainConfig, only, cellFilter string) {
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// perRound lists a figure of each round, as a percentage.
+func perRound(fs []admissioncmp.ChainFig, get func(admissioncmp.ChainFig) float64) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf("%.0f", 100*get(f)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // lostStr lists the losses, most first, of n critical requests.

@@ -34,6 +34,26 @@
 // rounds, every variant once per round, the medians printed. -cell picks cells by
 // name.
 //
+// With -cells criticality it runs instead issue 37's three-hop chain (about 10
+// minutes):
+//
+//	cd bench && go run ./cmd/admissionbench -cells criticality
+//
+// a client → gateway (the edge, which sets each request's level from its path) →
+// service → backend of 4 slots × 100 ms (40 requests/s), loopback h2c servers on
+// their own listeners; critical traffic at 40% of the backend's capacity, the rest
+// sheddable, offered 4× and 10× the capacity, and 10× again with refusals that cost
+// the backend 10% of a request's work; the chain unloaded for each variant's
+// unloaded p99. The toolkit's stack with levels (adaptive or static limit at the
+// backend, with and without the clients' adaptive throttle), without levels, and
+// failsafe-go's prioritized adaptive limiter. It prints a table per cell, then one
+// line per cell and variant for scripts:
+//
+//	RESULT cell=<name> variant=<name> critical_goodput=<0..1> total_goodput=<0..1> critical_p99_ms=<ms> refusal_work=<0..1>
+//
+// -slots, -work, -min-budget, -max-budget, -warmup, -duration, -rounds, -only and
+// -cell change it.
+//
 // With -json FILE it also writes every cell's results (each round's figures, with
 // the requests in the handler every 10 ms) as JSON, for cmd/plots.
 package main
@@ -64,8 +84,10 @@ func main() {
 	maxInFlight := flag.Int("max-inflight", 10000, "the client's cap on requests in flight (arrivals beyond it are dropped and counted)")
 	seed := flag.Uint64("seed", 16, "seed of the arrivals and deadlines (the same for every variant of a cell)")
 	only := flag.String("only", "", "run only the variants whose name contains this (alternatives separated by |; a part ending in $ must end the name)")
-	cells := flag.String("cells", "load", "load: the sweep of loads and modes (issue 16); slowdown: the slowdown, saturation and mixed-budget cells (issue 25), with -rounds 3, -warmup 800ms and -duration 2.5s unless set")
-	cellFilter := flag.String("cell", "", "with -cells slowdown: run only the cells whose name (as in the tables' headings) contains this (alternatives separated by |)")
+	cells := flag.String("cells", "load", "load: the sweep of loads and modes (issue 16); slowdown: the slowdown, saturation and mixed-budget cells (issue 25), with -rounds 3, -warmup 800ms and -duration 2.5s unless set; criticality: the three-hop chain with critical and sheddable traffic (issue 37), with -rounds 3, -warmup 2.5s, -duration 3s, budgets in [600ms, 1.8s] unless set")
+	cellFilter := flag.String("cell", "", "with -cells slowdown or criticality: run only the cells whose name (as in the tables' headings) contains this (alternatives separated by |)")
+	slots := flag.Int("slots", 4, "with -cells criticality: the backend's slots")
+	work := flag.Duration("work", 100*time.Millisecond, "with -cells criticality: the backend's work per request")
 	queueOrders := flag.Bool("queue-orders", false, "with -cells slowdown: add deadlinekit's static limit with each queue order (FIFO, LIFO, earliest deadline first) to every cell")
 	jsonPath := flag.String("json", "", "also write every cell's results to this file as JSON")
 	flag.Parse()
@@ -89,8 +111,20 @@ func main() {
 		slowdown(*rounds, *warmup, *duration, *seed, *maxInFlight, *only, *cellFilter, *queueOrders, out)
 		out.write()
 		return
+	} else if *cells == "criticality" {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		cfg := chainBase(set, *rounds, *warmup, *duration, *minBudget, *maxBudget, *slots, *work, *seed, *maxInFlight)
+		if cfg.Rounds < 1 || cfg.Rounds > 10 || cfg.Warmup < 0 || cfg.Warmup > 30*time.Second || cfg.Duration < 500*time.Millisecond ||
+			cfg.Duration > 60*time.Second || cfg.Workers < 1 || cfg.Workers > 64 || cfg.Work < time.Millisecond || cfg.Work > time.Second ||
+			cfg.MinBudget <= 0 || cfg.MaxBudget < cfg.MinBudget || cfg.MaxBudget > 10*time.Second || cfg.Capacity() > 1000 {
+			fmt.Fprintln(os.Stderr, "admissionbench: -rounds in 1..10, -warmup in [0, 30s], -duration in [0.5s, 60s], -slots in 1..64, -work in [1ms, 1s] with slots/work ≤ 1000/s, 0 < -min-budget ≤ -max-budget ≤ 10s")
+			os.Exit(2)
+		}
+		criticality(cfg, *only, *cellFilter)
+		return
 	} else if *cells != "load" {
-		fmt.Fprintln(os.Stderr, "admissionbench: -cells is load or slowdown")
+		fmt.Fprintln(os.Stderr, "admissionbench: -cells is load, slowdown or criticality")
 		os.Exit(2)
 	}
 	loads, err1 := parseLoads(*loadsFlag)
@@ -183,6 +217,29 @@ func main() {
 		fmt.Println("- " + v.Name + ": " + v.Note)
 	}
 	out.write()
+}
+
+// chainBase is the chain cells' base configuration: the flags, with the
+// criticality cells' defaults for those not set.
+func chainBase(set map[string]bool, rounds int, warmup, duration, minBudget, maxBudget time.Duration, slots int, work time.Duration, seed uint64, maxInFlight int) admissioncmp.ChainConfig {
+	c := admissioncmp.ChainConfig{Workers: slots, Work: work, Rounds: 3, Warmup: 2500 * time.Millisecond, Duration: 3 * time.Second,
+		MinBudget: 600 * time.Millisecond, MaxBudget: 1800 * time.Millisecond, Seed: seed, MaxInFlight: maxInFlight}
+	if set["rounds"] {
+		c.Rounds = rounds
+	}
+	if set["warmup"] {
+		c.Warmup = warmup
+	}
+	if set["duration"] {
+		c.Duration = duration
+	}
+	if set["min-budget"] {
+		c.MinBudget = minBudget
+	}
+	if set["max-budget"] {
+		c.MaxBudget = maxBudget
+	}
+	return c
 }
 
 // jsonOut collects the cells for -json.

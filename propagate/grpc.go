@@ -212,7 +212,7 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 			delete(md, criticality.MetadataKey)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
-	} else if attempts.Covers(firstValue(ctx, attempts.CoveredKey), firstValue(ctx, attempts.Key)) {
+	} else if coveredGRPC(ctx) {
 		// A layer above may send this call again: its handler's calls are not
 		// hedged (the chain rule, package hedge).
 		ctx = attempts.WithCovered(ctx)
@@ -221,7 +221,20 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 	if err != nil {
 		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	}
-	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey), stream)
+	var envoy []string
+	if c.trustEnvoy { // else never read: a lookup of a key that is absent visits every key
+		envoy = metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)
+	}
+	return c.frameworkContext(ctx, SourceGRPCTimeout, envoy, stream)
+}
+
+// coveredGRPC reports whether the incoming call of ctx is covered by a layer above
+// (attempts.Covers): its mark, or, with none, its attempt count, read only then.
+func coveredGRPC(ctx context.Context) bool {
+	if mark := firstValue(ctx, attempts.CoveredKey); mark != "" {
+		return attempts.Covers(mark, "")
+	}
+	return attempts.Covers("", firstValue(ctx, attempts.Key))
 }
 
 // frameworkContext applies the server's rules to a deadline that the framework

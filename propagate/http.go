@@ -194,10 +194,12 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
 			}
+			// The handler's context, given to a copy of r once, at the end.
+			ctx := r.Context()
 			if attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header)) {
 				// A layer above may send this request again: its handler's calls
 				// are not hedged (the chain rule, package hedge).
-				r = r.WithContext(attempts.WithCovered(r.Context()))
+				ctx = attempts.WithCovered(ctx)
 			}
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {
@@ -205,17 +207,24 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 				return
 			}
 			if vs := r.Header[HeaderCriticality]; len(vs) > 0 {
-				ctx, err := c.inboundLevel(r.Context(), vs)
-				if err != nil {
+				if ctx, err = c.inboundLevel(ctx, vs); err != nil {
 					http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 					return
 				}
-				r = r.WithContext(ctx)
 			}
-			stream := c.streamHTTP != nil && c.streamHTTP(r)
+			stream := false
+			if c.streamHTTP != nil {
+				if ctx != r.Context() {
+					r = r.WithContext(ctx) // the predicate sees the context the handler will
+				}
+				stream = c.streamHTTP(r)
+			}
 			if !found {
 				d := c.defaultBudget(stream)
 				if d <= 0 {
+					if ctx != r.Context() {
+						r = r.WithContext(ctx)
+					}
 					next.ServeHTTP(w, r)
 					return
 				}
@@ -223,12 +232,12 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			}
 			c.clamp(&in, stream)
 			if in.Budget <= 0 {
-				record.Inbound(r.Context(), in.Budget, in.Source, in.Clamped)
+				record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 				w.Header().Set(pushback.Key, pushback.DoNotRetry)
 				http.Error(w, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")", http.StatusGatewayTimeout)
 				return
 			}
-			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)
+			ctx, cancel := context.WithTimeout(ctx, in.Budget)
 			defer cancel()
 			record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 			ctx = withInbound(ctx, in)

@@ -203,6 +203,7 @@ var doNotRetry = metadata.Pairs(pushback.Key, pushback.DoNotRetry)
 
 func (c *config) serverContext(ctx context.Context, stream bool) (context.Context, context.CancelFunc, error) {
 	trusted := c.trustGRPC == nil || c.trustGRPC(ctx)
+	covered := false
 	if !trusted {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			md = md.Copy()
@@ -212,10 +213,11 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 			delete(md, criticality.MetadataKey)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
-	} else if coveredGRPC(ctx) {
+	} else {
 		// A layer above may send this call again: its handler's calls are not
-		// hedged (the chain rule, package hedge).
-		ctx = attempts.WithCovered(ctx)
+		// hedged (the chain rule, package hedge). The mark goes on the context with
+		// the Inbound.
+		covered = coveredGRPC(ctx)
 	}
 	ctx, err := c.inboundLevel(ctx, metadata.ValueFromIncomingContext(ctx, criticality.MetadataKey))
 	if err != nil {
@@ -225,7 +227,7 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 	if c.trustEnvoy { // else never read: a lookup of a key that is absent visits every key
 		envoy = metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)
 	}
-	return c.frameworkContext(ctx, SourceGRPCTimeout, envoy, stream)
+	return c.frameworkContext(ctx, SourceGRPCTimeout, envoy, stream, covered)
 }
 
 // coveredGRPC reports whether the incoming call of ctx is covered by a layer above
@@ -242,8 +244,9 @@ func coveredGRPC(ctx context.Context) bool {
 // itself: with none, the Envoy header's values envoy when trusted, else the default
 // budget; then the clamp, and the refusal of a request with no time left. The
 // framework's deadline stands unless the clamp cut it or none came. A stream gets no
-// default budget and the stream maximum for a clamp.
-func (c *config) frameworkContext(ctx context.Context, source string, envoy []string, stream bool) (context.Context, context.CancelFunc, error) {
+// default budget and the stream maximum for a clamp. covered: the request is covered
+// by a layer above (the chain rule), which the handler's context says.
+func (c *config) frameworkContext(ctx context.Context, source string, envoy []string, stream, covered bool) (context.Context, context.CancelFunc, error) {
 	var in Inbound
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, source
@@ -254,7 +257,7 @@ func (c *config) frameworkContext(ctx context.Context, source string, envoy []st
 	} else if d := c.defaultBudget(stream); d > 0 {
 		in.Budget, in.Source = d, SourceDefault
 	} else {
-		return ctx, noop, nil
+		return withCovered(ctx, covered), noop, nil
 	}
 	c.clamp(&in, stream)
 	if in.Budget <= 0 {
@@ -266,7 +269,7 @@ func (c *config) frameworkContext(ctx context.Context, source string, envoy []st
 		ctx, cancel = context.WithTimeout(ctx, in.Budget)
 	}
 	record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-	return withInbound(ctx, in), cancel, nil
+	return withInbound(ctx, in, covered), cancel, nil
 }
 
 // envoyTimeout reads the Envoy header's values vs, when the proxy is trusted.

@@ -194,13 +194,12 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
 			}
-			// The handler's context, given to a copy of r once, at the end.
+			// The handler's context, given to a copy of r once, at the end. A layer
+			// above may send this request again (covered): its handler's calls are
+			// not hedged (the chain rule, package hedge); the mark goes on the
+			// context with the Inbound.
 			ctx := r.Context()
-			if attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header)) {
-				// A layer above may send this request again: its handler's calls
-				// are not hedged (the chain rule, package hedge).
-				ctx = attempts.WithCovered(ctx)
-			}
+			covered := attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header))
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {
 				http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
@@ -214,15 +213,16 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			}
 			stream := false
 			if c.streamHTTP != nil {
-				if ctx != r.Context() {
+				if ctx = withCovered(ctx, covered); ctx != r.Context() {
 					r = r.WithContext(ctx) // the predicate sees the context the handler will
 				}
+				covered = false // on ctx already
 				stream = c.streamHTTP(r)
 			}
 			if !found {
 				d := c.defaultBudget(stream)
 				if d <= 0 {
-					if ctx != r.Context() {
+					if ctx = withCovered(ctx, covered); ctx != r.Context() {
 						r = r.WithContext(ctx)
 					}
 					next.ServeHTTP(w, r)
@@ -240,7 +240,7 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx, cancel := context.WithTimeout(ctx, in.Budget)
 			defer cancel()
 			record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-			ctx = withInbound(ctx, in)
+			ctx = withInbound(ctx, in, covered)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

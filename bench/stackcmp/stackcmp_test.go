@@ -69,8 +69,35 @@ func stacks() []stack {
 
 // BenchmarkStackPeers pairs, for each contender, the call through its stack with
 // the bare call, untraced, on a loopback gRPC unary call and on a loopback HTTP/1.1
-// GET.
+// GET; then the two stacks with each other ("vs": failsafe-go's the base,
+// deadlinekit's the with: a negative added-% is deadlinekit's stack costing less).
 func BenchmarkStackPeers(b *testing.B) {
+	dk, fs := stacks()[0], stacks()[1]
+	b.Run("grpc/vs", func(b *testing.B) {
+		base := startGRPC(b, nil, fs.dial())
+		with := startGRPC(b, dk.serve(), dk.dial())
+		b.ReportAllocs()
+		pairbench.Run(b, base, with)
+	})
+	b.Run("http/vs", func(b *testing.B) {
+		base := startHTTP(b, fs.rt, nil)
+		with := startHTTP(b, dk.rt, dk.handle)
+		b.ReportAllocs()
+		pairbench.Run(b, base, with)
+	})
+	// The client sides alone: failsafe-go has no server side.
+	b.Run("grpc/vs-client", func(b *testing.B) {
+		base := startGRPC(b, nil, fs.dial())
+		with := startGRPC(b, nil, dk.dial())
+		b.ReportAllocs()
+		pairbench.Run(b, base, with)
+	})
+	b.Run("http/vs-client", func(b *testing.B) {
+		base := startHTTP(b, fs.rt, nil)
+		with := startHTTP(b, dk.rt, nil)
+		b.ReportAllocs()
+		pairbench.Run(b, base, with)
+	})
 	for _, s := range stacks() {
 		b.Run("grpc/"+s.name, func(b *testing.B) {
 			bare := startGRPC(b, nil, nil)

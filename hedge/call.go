@@ -134,12 +134,23 @@ func (c *call[T]) startPrimary(ctx context.Context) (context.Context, record.Att
 	if c.fireFunc == nil {
 		c.fireFunc = c.fire
 	}
-	// Under mu: a short delay may fire before c.timer is set, and fire reads it.
+	// Under mu: a short delay may fire before c.timer is set, and fire reads it. A
+	// timer kept from an earlier call (stopped before it fired, made outside any
+	// synctest bubble: see [grpcCall.release]) is armed again, outside bubbles only.
 	c.mu.Lock()
-	c.timer = time.AfterFunc(c.plan.delay, c.fireFunc)
+	if c.timer != nil && !inBubble(c.plan.start) {
+		c.timer.Reset(c.plan.delay)
+	} else {
+		c.timer = time.AfterFunc(c.plan.delay, c.fireFunc)
+	}
 	c.mu.Unlock()
 	return primaryCtx, span
 }
+
+// inBubble reports whether now, read from time.Now, was read inside a
+// testing/synctest bubble: the bubble's clock has no monotonic reading, which
+// Round(0) would strip.
+func inBubble(now time.Time) bool { return now == now.Round(0) }
 
 // await returns once the call is decided, or decides it without a winner when ctx
 // ends first. It is called once the primary has returned.

@@ -205,13 +205,19 @@ type grpcCall struct {
 }
 
 // release zeroes gc, so that the pool holds nothing of the caller's, and puts it
-// back. fireFunc is kept: it is bound to gc.call, which stays where it is. The timer
-// is not: a timer belongs to the testing/synctest bubble it was made in, if any, and
-// the pool's next caller may be in another (TestHedgerAcrossBubbles).
+// back. fireFunc is kept: it is bound to gc.call, which stays where it is. The timer,
+// stopped before it fired and bound to fireFunc, is kept too when it was made outside
+// any testing/synctest bubble: arming it again costs a fraction of a new one. A timer
+// made in a bubble belongs to it, and the pool's next caller may be in another, or
+// outside; and a timer made outside, armed again in a bubble, would run on the real
+// clock: a call in a bubble makes its own (TestHedgerAcrossBubbles).
 func (gc *grpcCall) release() {
-	fire := gc.call.fireFunc
+	fire, timer := gc.call.fireFunc, gc.call.timer
+	if inBubble(gc.call.plan.start) {
+		timer = nil
+	}
 	*gc = grpcCall{}
-	gc.call.fireFunc = fire
+	gc.call.fireFunc, gc.call.timer = fire, timer
 	grpcCalls.Put(gc)
 }
 

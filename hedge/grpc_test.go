@@ -297,7 +297,8 @@ func TestCallStateReuse(t *testing.T) {
 // TestHedgerAcrossBubbles: one Hedger, made outside any synctest bubble (a
 // package-level client, say), serves calls in two bubbles in turn and outside them.
 // Its timers belong to the calls that armed them: a timer shared by the Hedger would
-// be armed in one bubble and stopped from another, which the runtime refuses.
+// be armed in one bubble and stopped from another, which the runtime refuses; and a
+// timer made outside a bubble, reused inside one, would run on the real clock.
 func TestHedgerAcrossBubbles(t *testing.T) {
 	registerStore(t)
 	h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: 10 * time.Millisecond}))
@@ -314,6 +315,13 @@ func TestHedgerAcrossBubbles(t *testing.T) {
 			t.Fatal(err)
 		}
 		return reply.Value
+	}
+	// Outside first: a call that answered in time leaves its memory (and, outside a
+	// bubble, its stopped timer) for the next call, which may be in a bubble.
+	for range 3 {
+		if got := call(t, time.Millisecond); got != "attempt 0" {
+			t.Errorf("outside a bubble, before: %q", got)
+		}
 	}
 	for i := range 2 {
 		synctest.Test(t, func(t *testing.T) {

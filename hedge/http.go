@@ -119,7 +119,10 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		ev.Skipped = SkipNotIdempotent
 	}
 	covered := h.covered(ctx)
-	if ev.Skipped == "" && h.marks() || covered {
+	// The chain rule's mark. A hedged call's primary gets it in the copy of the
+	// request its send makes anyway: one copy, not two.
+	mark := ev.Skipped == "" && h.marks() || covered
+	if mark && (ev.Skipped != "" || covered) {
 		req = markRequest(req)
 	}
 	if ev.Skipped == "" && covered {
@@ -144,6 +147,9 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	p := h.plan(h.target(ev.Target, httpHost))
 	if p.skip != "" {
 		ev.Skipped = p.skip
+		if mark {
+			req = markRequest(req)
+		}
 		resp, err := t.base.RoundTrip(req)
 		if httpVerdict(h.cfg, resp, err) == success {
 			p.learnLatency()
@@ -152,7 +158,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		t.observe(ctx, &ev, resp)
 		return resp, err
 	}
-	return t.hedged(ctx, req, ev.Target, p, keyedWrite)
+	return t.hedged(ctx, req, ev.Target, p, keyedWrite, mark)
 }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
@@ -160,7 +166,7 @@ func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != htt
 // markRequest returns a copy of req carrying the chain rule's mark, with a header map of
 // its own (the caller's request is never modified).
 func markRequest(req *http.Request) *http.Request {
-	if len(req.Header[attempts.CoveredHeader]) == 1 && req.Header[attempts.CoveredHeader][0] == attempts.CoveredValue {
+	if marked(req.Header) {
 		return req
 	}
 	m := &markedRequest{r: *req, v: [1]string{attempts.CoveredValue}}
@@ -168,6 +174,12 @@ func markRequest(req *http.Request) *http.Request {
 	maps.Copy(m.r.Header, req.Header)
 	m.r.Header[attempts.CoveredHeader] = m.v[:]
 	return &m.r
+}
+
+// marked reports whether h carries the chain rule's mark, covered, already.
+func marked(h http.Header) bool {
+	vs := h[attempts.CoveredHeader]
+	return len(vs) == 1 && vs[0] == attempts.CoveredValue
 }
 
 // markedRequest is a request and its mark's value, in one allocation.
@@ -186,10 +198,12 @@ type httpCall struct {
 }
 
 // hedged sends req, hedged as p says; keyedWrite: req is a write with an
-// idempotency key (every copy is marked covered).
-func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan, keyedWrite bool) (*http.Response, error) {
+// idempotency key (every copy is marked covered); mark: the primary carries the
+// chain rule's mark.
+func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan, keyedWrite, mark bool) (*http.Response, error) {
 	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
-	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header]), keyedWrite: keyedWrite}
+	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header]), keyedWrite: keyedWrite,
+		markPrimary: mark && !marked(req.Header)}
 	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: record.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
 	r, cancel, ok := hc.call.run(ctx)
 	if !ok {
@@ -243,6 +257,10 @@ type httpAttempts struct {
 	keyed   bool // the request carries an Idempotency-Key: see httpDedupConflict
 	// keyedWrite: the request is a write, hedged for its key ([WithKeyedWrites]).
 	keyedWrite bool
+	// markPrimary: the primary's copy of the request gets the chain rule's mark
+	// (req has none), markValue its value.
+	markPrimary bool
+	markValue   [1]string
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
 }
@@ -268,8 +286,8 @@ func (p *httpAttempts) abandon(n int) {
 
 func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*http.Response, error) {
 	r := p.req.WithContext(ctx)
-	if n == 0 && !span.Recording() {
-		return p.t.base.RoundTrip(r)
+	if n == 0 {
+		return p.t.base.RoundTrip(p.primary(ctx, r, span.Recording()))
 	}
 	r.Header = p.req.Header.Clone()
 	if r.Header == nil {
@@ -277,9 +295,6 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	}
 	// The downstream's span is a child of this attempt's span.
 	record.InjectHTTP(ctx, r.Header)
-	if n == 0 {
-		return p.t.base.RoundTrip(r)
-	}
 	// A layer above (retry) may have counted attempts already: add to its count.
 	r.Header[attempts.Header] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(attempts.Header)) + n)}
 	if mark := p.t.h.cfg.markOf(n, p.keyedWrite); mark != "" {
@@ -289,6 +304,25 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 		r.Body, p.bodies[n] = p.bodies[n], nil
 	}
 	return p.t.base.RoundTrip(r)
+}
+
+// primary readies r, the primary's copy of the request: a header map of its own
+// when it gets the chain rule's mark, or the trace context of its attempt span
+// (traced), so that the downstream's span is that span's child.
+func (p *httpAttempts) primary(ctx context.Context, r *http.Request, traced bool) *http.Request {
+	if !p.markPrimary && !traced {
+		return r
+	}
+	r.Header = make(http.Header, len(p.req.Header)+3)
+	maps.Copy(r.Header, p.req.Header)
+	if p.markPrimary {
+		p.markValue[0] = attempts.CoveredValue
+		r.Header[attempts.CoveredHeader] = p.markValue[:]
+	}
+	if traced {
+		record.InjectHTTP(ctx, r.Header)
+	}
+	return r
 }
 
 // verdict is httpVerdict, but for a copy of a keyed request that the server's

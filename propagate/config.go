@@ -316,22 +316,37 @@ const (
 
 type inboundKey struct{}
 
-// inboundCtx carries a request's Inbound: one allocation where context.WithValue and
-// the Inbound it points to would be two.
+// inboundCtx carries a request's Inbound, and the chain rule's mark when the request
+// is covered (attempts.WithCovered): one allocation where context.WithValue and the
+// Inbound it points to would be two, and the mark a third.
 type inboundCtx struct {
 	context.Context
-	in Inbound
+	in      Inbound
+	covered bool
 }
 
 func (c *inboundCtx) Value(key any) any {
 	if key == (inboundKey{}) {
 		return &c.in
 	}
+	if c.covered && attempts.IsCoveredKey(key) {
+		return true
+	}
 	return c.Context.Value(key)
 }
 
-func withInbound(ctx context.Context, in Inbound) context.Context {
-	return &inboundCtx{Context: ctx, in: in}
+// withInbound returns ctx with in, and marked covered when covered.
+func withInbound(ctx context.Context, in Inbound, covered bool) context.Context {
+	return &inboundCtx{Context: ctx, in: in, covered: covered}
+}
+
+// withCovered returns ctx marked covered when covered (attempts.WithCovered), for a
+// request that gets no Inbound.
+func withCovered(ctx context.Context, covered bool) context.Context {
+	if covered {
+		return attempts.WithCovered(ctx)
+	}
+	return ctx
 }
 
 // InboundFromContext returns the inbound deadline the server middleware or interceptor

@@ -203,6 +203,7 @@ var doNotRetry = metadata.Pairs(pushback.Key, pushback.DoNotRetry)
 
 func (c *config) serverContext(ctx context.Context, stream bool) (context.Context, context.CancelFunc, error) {
 	trusted := c.trustGRPC == nil || c.trustGRPC(ctx)
+	covered := false
 	if !trusted {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			md = md.Copy()
@@ -212,16 +213,30 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 			delete(md, criticality.MetadataKey)
 			ctx = metadata.NewIncomingContext(ctx, md)
 		}
-	} else if attempts.Covers(firstValue(ctx, attempts.CoveredKey), firstValue(ctx, attempts.Key)) {
+	} else {
 		// A layer above may send this call again: its handler's calls are not
-		// hedged (the chain rule, package hedge).
-		ctx = attempts.WithCovered(ctx)
+		// hedged (the chain rule, package hedge). The mark goes on the context with
+		// the Inbound.
+		covered = coveredGRPC(ctx)
 	}
 	ctx, err := c.inboundLevel(ctx, metadata.ValueFromIncomingContext(ctx, criticality.MetadataKey))
 	if err != nil {
 		return ctx, nil, status.Error(codes.InvalidArgument, "propagate: "+err.Error())
 	}
-	return c.frameworkContext(ctx, SourceGRPCTimeout, metadata.ValueFromIncomingContext(ctx, envoyMetadataKey), stream)
+	var envoy []string
+	if c.trustEnvoy { // else never read: a lookup of a key that is absent visits every key
+		envoy = metadata.ValueFromIncomingContext(ctx, envoyMetadataKey)
+	}
+	return c.frameworkContext(ctx, SourceGRPCTimeout, envoy, stream, covered)
+}
+
+// coveredGRPC reports whether the incoming call of ctx is covered by a layer above
+// (attempts.Covers): its mark, or, with none, its attempt count, read only then.
+func coveredGRPC(ctx context.Context) bool {
+	if mark := firstValue(ctx, attempts.CoveredKey); mark != "" {
+		return attempts.Covers(mark, "")
+	}
+	return attempts.Covers("", firstValue(ctx, attempts.Key))
 }
 
 // frameworkContext applies the server's rules to a deadline that the framework
@@ -229,8 +244,9 @@ func (c *config) serverContext(ctx context.Context, stream bool) (context.Contex
 // itself: with none, the Envoy header's values envoy when trusted, else the default
 // budget; then the clamp, and the refusal of a request with no time left. The
 // framework's deadline stands unless the clamp cut it or none came. A stream gets no
-// default budget and the stream maximum for a clamp.
-func (c *config) frameworkContext(ctx context.Context, source string, envoy []string, stream bool) (context.Context, context.CancelFunc, error) {
+// default budget and the stream maximum for a clamp. covered: the request is covered
+// by a layer above (the chain rule), which the handler's context says.
+func (c *config) frameworkContext(ctx context.Context, source string, envoy []string, stream, covered bool) (context.Context, context.CancelFunc, error) {
 	var in Inbound
 	if left, has := deadline.Remaining(ctx); has {
 		in.Budget, in.Source = left, source
@@ -241,7 +257,7 @@ func (c *config) frameworkContext(ctx context.Context, source string, envoy []st
 	} else if d := c.defaultBudget(stream); d > 0 {
 		in.Budget, in.Source = d, SourceDefault
 	} else {
-		return ctx, noop, nil
+		return withCovered(ctx, covered), noop, nil
 	}
 	c.clamp(&in, stream)
 	if in.Budget <= 0 {
@@ -253,7 +269,7 @@ func (c *config) frameworkContext(ctx context.Context, source string, envoy []st
 		ctx, cancel = context.WithTimeout(ctx, in.Budget)
 	}
 	record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-	return withInbound(ctx, in), cancel, nil
+	return withInbound(ctx, in, covered), cancel, nil
 }
 
 // envoyTimeout reads the Envoy header's values vs, when the proxy is trusted.

@@ -194,28 +194,37 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
 			}
-			if attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header)) {
-				// A layer above may send this request again: its handler's calls
-				// are not hedged (the chain rule, package hedge).
-				r = r.WithContext(attempts.WithCovered(r.Context()))
-			}
+			// The handler's context, given to a copy of r once, at the end. A layer
+			// above may send this request again (covered): its handler's calls are
+			// not hedged (the chain rule, package hedge); the mark goes on the
+			// context with the Inbound.
+			ctx := r.Context()
+			covered := attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header))
 			in, found, err := c.readHTTP(r.Header)
 			if err != nil {
 				http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 				return
 			}
 			if vs := r.Header[HeaderCriticality]; len(vs) > 0 {
-				ctx, err := c.inboundLevel(r.Context(), vs)
-				if err != nil {
+				if ctx, err = c.inboundLevel(ctx, vs); err != nil {
 					http.Error(w, "propagate: "+err.Error(), http.StatusBadRequest)
 					return
 				}
-				r = r.WithContext(ctx)
 			}
-			stream := c.streamHTTP != nil && c.streamHTTP(r)
+			stream := false
+			if c.streamHTTP != nil {
+				if ctx = withCovered(ctx, covered); ctx != r.Context() {
+					r = r.WithContext(ctx) // the predicate sees the context the handler will
+				}
+				covered = false // on ctx already
+				stream = c.streamHTTP(r)
+			}
 			if !found {
 				d := c.defaultBudget(stream)
 				if d <= 0 {
+					if ctx = withCovered(ctx, covered); ctx != r.Context() {
+						r = r.WithContext(ctx)
+					}
 					next.ServeHTTP(w, r)
 					return
 				}
@@ -223,15 +232,15 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			}
 			c.clamp(&in, stream)
 			if in.Budget <= 0 {
-				record.Inbound(r.Context(), in.Budget, in.Source, in.Clamped)
+				record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
 				w.Header().Set(pushback.Key, pushback.DoNotRetry)
 				http.Error(w, "propagate: request arrived with no time left ("+in.Source+": "+deadline.Format(in.Budget)+")", http.StatusGatewayTimeout)
 				return
 			}
-			ctx, cancel := context.WithTimeout(r.Context(), in.Budget)
+			ctx, cancel := context.WithTimeout(ctx, in.Budget)
 			defer cancel()
 			record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-			ctx = withInbound(ctx, in)
+			ctx = withInbound(ctx, in, covered)
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}

@@ -75,13 +75,14 @@ func (c *config) rpcServer(ctx context.Context, in *rpc.Inbound, handle rpc.Hand
 // refuses, the Envoy, attempt and level headers are removed from h, which the
 // handler sees.
 func (c *config) rpcServerContext(ctx context.Context, h http.Header, stream bool) (context.Context, context.CancelFunc, error) {
+	covered := false
 	if c.trustGRPC != nil && !c.trustGRPC(ctx) {
 		h.Del(HeaderEnvoyTimeout)
 		h.Del(attempts.Header)
 		h.Del(attempts.CoveredHeader)
 		h.Del(HeaderCriticality)
-	} else if attempts.Covers(h.Get(attempts.CoveredHeader), h.Get(attempts.Header)) {
-		ctx = attempts.WithCovered(ctx) // the chain rule, package hedge
+	} else {
+		covered = attempts.Covers(h.Get(attempts.CoveredHeader), h.Get(attempts.Header)) // the chain rule, package hedge
 	}
 	ctx, err := c.inboundLevel(ctx, h.Values(HeaderCriticality))
 	if err != nil {
@@ -91,5 +92,5 @@ func (c *config) rpcServerContext(ctx context.Context, h http.Header, stream boo
 	if h.Get(HeaderConnectTimeout) != "" {
 		source = SourceConnectTimeout
 	}
-	return c.frameworkContext(ctx, source, h.Values(HeaderEnvoyTimeout), stream)
+	return c.frameworkContext(ctx, source, h.Values(HeaderEnvoyTimeout), stream, covered)
 }

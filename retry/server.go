@@ -61,11 +61,30 @@ func WithServingRetry(ctx context.Context) context.Context {
 func NewMiddleware() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			in := &inbound{retry: attempts.Parse(r.Header.Get(attempts.Key)) > 0}
-			r = r.WithContext(context.WithValue(r.Context(), inboundKey{}, in))
-			next.ServeHTTP(&pushbackWriter{ResponseWriter: w, in: in}, r)
+			sr := &servedRequest{Context: r.Context()}
+			if vs := r.Header[attempts.Header]; len(vs) > 0 { // the canonical name: Get would canonicalize Key
+				sr.in.retry = attempts.Parse(vs[0]) > 0
+			}
+			sr.w = pushbackWriter{ResponseWriter: w, in: &sr.in}
+			next.ServeHTTP(&sr.w, r.WithContext(sr))
 		})
 	}
+}
+
+// servedRequest is one request through [NewMiddleware]: the handler's context,
+// which holds the inbound state, and its response writer, in one allocation.
+type servedRequest struct {
+	context.Context
+	in inbound
+	w  pushbackWriter
+}
+
+// Value answers the inbound state's key, as context.WithValue would.
+func (s *servedRequest) Value(key any) any {
+	if key == (inboundKey{}) {
+		return &s.in
+	}
+	return s.Context.Value(key)
 }
 
 // pushbackWriter adds "do not retry" to a failure answer when an outbound retry layer
@@ -117,10 +136,9 @@ func (w *pushbackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		s := &serverCall{}
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get(attempts.Key); len(v) > 0 {
-				s.in.retry = attempts.Parse(v[0]) > 0
-			}
+		// One key's values, not a copy of the whole metadata.
+		if v := metadata.ValueFromIncomingContext(ctx, attempts.Key); len(v) > 0 {
+			s.in.retry = attempts.Parse(v[0]) > 0
 		}
 		hctx := context.WithValue(ctx, inboundKey{}, &s.in)
 		if s.ServerTransportStream = grpc.ServerTransportStreamFromContext(ctx); s.ServerTransportStream != nil {

@@ -126,6 +126,14 @@ func WithCovered(ctx context.Context) context.Context {
 	return context.WithValue(ctx, coveredKey{}, true)
 }
 
+// IsCoveredKey reports whether key is the context key of [WithCovered], for a
+// context type of another package that carries the mark along with its own value
+// (one allocation where two contexts would take two): its Value answers true for it.
+func IsCoveredKey(key any) bool {
+	_, ok := key.(coveredKey)
+	return ok
+}
+
 // Covered reports whether ctx serves a request a layer above may send again
 // ([WithCovered]).
 func Covered(ctx context.Context) bool {

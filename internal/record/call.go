@@ -97,13 +97,33 @@ func isClientSpan(span trace.Span) bool {
 
 func callSpanName(p Protocol, name string) string {
 	if p == GRPC {
-		return "Sent." + strings.ReplaceAll(strings.TrimPrefix(name, "/"), "/", ".")
+		if v, ok := grpcSpanNames.Load(name); ok {
+			return v.(string)
+		}
+		n := "Sent." + strings.ReplaceAll(strings.TrimPrefix(name, "/"), "/", ".")
+		if grpcSpanNameCount.Load() < maxGRPCSpanNames {
+			if _, loaded := grpcSpanNames.LoadOrStore(name, n); !loaded {
+				grpcSpanNameCount.Add(1)
+			}
+		}
+		return n
 	}
 	if name == "" {
 		return "GET"
 	}
 	return name
 }
+
+// grpcSpanNames remembers the call span name of each gRPC method met (building it
+// takes two allocations), up to maxGRPCSpanNames methods: a client calls a few
+// methods again and again, and a client that calls too many (the names come from
+// the caller) builds the others each time.
+var (
+	grpcSpanNames     sync.Map // full method → call span name
+	grpcSpanNameCount atomic.Int32
+)
+
+const maxGRPCSpanNames = 1024
 
 // callFrom returns the call ctx belongs to, as [StartCall] would join it.
 func callFrom(ctx context.Context) *callState {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -174,5 +175,25 @@ func TestRoundTripHTTPPanic(t *testing.T) {
 	spans := rec.Ended()
 	if len(spans) != 1 || spans[0].Status().Code != codes.Error || spans[0].Status().Description != ErrPanicked.Error() {
 		t.Fatalf("ended %d spans; want the call's, failed with %q", len(spans), ErrPanicked)
+	}
+}
+
+// TestCallSpanNameRemembered: a gRPC call span's name is the same whether built or
+// remembered, for methods past the cache's bound too.
+func TestCallSpanNameRemembered(t *testing.T) {
+	for i := range maxGRPCSpanNames + 10 {
+		method := "/pkg.Svc/M" + strconv.Itoa(i)
+		want := "Sent.pkg.Svc.M" + strconv.Itoa(i)
+		for range 2 {
+			if got := callSpanName(GRPC, method); got != want {
+				t.Fatalf("callSpanName(%q) = %q; want %q", method, got, want)
+			}
+		}
+	}
+	if n := grpcSpanNameCount.Load(); n > maxGRPCSpanNames {
+		t.Errorf("%d names remembered; want at most %d", n, maxGRPCSpanNames)
+	}
+	if got := callSpanName(HTTP, "POST"); got != "POST" {
+		t.Errorf("HTTP: %q", got)
 	}
 }

@@ -102,23 +102,21 @@ type MemoryStore struct {
 }
 
 // A shard holds its records without a pointer for the garbage collector to follow,
-// however many it holds: the records are numbers in one slice, found by their key's
-// hash in a map of numbers, and their keys, fingerprints, tokens and answers are
-// bytes of one buffer (data). Bytes once written to data are never written again (a
-// record's new bytes go after them; data's bytes of records that are gone are left
-// behind when data is compacted into a new buffer), so an [Entry] may hold them
-// after the shard's lock is released.
+// however many it holds: the records are numbers in chunks of a slice, found by
+// their key's hash in a map of numbers, and their keys, fingerprints, tokens and
+// answers are bytes in chunks ([memBytes]). Bytes once written are never written
+// again, so an [Entry] may hold them after the shard's lock is released.
 type memShard struct {
 	mu sync.Mutex
 	// idx holds the records by their key's hash, as indices in recs. A record whose
 	// hash another key's record holds in idx is in over, by its key (nil until
 	// there is one).
-	idx  map[uint64]uint32
-	over map[string]uint32
-	recs []memRec // recs[0] is no record: 0 is "none" in idx's lists
-	free []uint32 // indices in recs of no record, for the next one
-	data []byte
-	used int // the bytes of data the records hold; the others are left behind
+	idx   map[uint64]uint32
+	over  map[string]uint32
+	recs  []*[memRecChunk]memRec // record i is recs[i/memRecChunk][i%memRecChunk]
+	nrecs uint32                 // indices given out; 0 is no record ("none" in the lists)
+	free  []uint32               // indices of no record, for the next one
+	b     memBytes
 	// waits has the channel closed when the running record at an index stops
 	// running, made on the first Wait for it.
 	waits      map[uint32]chan struct{}
@@ -130,18 +128,20 @@ type memShard struct {
 	_      [16]byte // keep shards on their own cache lines
 }
 
-// memRec is a record: its key then its fingerprint at koff in its shard's data, its
-// token (running) or answer (done) at voff.
+// memRec is a record: its key then its fingerprint at k in its shard's bytes, its
+// token (running) or answer (done) at v.
 type memRec struct {
 	hash       uint64
 	expires    int64  // on the store's clock ([MemoryStore.clock])
 	seq        uint64 // done: completion order, from 1
-	koff, voff int
+	k, v       memRef
 	klen, flen uint32
 	vlen       uint32
-	prev, next uint32 // done records, as indices in recs
+	prev, next uint32 // done records, as indices
 	state      State  // Absent: no record (its index is free)
 }
+
+const memRecChunk = 256
 
 // memMaxValue bounds a key, a fingerprint, a token and an answer, whose lengths a
 // record keeps in 32 bits.
@@ -158,7 +158,8 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	s.reapAfter.Store(math.MinInt64) // the clock may read before 0: a clock of another bubble (testing/synctest)
 	for i := range s.shards {
 		s.shards[i].idx = map[uint64]uint32{}
-		s.shards[i].recs = make([]memRec, 1)
+		s.shards[i].nrecs = 1
+		s.shards[i].b.fill = -1
 		s.shards[i].oldest.Store(math.MaxUint64)
 	}
 	return s
@@ -207,18 +208,19 @@ func (s *MemoryStore) hash(key string) uint64 { return maphash.String(s.seed, ke
 
 func (s *MemoryStore) shard(h uint64) *memShard { return &s.shards[h%memShards] }
 
-// key is the key of the record at i, as bytes of data.
+// rec is the record at i.
+func (sh *memShard) rec(i uint32) *memRec { return &sh.recs[i/memRecChunk][i%memRecChunk] }
+
+// key is the key of the record at i.
 func (sh *memShard) key(i uint32) []byte {
-	r := &sh.recs[i]
-	return sh.data[r.koff : r.koff+int(r.klen)]
+	r := sh.rec(i)
+	return sh.b.at(r.k, r.klen)
 }
 
-// value is the token or the answer of the record at i, capped: an append to it
-// cannot reach data's next bytes.
+// value is the token or the answer of the record at i.
 func (sh *memShard) value(i uint32) []byte {
-	r := &sh.recs[i]
-	end := r.voff + int(r.vlen)
-	return sh.data[r.voff:end:end]
+	r := sh.rec(i)
+	return sh.b.at(r.v, r.vlen)
 }
 
 // get returns the index of key's record, whose hash is h, expired or not; 0 for
@@ -230,57 +232,54 @@ func (sh *memShard) get(h uint64, key string) uint32 {
 	return sh.over[key]
 }
 
-// reserve makes room in data for n more bytes. When data is full, it moves the
-// bytes records hold (and only those) to a new buffer of twice their size and n's:
-// data is at most twice the bytes held at its last move, and moving costs about
-// one copy of each byte written.
-func (sh *memShard) reserve(n int) {
-	if len(sh.data)+n <= cap(sh.data) {
-		return
+// grow adds n bytes, which the caller writes into dst; first, when a new chunk is
+// needed and the chunks hold more than twice the bytes records hold, it moves
+// those to new chunks.
+func (sh *memShard) grow(n int) (memRef, []byte) {
+	if !sh.b.fits(n) && sh.b.held > 2*sh.b.used+4*memChunk {
+		sh.compact()
 	}
-	data := make([]byte, 0, max(2*(sh.used+n), 4096))
-	for i := range sh.recs {
-		r := &sh.recs[i]
+	return sh.b.grow(n)
+}
+
+// compact moves the bytes records hold to new chunks, and leaves the others.
+func (sh *memShard) compact() {
+	old := sh.b
+	sh.b = memBytes{fill: -1}
+	for i := uint32(1); i < sh.nrecs; i++ {
+		r := sh.rec(i)
 		if r.state == Absent {
 			continue
 		}
-		v := sh.value(uint32(i))
-		k := sh.data[r.koff : r.koff+int(r.klen+r.flen)]
-		r.koff, data = len(data), append(data, k...)
-		r.voff, data = len(data), append(data, v...)
+		k, v := old.at(r.k, r.klen+r.flen), old.at(r.v, r.vlen)
+		var dst []byte
+		r.k, dst = sh.b.grow(len(k))
+		copy(dst, k)
+		r.v, dst = sh.b.grow(len(v))
+		copy(dst, v)
 	}
-	sh.data = data
-}
-
-// write adds b to data and returns its offset; reserve made room for it.
-func (sh *memShard) write(b ...string) int {
-	off := len(sh.data)
-	for _, s := range b {
-		sh.data = append(sh.data, s...)
-	}
-	return off
 }
 
 // put adds a running record of key, whose hash is h and which sh does not hold,
 // and returns its index.
 func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
-	n := len(key) + len(l.Fingerprint) + len(l.Token)
-	sh.reserve(n)
-	sh.used += n
 	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(len(l.Fingerprint)), vlen: uint32(len(l.Token)), state: Running}
-	r.koff = sh.write(key, l.Fingerprint)
-	r.voff = sh.write(l.Token)
+	ref, dst := sh.grow(len(key) + len(l.Fingerprint) + len(l.Token)) // one place: a move in between would leave one behind
+	n := copy(dst, key)
+	n += copy(dst[n:], l.Fingerprint)
+	copy(dst[n:], l.Token)
+	r.k, r.v = ref, memRef{ref.chunk, ref.off + uint32(n)}
 	var i uint32
 	if k := len(sh.free); k > 0 {
 		i, sh.free = sh.free[k-1], sh.free[:k-1]
-		sh.recs[i] = r
 	} else {
-		i = uint32(len(sh.recs))
-		if i == uint32(cap(sh.recs)) { // twice as many: append grows a large slice by a quarter
-			sh.recs = append(make([]memRec, 0, 2*i), sh.recs...)
+		i = sh.nrecs
+		sh.nrecs++
+		if i/memRecChunk == uint32(len(sh.recs)) {
+			sh.recs = append(sh.recs, new([memRecChunk]memRec))
 		}
-		sh.recs = append(sh.recs, r)
 	}
+	*sh.rec(i) = r
 	if _, taken := sh.idx[h]; !taken {
 		sh.idx[h] = i
 		return i
@@ -299,7 +298,7 @@ func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) uint32
 	if i == 0 {
 		return 0
 	}
-	if now < sh.recs[i].expires {
+	if now < sh.rec(i).expires {
 		return i
 	}
 	s.remove(sh, i)
@@ -308,7 +307,7 @@ func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) uint32
 
 // remove takes the record at i out of sh and out of the store's counts.
 func (s *MemoryStore) remove(sh *memShard, i uint32) {
-	r := &sh.recs[i]
+	r := sh.rec(i)
 	if sh.idx[r.hash] == i {
 		delete(sh.idx, r.hash)
 	} else {
@@ -321,7 +320,8 @@ func (s *MemoryStore) remove(sh *memShard, i uint32) {
 		sh.bytes -= size
 		s.bytes.Add(-size)
 	}
-	sh.used -= int(r.klen + r.flen + r.vlen)
+	sh.b.free(r.k, r.klen+r.flen)
+	sh.b.free(r.v, r.vlen)
 	*r = memRec{}
 	sh.free = append(sh.free, i)
 	sh.wake(i)
@@ -336,31 +336,31 @@ func (sh *memShard) wake(i uint32) {
 }
 
 func (sh *memShard) append(i uint32) {
-	r := &sh.recs[i]
+	r := sh.rec(i)
 	if sh.tail == 0 {
 		sh.head, sh.tail = i, i
 		sh.oldest.Store(r.seq)
 		return
 	}
 	r.prev = sh.tail
-	sh.recs[sh.tail].next = i
+	sh.rec(sh.tail).next = i
 	sh.tail = i
 }
 
 func (sh *memShard) unlink(i uint32) {
-	r := &sh.recs[i]
+	r := sh.rec(i)
 	if r.prev != 0 {
-		sh.recs[r.prev].next = r.next
+		sh.rec(r.prev).next = r.next
 	} else {
 		sh.head = r.next
 		if sh.head != 0 {
-			sh.oldest.Store(sh.recs[sh.head].seq)
+			sh.oldest.Store(sh.rec(sh.head).seq)
 		} else {
 			sh.oldest.Store(math.MaxUint64)
 		}
 	}
 	if r.next != 0 {
-		sh.recs[r.next].prev = r.prev
+		sh.rec(r.next).prev = r.prev
 	} else {
 		sh.tail = r.prev
 	}
@@ -369,7 +369,7 @@ func (sh *memShard) unlink(i uint32) {
 
 // sweep removes sh's expired answers from its front.
 func (s *MemoryStore) sweep(sh *memShard, now int64) {
-	for i := sh.head; i != 0 && now >= sh.recs[i].expires; i = sh.head {
+	for i := sh.head; i != 0 && now >= sh.rec(i).expires; i = sh.head {
 		s.remove(sh, i)
 	}
 }
@@ -377,10 +377,10 @@ func (s *MemoryStore) sweep(sh *memShard, now int64) {
 // entry is the record at i as an [Entry]: its fingerprint and answer are data's
 // bytes, which are never written again.
 func (sh *memShard) entry(i uint32, now int64) Entry {
-	r := &sh.recs[i]
+	r := sh.rec(i)
 	e := Entry{State: r.state, Left: time.Duration(r.expires - now)}
 	if r.flen > 0 {
-		e.Fingerprint = unsafe.String(&sh.data[r.koff+int(r.klen)], r.flen)
+		e.Fingerprint = unsafe.String(&sh.b.at(r.k, r.klen+r.flen)[r.klen], r.flen)
 	}
 	if r.state == Done {
 		e.Answer = sh.value(i)
@@ -390,7 +390,7 @@ func (sh *memShard) entry(i uint32, now int64) Entry {
 
 // token reports whether the record at i runs with token.
 func (sh *memShard) token(i uint32, token string) bool {
-	return i != 0 && sh.recs[i].state == Running && string(sh.value(i)) == token
+	return i != 0 && sh.rec(i).state == Running && string(sh.value(i)) == token
 }
 
 // dropOldest removes the store's oldest answer: evicted (and counted) if its
@@ -411,7 +411,7 @@ func (s *MemoryStore) dropOldest(now int64) bool {
 		sh.mu.Lock()
 		i := sh.head // the oldest, unless another call took it since
 		if i != 0 {
-			if now < sh.recs[i].expires {
+			if now < sh.rec(i).expires {
 				s.evicted.Add(1)
 			}
 			s.remove(sh, i)
@@ -436,11 +436,11 @@ func (s *MemoryStore) reapLeases(now int64) bool {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for j := 1; j < len(sh.recs); j++ {
-			switch r := &sh.recs[j]; {
+		for j := uint32(1); j < sh.nrecs; j++ {
+			switch r := sh.rec(j); {
 			case r.state != Running:
 			case now >= r.expires:
-				s.remove(sh, uint32(j))
+				s.remove(sh, j)
 				reaped = true
 			default:
 				s.leaseEnds(r.expires)
@@ -524,11 +524,11 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 			return ErrAnswerTooLarge
 		}
 	}
-	sh.reserve(len(answer))
-	r := &sh.recs[i]
-	sh.used += len(answer) - int(r.vlen) // the token's bytes are left behind
-	r.voff, r.vlen = len(sh.data), uint32(len(answer))
-	sh.data = append(sh.data, answer...)
+	ref, dst := sh.grow(len(answer))
+	copy(dst, answer)
+	r := sh.rec(i) // after grow, which may move its token
+	sh.b.free(r.v, r.vlen)
+	r.v, r.vlen = ref, uint32(len(answer))
 	r.expires, r.seq, r.state = after(now, retain), s.seq.Add(1), Done
 	sh.bytes += size
 	sh.append(i)
@@ -584,7 +584,7 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 		now := s.clock()
 		sh.mu.Lock()
 		i := s.live(sh, h, key, now)
-		if i == 0 || sh.recs[i].state != Running {
+		if i == 0 || sh.rec(i).state != Running {
 			var cur Entry
 			if i != 0 {
 				cur = sh.entry(i, now)
@@ -600,7 +600,7 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 			ch = make(chan struct{})
 			sh.waits[i] = ch
 		}
-		left := time.Duration(sh.recs[i].expires - now)
+		left := time.Duration(sh.rec(i).expires - now)
 		sh.mu.Unlock()
 		t := time.NewTimer(left)
 		select {

@@ -136,10 +136,13 @@ func BenchmarkInProcess(b *testing.B) {
 			before, ran := s.rt.n.Load(), handled.Load()
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := cpuTime()
 			for i := range b.N {
 				serve(keys.at(i))
 			}
+			cpu = cpuTime() - cpu
 			b.StopTimer()
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op") // less moved by other processes than ns/op
 			b.ReportMetric(float64(handled.Load()-ran)/float64(b.N), "runs/op")
 			if v.rt {
 				b.ReportMetric(float64(s.rt.n.Load()-before)/float64(b.N), "redis-rt/op")

@@ -37,9 +37,9 @@ func WithMaxEntries(n int) MemoryOption {
 }
 
 // WithMaxBytes bounds the bytes of the answers (and their keys) a [MemoryStore]
-// keeps. One answer may take at most 1/32 of it: a larger one is refused with
-// [ErrAnswerTooLarge], so that no single answer evicts more than a small share of
-// the others. Default [DefaultMaxBytes] (64 MiB).
+// keeps. One answer may take at most 1/32 of it (and at most 4 GiB): a larger one
+// is refused with [ErrAnswerTooLarge], so that no single answer evicts more than a
+// small share of the others. Default [DefaultMaxBytes] (64 MiB).
 func WithMaxBytes(n int) MemoryOption {
 	return func(s *MemoryStore) {
 		if n > 0 {

@@ -311,12 +311,14 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, b []byte, how rea
 	if rec.status == 0 {
 		rec.snapshot(http.StatusOK)
 	}
-	ans, total, keepable := rec.answer(r.Method == http.MethodHead)
+	_, copies := c.store.(*MemoryStore) // it copies the answer before Complete returns
+	ans, total, keepable := rec.answer(r.Method == http.MethodHead, copies)
 	var notKept func() []byte // on the stack: complete does not keep it
 	if keepable {
 		notKept = func() []byte { return encodeNotKept(rec.status, total) }
 	}
 	c.complete(ctx, t, ans, notKept)
+	rec.seal() // the answer lent to a store that copies it
 	c.report(ctx, outFirst, t)
 }
 
@@ -535,7 +537,11 @@ func (w *recorder) Write(b []byte) (int, error) {
 // as most do, leaves a shorter body); one whose body does not match its
 // Content-Length was cut short as well. Neither is the answer: a record saying it
 // was not kept is stored instead, so that a repeat is refused, never run again.
-func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
+//
+// With lend, for a store that copies the answer before Complete returns, the answer
+// may be the recorder's own buffer, and the recording is not sealed: the caller
+// seals it when the store has its copy.
+func (w *recorder) answer(head, lend bool) (ans []byte, total int, keepable bool) {
 	whole := !w.failed
 	if w.declared >= 0 && !head && bodyAllowed(w.status) {
 		whole = int64(w.size) == w.declared
@@ -553,7 +559,7 @@ func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
 		ans, keepable = encodeNotKeptWhy(w.status, w.size, whyIncomplete), false
 	case over || total > w.max:
 		ans, keepable = encodeNotKept(w.status, total), false
-	case cap(ans) != len(ans) || w.buf != nil:
+	case !lend && (cap(ans) != len(ans) || w.buf != nil):
 		// Its own (not the pooled buffer's, which seal gives back, even when the
 		// answer fills it exactly), of its own length: a store may keep it for the
 		// whole retention.
@@ -561,7 +567,9 @@ func (w *recorder) answer(head bool) (ans []byte, total int, keepable bool) {
 	default:
 		keepable = true
 	}
-	w.seal()
+	if !lend {
+		w.seal()
+	}
 	return ans, total, keepable
 }
 

@@ -136,27 +136,29 @@ func quotedKey(v string) (string, error) {
 }
 
 // setFingerprint sets t.key (t.inbound in ctx's scope, as [core.storeKey] writes
-// it) and t.fp (sum in hex) in one string, which a store's record keeps for its
-// retention, and gives t its lease token, a string of its own (a record keeps it
-// only while it runs). The formats are [newToken]'s and a SHA-256 in hex, as ever
-// (a shared Redis holds records of older versions).
+// it), t.fp (sum in hex) and t.token (a new lease token) in one string: one
+// allocation for the three. The formats are [newToken]'s and a SHA-256 in hex, as
+// ever (a shared Redis holds records of older versions).
 func (c *core) setFingerprint(ctx context.Context, t *ticket, sum *[sha256.Size]byte) {
 	scope := c.scope(ctx)
 	var fp [2 * sha256.Size]byte
 	hex.Encode(fp[:], sum[:])
+	var token [tokenLen]byte
+	putToken(&token)
 	var lenBuf [20]byte
 	n := strconv.AppendInt(lenBuf[:0], int64(len(scope)), 10)
 	k := len(n) + 1 + len(scope) + 1 + len(t.inbound)
 	var b strings.Builder
-	b.Grow(k + len(fp))
+	b.Grow(k + len(fp) + len(token))
 	b.Write(n)
 	b.WriteByte(':')
 	b.WriteString(scope)
 	b.WriteByte(':')
 	b.WriteString(t.inbound)
 	b.Write(fp[:])
+	b.Write(token[:])
 	s := b.String()
-	t.key, t.fp, t.token = s[:k], s[k:], newToken()
+	t.key, t.fp, t.token = s[:k], s[k:k+len(fp)], s[k+len(fp):]
 }
 
 // badChar names the character that starts at byte i of v, as the user typed it: the

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Defaults of a [MemoryStore]'s bounds.
@@ -35,9 +37,9 @@ func WithMaxEntries(n int) MemoryOption {
 }
 
 // WithMaxBytes bounds the bytes of the answers (and their keys) a [MemoryStore]
-// keeps. One answer may take at most 1/32 of it: a larger one is refused with
-// [ErrAnswerTooLarge], so that no single answer evicts more than a small share of
-// the others. Default [DefaultMaxBytes] (64 MiB).
+// keeps. One answer may take at most 1/32 of it (and at most 4 GiB): a larger one
+// is refused with [ErrAnswerTooLarge], so that no single answer evicts more than a
+// small share of the others. Default [DefaultMaxBytes] (64 MiB).
 func WithMaxBytes(n int) MemoryOption {
 	return func(s *MemoryStore) {
 		if n > 0 {
@@ -99,14 +101,26 @@ type MemoryStore struct {
 	shards    [memShards]memShard
 }
 
+// A shard holds its records without a pointer for the garbage collector to follow,
+// however many it holds: the records are numbers in chunks of a slice, found by
+// their key's hash in a map of numbers, and their keys, fingerprints, tokens and
+// answers are bytes in chunks ([memBytes]). Bytes once written are never written
+// again, so an [Entry] may hold them after the shard's lock is released.
 type memShard struct {
 	mu sync.Mutex
-	// m holds the records by their key's hash: a map that grows rehashes its
-	// slots, not its keys, and a slot holds no string. A record whose hash another
-	// key's record holds in m is in over, by its key (nil until there is one).
-	m          map[uint64]*memEntry
-	over       map[string]*memEntry
-	head, tail *memEntry // done entries, oldest completed first
+	// idx holds the records by their key's hash, as indices in recs. A record whose
+	// hash another key's record holds in idx is in over, by its key (nil until
+	// there is one).
+	idx   map[uint64]uint32
+	over  map[string]uint32
+	recs  []*[memRecChunk]memRec // record i is recs[i/memRecChunk][i%memRecChunk]
+	nrecs uint32                 // indices given out; 0 is no record ("none" in the lists)
+	free  []uint32               // indices of no record, for the next one
+	b     memBytes
+	// waits has the channel closed when the running record at an index stops
+	// running, made on the first Wait for it.
+	waits      map[uint32]chan struct{}
+	head, tail uint32 // done records, oldest completed first
 	bytes      int64
 	// oldest is head's completion sequence number (math.MaxUint64 when there is no
 	// head), read without the lock to find the store's oldest answer.
@@ -114,24 +128,24 @@ type memShard struct {
 	_      [16]byte // keep shards on their own cache lines
 }
 
-type memEntry struct {
-	key        string
-	token, fp  string // token: running only
+// memRec is a record: its key then its fingerprint at k in its shard's bytes, its
+// token (running) or answer (done) at v.
+type memRec struct {
+	hash       uint64
 	expires    int64  // on the store's clock ([MemoryStore.clock])
-	answer     []byte
-	seq        uint64        // done: completion order, from 1; 0 while running
-	done       chan struct{} // running: closed when it stops running (made on first Wait)
-	prev, next *memEntry
+	seq        uint64 // done: completion order, from 1
+	k, v       memRef
+	klen, flen uint32
+	vlen       uint32
+	prev, next uint32 // done records, as indices
+	state      State  // Absent: no record (its index is free)
 }
 
-// state is e's: [Done] once it has a completion order, [Running] before (a
-// removed record is read by no one).
-func (e *memEntry) state() State {
-	if e.seq != 0 {
-		return Done
-	}
-	return Running
-}
+const memRecChunk = 256
+
+// memMaxValue bounds a key, a fingerprint, a token and an answer, whose lengths a
+// record keeps in 32 bits.
+const memMaxValue = math.MaxUint32
 
 // NewMemoryStore returns an empty [MemoryStore].
 func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
@@ -143,7 +157,9 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	}
 	s.reapAfter.Store(math.MinInt64) // the clock may read before 0: a clock of another bubble (testing/synctest)
 	for i := range s.shards {
-		s.shards[i].m = map[uint64]*memEntry{}
+		s.shards[i].idx = map[uint64]uint32{}
+		s.shards[i].nrecs = 1
+		s.shards[i].b.fill = -1
 		s.shards[i].oldest.Store(math.MaxUint64)
 	}
 	return s
@@ -164,7 +180,7 @@ func (s *MemoryStore) Stats() MemoryStats {
 	st := MemoryStats{Evicted: int(s.evicted.Load())}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		st.Entries += len(sh.m) + len(sh.over)
+		st.Entries += len(sh.idx) + len(sh.over)
 		st.Bytes += int(sh.bytes)
 		sh.mu.Unlock()
 	}
@@ -192,97 +208,189 @@ func (s *MemoryStore) hash(key string) uint64 { return maphash.String(s.seed, ke
 
 func (s *MemoryStore) shard(h uint64) *memShard { return &s.shards[h%memShards] }
 
-// get returns key's record, whose hash is h, expired or not.
-func (sh *memShard) get(h uint64, key string) *memEntry {
-	if e := sh.m[h]; e != nil && e.key == key {
-		return e
+// rec is the record at i.
+func (sh *memShard) rec(i uint32) *memRec { return &sh.recs[i/memRecChunk][i%memRecChunk] }
+
+// key is the key of the record at i.
+func (sh *memShard) key(i uint32) []byte {
+	r := sh.rec(i)
+	return sh.b.at(r.k, r.klen)
+}
+
+// value is the token or the answer of the record at i.
+func (sh *memShard) value(i uint32) []byte {
+	r := sh.rec(i)
+	return sh.b.at(r.v, r.vlen)
+}
+
+// get returns the index of key's record, whose hash is h, expired or not; 0 for
+// none.
+func (sh *memShard) get(h uint64, key string) uint32 {
+	if i := sh.idx[h]; i != 0 && string(sh.key(i)) == key {
+		return i
 	}
 	return sh.over[key]
 }
 
-// put adds e, whose key's hash is h and which sh does not hold.
-func (sh *memShard) put(h uint64, e *memEntry) {
-	if _, taken := sh.m[h]; !taken {
-		sh.m[h] = e
-		return
+// grow adds n bytes, which the caller writes into dst; first, when a new chunk is
+// needed and the chunks hold more than twice the bytes records hold, it moves
+// those to new chunks.
+func (sh *memShard) grow(n int) (memRef, []byte) {
+	if !sh.b.fits(n) && sh.b.held > 2*sh.b.used+4*memChunk {
+		sh.compact()
+	}
+	return sh.b.grow(n)
+}
+
+// compact moves the bytes records hold to new chunks, and leaves the others.
+func (sh *memShard) compact() {
+	old := sh.b
+	sh.b = memBytes{fill: -1}
+	for i := uint32(1); i < sh.nrecs; i++ {
+		r := sh.rec(i)
+		if r.state == Absent {
+			continue
+		}
+		k, v := old.at(r.k, r.klen+r.flen), old.at(r.v, r.vlen)
+		var dst []byte
+		r.k, dst = sh.b.grow(len(k))
+		copy(dst, k)
+		r.v, dst = sh.b.grow(len(v))
+		copy(dst, v)
+	}
+}
+
+// put adds a running record of key, whose hash is h and which sh does not hold,
+// and returns its index.
+func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
+	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(len(l.Fingerprint)), vlen: uint32(len(l.Token)), state: Running}
+	ref, dst := sh.grow(len(key) + len(l.Fingerprint) + len(l.Token)) // one place: a move in between would leave one behind
+	n := copy(dst, key)
+	n += copy(dst[n:], l.Fingerprint)
+	copy(dst[n:], l.Token)
+	r.k, r.v = ref, memRef{ref.chunk, ref.off + uint32(n)}
+	var i uint32
+	if k := len(sh.free); k > 0 {
+		i, sh.free = sh.free[k-1], sh.free[:k-1]
+	} else {
+		i = sh.nrecs
+		sh.nrecs++
+		if i/memRecChunk == uint32(len(sh.recs)) {
+			sh.recs = append(sh.recs, new([memRecChunk]memRec))
+		}
+	}
+	*sh.rec(i) = r
+	if _, taken := sh.idx[h]; !taken {
+		sh.idx[h] = i
+		return i
 	}
 	if sh.over == nil {
-		sh.over = map[string]*memEntry{}
+		sh.over = map[string]uint32{}
 	}
-	sh.over[e.key] = e
+	sh.over[strings.Clone(key)] = i
+	return i
 }
 
-// live returns key's entry (its hash h) if it has not expired, removing it if it
-// has.
-func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) *memEntry {
-	e := sh.get(h, key)
-	if e == nil {
-		return nil
+// live returns the index of key's record (its hash h) if it has not expired,
+// removing it if it has; 0 for none.
+func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) uint32 {
+	i := sh.get(h, key)
+	if i == 0 {
+		return 0
 	}
-	if now < e.expires {
-		return e
+	if now < sh.rec(i).expires {
+		return i
 	}
-	s.remove(sh, e)
-	return nil
+	s.remove(sh, i)
+	return 0
 }
 
-// remove takes e out of sh and out of the store's counts.
-func (s *MemoryStore) remove(sh *memShard, e *memEntry) {
-	if h := s.hash(e.key); sh.m[h] == e {
-		delete(sh.m, h)
+// remove takes the record at i out of sh and out of the store's counts.
+func (s *MemoryStore) remove(sh *memShard, i uint32) {
+	r := sh.rec(i)
+	if sh.idx[r.hash] == i {
+		delete(sh.idx, r.hash)
 	} else {
-		delete(sh.over, e.key)
+		delete(sh.over, string(sh.key(i)))
 	}
 	s.entries.Add(-1)
-	if e.state() == Done {
-		sh.unlink(e)
-		size := int64(len(e.answer) + len(e.key))
+	if r.state == Done {
+		sh.unlink(i)
+		size := int64(r.vlen + r.klen)
 		sh.bytes -= size
 		s.bytes.Add(-size)
 	}
-	if e.done != nil {
-		close(e.done)
-		e.done = nil
+	sh.b.free(r.k, r.klen+r.flen)
+	sh.b.free(r.v, r.vlen)
+	*r = memRec{}
+	sh.free = append(sh.free, i)
+	sh.wake(i)
+}
+
+// wake closes the channel of those waiting for the record at i to stop running.
+func (sh *memShard) wake(i uint32) {
+	if ch, ok := sh.waits[i]; ok {
+		close(ch)
+		delete(sh.waits, i)
 	}
 }
 
-func (sh *memShard) append(e *memEntry) {
-	if sh.tail == nil {
-		sh.head, sh.tail = e, e
-		sh.oldest.Store(e.seq)
+func (sh *memShard) append(i uint32) {
+	r := sh.rec(i)
+	if sh.tail == 0 {
+		sh.head, sh.tail = i, i
+		sh.oldest.Store(r.seq)
 		return
 	}
-	e.prev, sh.tail.next, sh.tail = sh.tail, e, e
+	r.prev = sh.tail
+	sh.rec(sh.tail).next = i
+	sh.tail = i
 }
 
-func (sh *memShard) unlink(e *memEntry) {
-	if e.prev != nil {
-		e.prev.next = e.next
+func (sh *memShard) unlink(i uint32) {
+	r := sh.rec(i)
+	if r.prev != 0 {
+		sh.rec(r.prev).next = r.next
 	} else {
-		sh.head = e.next
-		if sh.head != nil {
-			sh.oldest.Store(sh.head.seq)
+		sh.head = r.next
+		if sh.head != 0 {
+			sh.oldest.Store(sh.rec(sh.head).seq)
 		} else {
 			sh.oldest.Store(math.MaxUint64)
 		}
 	}
-	if e.next != nil {
-		e.next.prev = e.prev
+	if r.next != 0 {
+		sh.rec(r.next).prev = r.prev
 	} else {
-		sh.tail = e.prev
+		sh.tail = r.prev
 	}
-	e.prev, e.next = nil, nil
+	r.prev, r.next = 0, 0
 }
 
 // sweep removes sh's expired answers from its front.
 func (s *MemoryStore) sweep(sh *memShard, now int64) {
-	for e := sh.head; e != nil && now >= e.expires; e = sh.head {
-		s.remove(sh, e)
+	for i := sh.head; i != 0 && now >= sh.rec(i).expires; i = sh.head {
+		s.remove(sh, i)
 	}
 }
 
-func (e *memEntry) entry(now int64) Entry {
-	return Entry{State: e.state(), Fingerprint: e.fp, Left: time.Duration(e.expires - now), Answer: e.answer}
+// entry is the record at i as an [Entry]: its fingerprint and answer are data's
+// bytes, which are never written again.
+func (sh *memShard) entry(i uint32, now int64) Entry {
+	r := sh.rec(i)
+	e := Entry{State: r.state, Left: time.Duration(r.expires - now)}
+	if r.flen > 0 {
+		e.Fingerprint = unsafe.String(&sh.b.at(r.k, r.klen+r.flen)[r.klen], r.flen)
+	}
+	if r.state == Done {
+		e.Answer = sh.value(i)
+	}
+	return e
+}
+
+// token reports whether the record at i runs with token.
+func (sh *memShard) token(i uint32, token string) bool {
+	return i != 0 && sh.rec(i).state == Running && string(sh.value(i)) == token
 }
 
 // dropOldest removes the store's oldest answer: evicted (and counted) if its
@@ -301,15 +409,15 @@ func (s *MemoryStore) dropOldest(now int64) bool {
 		}
 		sh := &s.shards[best]
 		sh.mu.Lock()
-		e := sh.head // the oldest, unless another call took it since
-		if e != nil {
-			if now < e.expires {
+		i := sh.head // the oldest, unless another call took it since
+		if i != 0 {
+			if now < sh.rec(i).expires {
 				s.evicted.Add(1)
 			}
-			s.remove(sh, e)
+			s.remove(sh, i)
 		}
 		sh.mu.Unlock()
-		if e != nil {
+		if i != 0 {
 			return true
 		}
 	}
@@ -328,26 +436,17 @@ func (s *MemoryStore) reapLeases(now int64) bool {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		reaped = reapShard(s, sh, sh.m, now) || reaped
-		reaped = reapShard(s, sh, sh.over, now) || reaped
-		sh.mu.Unlock()
-	}
-	return reaped
-}
-
-// reapShard removes the leases of m, one of sh's maps, that have ended, and
-// reports whether it removed one.
-func reapShard[K comparable](s *MemoryStore, sh *memShard, m map[K]*memEntry, now int64) bool {
-	reaped := false
-	for _, e := range m {
-		switch {
-		case e.state() != Running:
-		case now >= e.expires:
-			s.remove(sh, e)
-			reaped = true
-		default:
-			s.leaseEnds(e.expires)
+		for j := uint32(1); j < sh.nrecs; j++ {
+			switch r := sh.rec(j); {
+			case r.state != Running:
+			case now >= r.expires:
+				s.remove(sh, j)
+				reaped = true
+			default:
+				s.leaseEnds(r.expires)
+			}
 		}
+		sh.mu.Unlock()
 	}
 	return reaped
 }
@@ -370,8 +469,8 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := s.live(sh, h, key, now); e != nil {
-		return false, e.entry(now), nil
+	if i := s.live(sh, h, key, now); i != 0 {
+		return false, sh.entry(i, now), nil
 	}
 	s.sweep(sh, now)
 	if s.entries.Add(1) > s.maxEntries {
@@ -380,43 +479,43 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 		sh.mu.Unlock()
 		room := s.dropOldest(now) || s.reapLeases(now)
 		sh.mu.Lock()
-		if e := s.live(sh, h, key, now); e != nil || !room {
+		if i := s.live(sh, h, key, now); i != 0 || !room {
 			s.entries.Add(-1)
-			if e != nil {
-				return false, e.entry(now), nil
+			if i != 0 {
+				return false, sh.entry(i, now), nil
 			}
 			return false, Entry{}, ErrStoreFull
 		}
 	}
-	e := &memEntry{key: key, token: l.Token, fp: l.Fingerprint, expires: after(now, l.TTL)}
-	sh.put(h, e)
-	s.leaseEnds(e.expires)
+	expires := after(now, l.TTL)
+	sh.put(h, key, l, expires)
+	s.leaseEnds(expires)
 	return true, Entry{}, nil
 }
 
 // Complete implements [Store]. It adds no record, so it evicts only for bytes: the
 // oldest answers, while the store's bytes and the new answer's would pass
 // [WithMaxBytes]. An answer (with its key) of more than 1/32 of WithMaxBytes is
-// refused with [ErrAnswerTooLarge].
+// refused with [ErrAnswerTooLarge]. It keeps a copy of answer.
 func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []byte, retain time.Duration) error {
 	h := s.hash(key)
 	sh := s.shard(h)
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.live(sh, h, key, now)
-	if e == nil || e.state() != Running || e.token != token {
+	i := s.live(sh, h, key, now)
+	if !sh.token(i, token) {
 		return ErrLeaseLost
 	}
 	size := int64(len(answer) + len(key))
-	if size > (s.maxBytes+memAnswerShare-1)/memAnswerShare {
+	if size > (s.maxBytes+memAnswerShare-1)/memAnswerShare || len(answer) > memMaxValue {
 		return ErrAnswerTooLarge
 	}
 	if s.bytes.Add(size) > s.maxBytes {
 		sh.mu.Unlock()
 		fits := s.dropUntilFits(now)
 		sh.mu.Lock()
-		if e = s.live(sh, h, key, now); e == nil || e.state() != Running || e.token != token {
+		if i = s.live(sh, h, key, now); !sh.token(i, token) {
 			s.bytes.Add(-size)
 			return ErrLeaseLost
 		}
@@ -425,14 +524,15 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 			return ErrAnswerTooLarge
 		}
 	}
-	e.answer, e.expires, e.seq = answer, after(now, retain), s.seq.Add(1) // Complete's caller gives answer up: done
-	e.token = ""                                                          // a done record has no lease
+	ref, dst := sh.grow(len(answer))
+	copy(dst, answer)
+	r := sh.rec(i) // after grow, which may move its token
+	sh.b.free(r.v, r.vlen)
+	r.v, r.vlen = ref, uint32(len(answer))
+	r.expires, r.seq, r.state = after(now, retain), s.seq.Add(1), Done
 	sh.bytes += size
-	sh.append(e)
-	if e.done != nil {
-		close(e.done)
-		e.done = nil
-	}
+	sh.append(i)
+	sh.wake(i)
 	return nil
 }
 
@@ -454,11 +554,11 @@ func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.live(sh, h, key, now)
-	if e == nil || e.state() != Running || e.token != token {
+	i := s.live(sh, h, key, now)
+	if !sh.token(i, token) {
 		return ErrLeaseLost
 	}
-	s.remove(sh, e)
+	s.remove(sh, i)
 	return nil
 }
 
@@ -469,8 +569,8 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := s.live(sh, h, key, now); e != nil {
-		return e.entry(now), nil
+	if i := s.live(sh, h, key, now); i != 0 {
+		return sh.entry(i, now), nil
 	}
 	return Entry{}, nil
 }
@@ -483,19 +583,24 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 	for {
 		now := s.clock()
 		sh.mu.Lock()
-		e := s.live(sh, h, key, now)
-		if e == nil || e.state() != Running {
+		i := s.live(sh, h, key, now)
+		if i == 0 || sh.rec(i).state != Running {
 			var cur Entry
-			if e != nil {
-				cur = e.entry(now)
+			if i != 0 {
+				cur = sh.entry(i, now)
 			}
 			sh.mu.Unlock()
 			return cur, nil
 		}
-		if e.done == nil {
-			e.done = make(chan struct{})
+		ch := sh.waits[i]
+		if ch == nil {
+			if sh.waits == nil {
+				sh.waits = map[uint32]chan struct{}{}
+			}
+			ch = make(chan struct{})
+			sh.waits[i] = ch
 		}
-		ch, left := e.done, time.Duration(e.expires-now)
+		left := time.Duration(sh.rec(i).expires - now)
 		sh.mu.Unlock()
 		t := time.NewTimer(left)
 		select {

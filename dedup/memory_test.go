@@ -535,3 +535,100 @@ func TestMemoryStoreContractNarrowHash(t *testing.T) {
 		return s
 	}, storecheck.FakeTime(), storecheck.WithNotice(0), storecheck.WithOps(300))
 }
+
+// TestMemoryStoreKeepsAnswersWhileItsBuffersMove churns a store through many
+// times its shards' buffers (answers stored, leases released, answers evicted for
+// room) and checks every record it holds, and every Entry read before the churn,
+// byte for byte.
+func TestMemoryStoreKeepsAnswersWhileItsBuffersMove(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore(dedup.WithMaxEntries(3000))
+	answer := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1+i%300) }
+	fp := func(i int) string { return "fp-" + strconv.Itoa(i) }
+	type read struct {
+		i int
+		e dedup.Entry
+	}
+	const n = 40_001 // the last one stored, not released
+	var early []read
+	for i := range n {
+		k, tok := "key-"+strconv.Itoa(i), "tok-"+strconv.Itoa(i)
+		got, _, err := s.Acquire(ctx, k, dedup.Lease{Token: tok, Fingerprint: fp(i), TTL: time.Hour})
+		if err != nil || !got {
+			t.Fatalf("key %d: acquired %v, %v", i, got, err)
+		}
+		if i%3 == 0 {
+			if err := s.Release(ctx, k, tok); err != nil {
+				t.Fatalf("release %d: %v", i, err)
+			}
+			continue
+		}
+		if err := s.Complete(ctx, k, tok, answer(i), time.Hour); err != nil {
+			t.Fatalf("complete %d: %v", i, err)
+		}
+		if i < 3000 && i%100 == 1 {
+			e, err := s.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			early = append(early, read{i, e})
+		}
+	}
+	for _, h := range early {
+		if h.e.State != dedup.Done || h.e.Fingerprint != fp(h.i) || !bytes.Equal(h.e.Answer, answer(h.i)) {
+			t.Errorf("the entry of key %d read early became %v %q %q", h.i, h.e.State, h.e.Fingerprint, h.e.Answer)
+		}
+	}
+	held := 0
+	for i := range n {
+		e, err := s.Get(ctx, "key-"+strconv.Itoa(i))
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case e.State == dedup.Absent:
+			continue
+		case i%3 == 0 || e.State != dedup.Done || e.Fingerprint != fp(i) || !bytes.Equal(e.Answer, answer(i)):
+			t.Fatalf("key %d: %v %q %q", i, e.State, e.Fingerprint, e.Answer)
+		}
+		held++
+	}
+	if st := s.Stats(); held != 3000 || st.Entries != 3000 || st.Evicted == 0 {
+		t.Fatalf("held %d answers, stats %+v; want the bound, 3000", held, st)
+	}
+}
+
+// TestMemoryStoreKeepsLeasesWhileItsBuffersMove leaves one lease in 20 of many with
+// long fingerprints: the store's buffers fill with bytes no record holds but for a
+// few in each, which it moves; every lease left is found whole and completes with
+// its token.
+func TestMemoryStoreKeepsLeasesWhileItsBuffersMove(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore()
+	fp := func(i int) string { return strconv.Itoa(i) + strings.Repeat("f", 1000) }
+	for i := range 20_000 {
+		k, tok := "key-"+strconv.Itoa(i), "tok-"+strconv.Itoa(i)
+		if got, _, err := s.Acquire(ctx, k, dedup.Lease{Token: tok, Fingerprint: fp(i), TTL: time.Hour}); err != nil || !got {
+			t.Fatalf("key %d: acquired %v, %v", i, got, err)
+		}
+		if i%20 != 0 {
+			if err := s.Release(ctx, k, tok); err != nil {
+				t.Fatalf("release %d: %v", i, err)
+			}
+		}
+	}
+	for i := 0; i < 20_000; i += 20 {
+		k := "key-" + strconv.Itoa(i)
+		if e, err := s.Get(ctx, k); err != nil || e.State != dedup.Running || e.Fingerprint != fp(i) {
+			t.Fatalf("key %d: %v %.20q, %v", i, e.State, e.Fingerprint, err)
+		}
+		if err := s.Complete(ctx, k, "tok-"+strconv.Itoa(i), []byte(k), time.Hour); err != nil {
+			t.Fatalf("complete %d: %v", i, err)
+		}
+		if e, err := s.Get(ctx, k); err != nil || e.State != dedup.Done || string(e.Answer) != k {
+			t.Fatalf("key %d: %v %q, %v", i, e.State, e.Answer, err)
+		}
+	}
+	if st := s.Stats(); st.Entries != 1000 {
+		t.Fatalf("stats %+v, want 1000 entries", st)
+	}
+}

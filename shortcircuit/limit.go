@@ -122,14 +122,17 @@ type entry struct {
 
 // acquire waits for a slot for a request that arrived at now, with the given
 // deadline. It returns with Admitted (the caller must call release) or with the
-// refusal.
-func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool) entry {
+// refusal. learned is whether the request's route has a learned floor in force:
+// the guard has then refused what has little chance to finish on that route, and a
+// free slot adds no refusal.
+func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has, learned bool) entry {
 	l.mu.Lock()
 	svc, need := l.mean(), l.need()
-	if has && l.service > 0 && deadline.Sub(now) < need {
-		// Even a free slot cannot make the time left pay for the work: refuse now,
-		// while the caller can still go elsewhere, not after running out of time
-		// in the handler.
+	if has && !learned && l.service > 0 && deadline.Sub(now) < need {
+		// No learned floor (a static one, or the route still learning): the
+		// limit's estimate is all that knows the work. Refuse now, while the
+		// caller can still go elsewhere, not after running out of time in the
+		// handler.
 		l.mu.Unlock()
 		return entry{decision: CannotFinish, service: need}
 	}

@@ -40,7 +40,9 @@ const (
 	// Expired: refused, the deadline had passed when the request reached the guard.
 	Expired
 	// CannotFinish: refused on arrival by the concurrency limit: the predicted wait
-	// (none with a slot free) plus the service time exceeded the time left.
+	// plus the service time exceeded the time left. With a slot free (no wait),
+	// only for a route without a learned floor in force: a learned floor refuses
+	// by itself (BelowFloor).
 	CannotFinish
 	// Dropped: refused on leaving the queue: the time left could no longer pay for
 	// the service time.

@@ -13,9 +13,17 @@ import (
 
 // The service time is estimated as TCP estimates a round trip (RFC 6298): an average
 // of the handler's durations, weight 1/8, and of their deviation from it, weight 1/4.
-// A request must have the average plus twice the deviation left to be started: the
-// average alone would start half of the requests that have just enough, and they
-// would finish late.
+// A request that must queue must have its predicted wait and the average plus twice
+// the deviation left: the average alone would queue half of the requests that have
+// just enough, and a slot given to one that finishes late is taken from one that
+// would finish. A request that finds a slot free and nobody waiting takes a slot
+// from no one: if its route's floor is learned (P5 of its own durations), that
+// floor has refused what has little chance to finish, and the limit adds nothing.
+// The estimate is one per guard, shared by its routes, and errs late: used there,
+// 35% of what it refused would have finished (the floor harness, lognormal route),
+// and it refused a fast route's requests for a slow route's work. Without a learned floor (a static one,
+// or a route still learning) the estimate is all that knows the work, and refuses
+// with a slot free too.
 const (
 	serviceWeight = 8
 	devWeight     = 4

@@ -165,7 +165,9 @@ func TestRefusesWhatCannotFinish(t *testing.T) {
 
 // With a slot free, a request whose time left cannot pay for the service time is
 // refused at once too, not started to run out of time in the handler: its caller
-// can still go elsewhere.
+// can still go elsewhere. So it is when the route has no learned floor (here a
+// static one; or the route still learning): the limit's estimate is all that knows
+// the work.
 func TestRefusesWhatCannotFinishWithASlotFree(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newServer(t, 10*ms, shortcircuit.WithFloor(ms), shortcircuit.WithMaxConcurrency(4))
@@ -184,6 +186,66 @@ func TestRefusesWhatCannotFinishWithASlotFree(t *testing.T) {
 		wg.Wait()
 		if a := s.answer(2); a.code != http.StatusOK {
 			t.Errorf("12 ms left for 10 ms of work: %d %q", a.code, a.body)
+		}
+	})
+}
+
+// With a learned floor in force, a free slot adds no refusal of the limit's own: the
+// request takes a slot from no one, and the route's floor, which refuses only what
+// has little chance to finish on that route (P5 of its durations), decides. It
+// refuses 8 ms for 10 ms of work at once, before the handler runs; 12 ms is
+// admitted.
+func TestAFreeSlotLeavesTheRefusalToALearnedFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newServer(t, 10*ms, shortcircuit.WithAdaptiveFloor(shortcircuit.DefaultAdaptive), shortcircuit.WithMaxConcurrency(4))
+		s.teach(20) // the work takes 10 ms
+		var wg sync.WaitGroup
+		s.send(&wg, 1, 8*ms)
+		wg.Wait()
+		if a, st := s.answer(1), s.c.Stats(); a.code != http.StatusGatewayTimeout || a.end != a.start || st.BelowFloor != 1 || st.CannotFinish != 0 {
+			t.Errorf("8 ms left for 10 ms of work, a slot free: %d after %v, %q, %+v; want refused at once below the floor", a.code, a.end.Sub(a.start), a.body, st)
+		}
+		s.send(&wg, 2, 12*ms) // enough: admitted
+		wg.Wait()
+		if a := s.answer(2); a.code != http.StatusOK {
+			t.Errorf("12 ms left for 10 ms of work: %d %q", a.code, a.body)
+		}
+	})
+}
+
+// The limit is one per guard, shared by its routes, and so is its estimate of the
+// work: on a guard that serves mostly a 50 ms route, the estimate is tens of
+// milliseconds. A request to the 2 ms route with 10 ms left, finding a slot free,
+// finishes; once the route has learned its floor, the limit does not refuse it for
+// the other route's work.
+func TestAFreeSlotDoesNotRefuseAFastRouteForASlowOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &shortcircuit.Counter{}
+		work := map[string]time.Duration{"/fast": 2 * ms, "/slow": 50 * ms}
+		h := shortcircuit.NewMiddleware(shortcircuit.WithMaxConcurrency(8), shortcircuit.WithObserver(c.Observe))(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select { // the work, or the caller gone
+				case <-time.After(work[r.URL.Path]):
+				case <-r.Context().Done():
+					w.WriteHeader(http.StatusGatewayTimeout)
+				}
+			}))
+		serve := func(path string, left time.Duration) int {
+			ctx, cancel := context.WithTimeout(context.Background(), left)
+			defer cancel()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+			return rec.Code
+		}
+		for i := range 100 {
+			path := "/slow"
+			if i%4 == 0 {
+				path = "/fast"
+			}
+			serve(path, time.Second)
+		}
+		if code := serve("/fast", 10*ms); code != http.StatusOK {
+			t.Errorf("/fast (2 ms of work) with 10 ms left, a slot free, on a guard serving mostly /slow (50 ms): %d, %+v; want 200", code, c.Stats())
 		}
 	})
 }

@@ -391,7 +391,9 @@ func withoutLimit() Option {
 // [FIFO].
 //
 // The queue admits a request only if its predicted wait plus the work fits in its
-// time left; the work is the handler's mean duration and twice its deviation (as
+// time left (a request that finds a slot free and none queued takes it when its
+// route's floor is learned: that floor has refused what has little chance to
+// finish); the work is the handler's mean duration and twice its deviation (as
 // TCP's retransmission timer; before any handler has ended, as long as the oldest
 // running one has run), and the wait is read from the slots: when each
 // running handler started, so when it should end, and how many queued requests go

@@ -15,7 +15,8 @@
 // only what has little chance to finish ([WithFloor] says why); a static floor
 // replaces it. The floor in force is the largest of [WithFloor], [WithFloorFunc]
 // and [WithAdaptiveFloor]; [WithMaxConcurrency] and [WithAdaptiveConcurrency] add a limit
-// that admits a request only if it can finish in time. A request without a deadline
+// whose queue admits a request only if it can finish in time; a request that finds
+// a slot free is left to the floor, when the floor is learned. A request without a deadline
 // is never refused for its budget. [Check] makes the same test inside a handler.
 //
 // The limit sheds by criticality, then by deadline: the level on the request's

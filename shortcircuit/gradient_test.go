@@ -53,7 +53,7 @@ func (s *sim) serve(budget time.Duration) {
 	now := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(budget))
 	defer cancel()
-	e := s.l.acquire(ctx, now, now.Add(budget), true)
+	e := s.l.acquire(ctx, now, now.Add(budget), true, false)
 	if e.decision != Admitted {
 		return
 	}

@@ -40,7 +40,9 @@ const (
 	// Expired: refused, the deadline had passed when the request reached the guard.
 	Expired
 	// CannotFinish: refused on arrival by the concurrency limit: the predicted wait
-	// (none with a slot free) plus the service time exceeded the time left.
+	// plus the service time exceeded the time left. With a slot free (no wait),
+	// only for a route without a learned floor in force: a learned floor refuses
+	// by itself (BelowFloor).
 	CannotFinish
 	// Dropped: refused on leaving the queue: the time left could no longer pay for
 	// the service time.
@@ -242,6 +244,7 @@ type ticket struct {
 	has      bool
 	left     time.Duration
 	floor    time.Duration
+	learned  bool // the route's learned floor is in force
 	win      *quantile.Window
 	decision Admission
 	entry    entry // the concurrency limit's decision
@@ -279,6 +282,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 		if t.win != nil {
 			if v, n := t.win.Tracked(t.start); n >= g.minSamples {
 				floor = max(floor, min(max(binLow(v), g.min), g.max))
+				t.learned = true
 			}
 		}
 		t.floor = floor
@@ -297,7 +301,7 @@ func (g *guard) admit(ctx context.Context, route string, t *ticket) bool {
 	if g.lim == nil {
 		return true
 	}
-	t.entry = g.lim.acquire(ctx, t.start, t.deadline, t.has)
+	t.entry = g.lim.acquire(ctx, t.start, t.deadline, t.has, t.learned)
 	t.decision = t.entry.decision
 	record.Admission(ctx, t.decision.String(), t.entry.queued, t.entry.wait, t.entry.service, t.left, t.has, t.displacedBy())
 	if t.decision != Admitted {

@@ -13,9 +13,17 @@ import (
 
 // The service time is estimated as TCP estimates a round trip (RFC 6298): an average
 // of the handler's durations, weight 1/8, and of their deviation from it, weight 1/4.
-// A request must have the average plus twice the deviation left to be started: the
-// average alone would start half of the requests that have just enough, and they
-// would finish late.
+// A request that must queue must have its predicted wait and the average plus twice
+// the deviation left: the average alone would queue half of the requests that have
+// just enough, and a slot given to one that finishes late is taken from one that
+// would finish. A request that finds a slot free and nobody waiting takes a slot
+// from no one: if its route's floor is learned (P5 of its own durations), that
+// floor has refused what has little chance to finish, and the limit adds nothing.
+// The estimate is one per guard, shared by its routes, and errs late: used there,
+// 35% of what it refused would have finished (the floor harness, lognormal route),
+// and it refused a fast route's requests for a slow route's work. Without a learned floor (a static one,
+// or a route still learning) the estimate is all that knows the work, and refuses
+// with a slot free too.
 const (
 	serviceWeight = 8
 	devWeight     = 4
@@ -122,14 +130,17 @@ type entry struct {
 
 // acquire waits for a slot for a request that arrived at now, with the given
 // deadline. It returns with Admitted (the caller must call release) or with the
-// refusal.
-func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has bool) entry {
+// refusal. learned is whether the request's route has a learned floor in force:
+// the guard has then refused what has little chance to finish on that route, and a
+// free slot adds no refusal.
+func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has, learned bool) entry {
 	l.mu.Lock()
 	svc, need := l.mean(), l.need()
-	if has && l.service > 0 && deadline.Sub(now) < need {
-		// Even a free slot cannot make the time left pay for the work: refuse now,
-		// while the caller can still go elsewhere, not after running out of time
-		// in the handler.
+	if has && !learned && l.service > 0 && deadline.Sub(now) < need {
+		// No learned floor (a static one, or the route still learning): the
+		// limit's estimate is all that knows the work. Refuse now, while the
+		// caller can still go elsewhere, not after running out of time in the
+		// handler.
 		l.mu.Unlock()
 		return entry{decision: CannotFinish, service: need}
 	}

@@ -48,6 +48,11 @@ type limiter struct {
 	seq      int64
 	service  time.Duration // average handler duration; zero until the first is known
 	dev      time.Duration // average deviation from it
+	// idle is when the last handler ended, leaving none running (zero: not known);
+	// afresh is set when a request is let through an estimate nothing corrected for
+	// that long: the next duration learned starts the estimate anew.
+	idle   time.Time
+	afresh bool
 
 	// The slots of the running handlers: when each started (zero: free), so that a
 	// queued request's wait is predicted from when they should end.
@@ -99,6 +104,21 @@ func (l *limiter) mean() time.Duration {
 	return l.floor
 }
 
+// stale reports whether the estimate has gone uncorrected, no handler running, for
+// as long as it says the work takes (need), and if so marks the estimate to start
+// afresh from the next duration learned: a request it would refuse then runs. Only
+// what runs corrects the estimate: a stall (every handler caught in it slow) could
+// otherwise leave it above every budget, and the guard refusing everything, its
+// handler idle, for good. (RFC 6298 likewise lets a sender clear its estimate after
+// backing off.) l.mu is held.
+func (l *limiter) stale(now time.Time, need time.Duration) bool {
+	if l.inflight > 0 || l.idle.IsZero() || now.Sub(l.idle) < need {
+		return false
+	}
+	l.afresh, l.idle = true, time.Time{}
+	return true
+}
+
 // need is the time a request must have left to be started. l.mu is held.
 func (l *limiter) need() time.Duration { return max(l.service+devFactor*l.dev, l.floor) }
 
@@ -136,7 +156,7 @@ type entry struct {
 func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has, learned bool) entry {
 	l.mu.Lock()
 	svc, need := l.mean(), l.need()
-	if has && !learned && l.service > 0 && deadline.Sub(now) < need {
+	if has && !learned && l.service > 0 && deadline.Sub(now) < need && !l.stale(now, need) {
 		// No learned floor (a static one, or the route still learning): the
 		// limit's estimate is all that knows the work. Refuse now, while the
 		// caller can still go elsewhere, not after running out of time in the
@@ -259,6 +279,12 @@ func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 		l.learn(now, began, took)
 	}
 	now, started := l.serveQueue(now)
+	if l.inflight == 0 && l.service > 0 {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		l.idle = now
+	}
 	if l.adapt != nil && started > 0 {
 		l.adapt.inFlight(now, l.inflight)
 	}
@@ -269,8 +295,8 @@ func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 // learn takes the duration of a handler admitted at began that ended at now into the
 // service time and, with the adaptive limit, into the limit. l.mu is held.
 func (l *limiter) learn(now, began time.Time, took time.Duration) {
-	if l.service == 0 {
-		l.service, l.dev = took, took/2
+	if l.service == 0 || l.afresh {
+		l.service, l.dev, l.afresh = took, took/2, false
 	} else {
 		d := took - l.service
 		l.service += d / serviceWeight

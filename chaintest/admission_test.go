@@ -92,7 +92,26 @@ func orderID(ctx context.Context) string {
 // machine's load shifts the timing, no write runs twice at any hop, and a write
 // that orders' guard refused as unable to finish is never sent to orders again:
 // its "do not retry" reached every layer above.
+//
+// That the run went through both paths (the guard admitted and refused; a failed
+// write came back as a 5xx) depends on the machine: on a loaded one the user's own
+// breaker may open on the first timeouts and nothing reach the chain. The run is
+// then tried again, up to three times; the invariants are checked on every run.
 func TestChainAdaptiveLimitUnderOverload(t *testing.T) {
+	var miss string
+	for try := 1; try <= 3; try++ {
+		if miss = adaptiveOverloadRun(t); miss == "" {
+			return
+		}
+		t.Logf("run %d: %s; running it again", try, miss)
+	}
+	t.Error(miss)
+}
+
+// adaptiveOverloadRun runs TestChainAdaptiveLimitUnderOverload's chain once,
+// reports what broke an invariant with t.Errorf, and returns what the run did not
+// exercise ("" when it exercised everything).
+func adaptiveOverloadRun(t *testing.T) string {
 	var invRan, ordersRan, refusedNoRetry, seen runs
 	sem := make(chan struct{}, 2)
 	inv := httptest.NewServer(deadlinekit.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -193,9 +212,10 @@ func TestChainAdaptiveLimitUnderOverload(t *testing.T) {
 		}
 	}
 	if st.Admitted == 0 || st.Refused() == 0 {
-		t.Errorf("orders' guard admitted %d and refused %d of 400 writes at four times inventory's capacity; want both", st.Admitted, st.Refused())
+		return fmt.Sprintf("orders' guard admitted %d and refused %d of 400 writes at four times inventory's capacity; want both", st.Admitted, st.Refused())
 	}
 	if failedSeen == 0 {
-		t.Errorf("no write that inventory failed came back to the user as a 5xx; the failure path went untested")
+		return "no write that inventory failed came back to the user as a 5xx; the failure path went untested"
 	}
+	return ""
 }

@@ -159,7 +159,10 @@ func TestThrottleGoals(t *testing.T) {
 		// 100 clients of 5 calls a second, 0.4 after: too few for the proof within
 		// a window, the throttle's window alone brings them back. With the proof
 		// taken from a bucket with no refusal and one accept, these clients would
-		// raise the refusal work to 16%.
+		// raise the refusal work to 16%; with the throttle's refusals dropped once
+		// the server's have all left the window, to 13%: under the overload some
+		// of them are sent nothing for a window, and only their own refusals hold
+		// them back.
 		{50, 100, 4 * window, 4 * window, false},
 	} {
 		name := fmt.Sprintf("capacity %d, %d clients, overload %v", c.capacity, c.clients, c.overload)

@@ -28,7 +28,11 @@
 // (package criticality), refuses a call locally with probability
 // max(0, (requests − K·accepts) / (requests + 1)) over a window ([Throttle]), with
 // [ErrThrottled]; a sheddable call is throttled before a critical one, and a target
-// that does not answer at all still opens the circuit.
+// that does not answer at all still opens the circuit. Offered 10 times its
+// capacity, a server whose refusals cost a tenth of a request spends under 10% of
+// its work on them (all of it without the throttle), and a caller that sends it a
+// few calls a second or more is let through again within a third of the window
+// once it accepts again.
 //
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe

@@ -169,3 +169,67 @@ func TestThrottleWindowForgets(t *testing.T) {
 		}
 	})
 }
+
+// The throttle's own refusals of a level count as requests until the target has
+// accepted 10 calls of it in a row (K = 2) and refused none of it, nor of a level
+// above, in a whole bucket: then they leave the window, and the target's answers
+// stay.
+func TestThrottleForgetsItsOwnRefusalsOnceTheTargetAccepts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &refusing{refuse: true}
+		// u is the throttle's draw: 0 refuses whenever the probability is above 0.
+		u := 0.0
+		b := breaker.New(breaker.WithAdaptiveThrottling(breaker.DefaultThrottle), // 30 s in steps of 3 s
+			breaker.WithRandom(func() float64 { return u }))
+		client := &http.Client{Transport: b.Transport(rt)}
+		send := func(l criticality.Level, n int) {
+			for range n {
+				req, _ := http.NewRequestWithContext(criticality.With(context.Background(), l), "GET", "http://a.test/", nil)
+				resp, err := client.Do(req)
+				if err != nil && !errors.Is(err, breaker.ErrThrottled) {
+					t.Fatal(err)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		}
+		const target = "http://a.test:80"
+		want := func(when string, requests, accepts int) {
+			t.Helper()
+			if got := throttleLevel(t, b, target, criticality.Sheddable); got.Requests != requests || got.Accepts != accepts {
+				t.Fatalf("%s: %+v, want %d requests, %d accepts", when, got, requests, accepts)
+			}
+		}
+		// One sheddable call sent and refused, 49 refused locally.
+		send(criticality.Sheddable, 50)
+		want("overloaded", 50, 0)
+		rt.refuse, u = false, 0.9999
+		// 9 accepted: too few.
+		send(criticality.Sheddable, 9)
+		time.Sleep(3 * time.Second)
+		want("9 accepts", 59, 9)
+		// A refusal, then 10 accepted, in one bucket: the bucket was not clean.
+		rt.refuse = true
+		send(criticality.Sheddable, 1)
+		rt.refuse = false
+		send(criticality.Sheddable, 10)
+		time.Sleep(3 * time.Second)
+		want("a refusal in the bucket", 70, 19)
+		// One more, then a critical call refused: refused above, the run starts over.
+		send(criticality.Sheddable, 1)
+		rt.refuse = true
+		send(criticality.Critical, 1)
+		rt.refuse = false
+		time.Sleep(3 * time.Second)
+		want("a refusal above", 71+1, 20)
+		// Critical accepts say nothing of sheddable calls; 10 sheddable in a row, the
+		// bucket clean: the 49 local refusals leave, the target's 3 refusals (one
+		// above) and 30 accepts stay.
+		send(criticality.Critical, 5)
+		send(criticality.Sheddable, 10)
+		want("before the bucket ends", 82, 30)
+		time.Sleep(3 * time.Second)
+		want("the bucket clean", 3+30, 30)
+	})
+}

@@ -52,11 +52,7 @@ package shortcircuit
 // After a fall all the way to its lower window (or within a quarter of the way), the
 // knee is likely lower still, and the next lower window goes wide: twice as far
 // below as the fall (at least a quarter, at most half the limit); so does the first
-// one, half below Initial, a guess. A round that keeps the limit keeps the next
-// lower window wide, unless its wide window showed a clear gain (e under half of
-// Tolerance): the knee is then not far below, and another window as wide would
-// only cost throughput again (a round with a trend, as after a 3× slowdown, kept
-// sending windows at half the limit). Holding (hold.on, from verdict 2 or a settle),
+// one, half below Initial, a guess. Holding (hold.on, from verdict 2 or a settle),
 // the limit sits a headroom above the knee: each round that finds the extra
 // concurrency bought little counts the hold down, and a clear gain (e under half of
 // Tolerance, verdict 6) ends it with a grow: the knee rose. When the hold is up, or
@@ -346,9 +342,7 @@ func (g *adaptive) decide() {
 		g.calm = 0
 		return
 	}
-	// A verdict that keeps the limit keeps the next lower window wide, unless this
-	// one, wide, showed a clear gain: the knee is not far below it.
-	wide := g.wide
+	wide := g.wide // a verdict that keeps the limit keeps the next lower window wide
 	g.wide = false
 	g.learnBase(f)
 	tol := g.cfg.Tolerance
@@ -374,12 +368,12 @@ func (g *adaptive) decide() {
 		// Below the tolerance, but the handler changed speed across the round
 		// (by less than the 25% that voids it): a trend the mean of the upper
 		// windows cancels only roughly, and a grow on it would be a guess.
-		g.keep(wide && f.e >= tol/2)
+		g.keep(wide)
 		g.calm = 0
 	case f.demand:
 		g.grow(f.e)
 	default:
-		g.keep(wide && f.e >= tol/2)
+		g.keep(wide)
 		g.calm++
 	}
 }

@@ -135,27 +135,35 @@ func stored(k string, vs []string) bool {
 }
 
 // appendHTTPHead appends the kind, the status and the headers a stored answer keeps
-// ([stored]); the body follows as the rest of the answer.
+// ([stored]); the body follows as the rest of the answer. The headers are counted
+// as they are written, in one pass over the map: their count's one byte (fewer
+// than 128) is set after, and a larger count moves them to make room.
 func appendHTTPHead(b []byte, status int, h http.Header) []byte {
-	n := 0
-	for k, vs := range h {
-		if stored(k, vs) {
-			n++
-		}
-	}
 	b = append(b, kindHTTP)
 	b = binary.AppendUvarint(b, uint64(status))
-	b = binary.AppendUvarint(b, uint64(n))
+	at := len(b)
+	b = append(b, 0)
+	n := 0
 	for k, vs := range h {
 		if !stored(k, vs) {
 			continue
 		}
+		n++
 		b = appendString(b, k)
 		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {
 			b = appendString(b, v)
 		}
 	}
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b
+	}
+	var cnt [binary.MaxVarintLen64]byte
+	c := binary.PutUvarint(cnt[:], uint64(n))
+	b = append(b, cnt[1:c]...) // room for the bytes the count takes beyond one
+	copy(b[at+c:], b[at+1:len(b)-(c-1)])
+	copy(b[at:], cnt[:c])
 	return b
 }
 

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"reflect"
 	"testing"
@@ -76,6 +77,27 @@ func TestReplayedHeaderListsGrowApart(t *testing.T) {
 		h.Add("C", "c")
 		if want := (http.Header{"A": {"1", "a"}, "B": {"2", "b"}, "C": {"3", "c"}}); !reflect.DeepEqual(h, want) {
 			t.Fatalf("after adding a value to each: %v, want %v", h, want)
+		}
+	}
+}
+
+// An answer's head keeps every stored header and its count, however many there
+// are: the count takes one byte below 128 and more from there.
+func TestHeadCountsItsHeaders(t *testing.T) {
+	for _, n := range []int{0, 1, 127, 128, 129, 300, 20000} {
+		h := http.Header{"Date": {"today"}, "Trailer:X": {"t"}, "Empty": {}}
+		for i := range n {
+			h[fmt.Sprintf("X-%d", i)] = []string{fmt.Sprint(i), "v"}
+		}
+		got := http.Header{}
+		s, _, body, err := decodeHTTPInto(encodeHTTP(203, h, nil, []byte("body")), got)
+		delete(h, "Trailer:X")
+		delete(h, "Empty")
+		for k := range notStored {
+			delete(h, k)
+		}
+		if err != nil || s != 203 || string(body) != "body" || !reflect.DeepEqual(got, h) {
+			t.Fatalf("%d headers: decoded %d %q, %d headers, %v", n, s, body, len(got), err)
 		}
 	}
 }

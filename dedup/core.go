@@ -119,7 +119,9 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 		start := time.Now()
 		ttl := c.leaseTTL(ctx, start)
 		got, e, err := c.store.Acquire(ctx, t.key, Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl})
-		record.DedupStore(ctx, "acquire", time.Since(start))
+		if record.DedupStoreEnabled(ctx) {
+			record.DedupStore(ctx, "acquire", time.Since(start))
+		}
 		if err != nil {
 			if c.waitForStore(ctx, err, &storeWaitStart) {
 				// A fresh token: the failed call may still reach the store, take
@@ -283,17 +285,29 @@ func (c *core) finishCtx(ctx context.Context, t *ticket) (context.Context, conte
 	return context.WithDeadline(context.WithoutCancel(ctx), end)
 }
 
+// storeTimer reports whether a store call in ctx is timed for
+// deadlinekit.dedup.store.duration, and when it started if so: without a meter
+// provider that measures it, the clock is not read.
+func storeTimer(ctx context.Context) (bool, time.Time) {
+	if !record.DedupStoreEnabled(ctx) {
+		return false, time.Time{}
+	}
+	return true, time.Now()
+}
+
 // complete stores answer for the lease in t, or notKept's when the store refuses
 // answer for its size.
 func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept func() []byte) {
 	fctx, cancel := c.finishCtx(ctx, t)
-	start := time.Now()
+	timed, start := storeTimer(ctx)
 	err := c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
 	if errors.Is(err, ErrAnswerTooLarge) && notKept != nil {
 		answer = notKept()
 		err = c.store.Complete(fctx, t.key, t.token, answer, c.c.retention)
 	}
-	record.DedupStore(ctx, "complete", time.Since(start))
+	if timed {
+		record.DedupStore(ctx, "complete", time.Since(start))
+	}
 	if err == nil { // the common case, without the closure settle would need
 		cancel()
 		return
@@ -305,9 +319,11 @@ func (c *core) complete(ctx context.Context, t *ticket, answer []byte, notKept f
 // release gives the key up.
 func (c *core) release(ctx context.Context, t *ticket) {
 	fctx, cancel := c.finishCtx(ctx, t)
-	start := time.Now()
+	timed, start := storeTimer(ctx)
 	err := c.store.Release(fctx, t.key, t.token)
-	record.DedupStore(ctx, "release", time.Since(start))
+	if timed {
+		record.DedupStore(ctx, "release", time.Since(start))
+	}
 	key, token := t.key, t.token // the closure keeps no ticket
 	c.settle(fctx, cancel, t, err, func() error { return c.store.Release(fctx, key, token) })
 }

@@ -78,6 +78,13 @@ func Dedup(ctx context.Context, outcome string, waited time.Duration, err error)
 	}
 }
 
+// DedupStoreEnabled reports whether deadlinekit.dedup.store.duration takes
+// measurements in ctx: without a meter provider that measures it, a store call need
+// not be timed (two clock reads around an in-memory call are a tenth of its cost).
+func DedupStoreEnabled(ctx context.Context) bool {
+	return dedupInstruments().store.Enabled(ctx)
+}
+
 // DedupStore records the latency of one store operation in
 // deadlinekit.dedup.store.duration.
 func DedupStore(ctx context.Context, op string, d time.Duration) {

@@ -16,7 +16,6 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 )
 
@@ -36,8 +35,10 @@ type Chain struct {
 	scoped  string
 	inbound string
 	n       atomic.Uint64
-	once    sync.Once // seed is computed on the first derivation: most runs write nothing
-	seed    [sha256.Size]byte
+	// seed is computed on the first derivation (most runs write nothing) and kept
+	// apart, so that a Chain stays small: dedup embeds it in every keyed request's
+	// state, which must fit the allocator's small objects (512 B) to be cheap.
+	seed atomic.Pointer[[sha256.Size]byte]
 }
 
 // Key is the context key of a run's chain: ctx.Value(Key{}) is the *Chain [From]
@@ -83,9 +84,14 @@ func (c *Chain) Labelled(label string) string {
 // derive hashes the seed, a tag that keeps the two families apart, and s: 47
 // characters, "dk1." then 43 of unpadded base64url.
 func (c *Chain) derive(tag byte, s string) string {
-	c.once.Do(func() { c.seed = sha256.Sum256([]byte(domain + c.scoped)) })
+	seed := c.seed.Load()
+	if seed == nil { // racing first derivations compute the same seed
+		sum := sha256.Sum256([]byte(domain + c.scoped))
+		c.seed.CompareAndSwap(nil, &sum)
+		seed = c.seed.Load()
+	}
 	h := sha256.New()
-	h.Write(c.seed[:])
+	h.Write(seed[:])
 	h.Write([]byte{tag})
 	h.Write([]byte(s))
 	var sum [sha256.Size]byte

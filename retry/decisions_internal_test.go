@@ -108,7 +108,7 @@ func TestPlanPushback(t *testing.T) {
 			t.Fatalf("pushback over the cap: %v %v", a, err)
 		}
 		// Within the cap but past the deadline: deadline rule.
-		time.Sleep(7 * time.Second)
+		<-time.After(7 * time.Second) // the bubble's clock
 		a, _, err = c.plan(ctx, 1, 3, decision{verdict: Retryable, hasPushback: true, pushback: 3 * time.Second}, last)
 		var de *StopError
 		if a != Stop || !errors.As(err, &de) || de.Remaining != 3*time.Second || !de.Pushback {

@@ -561,6 +561,16 @@ func TestAbandonedLeaseDoesNotBlockItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-hold.landed // Redis ran the abandoned Acquire: its lease is held, not yet given back
+	takesTheKeyFromAnAbandonedLease(t, s, rdb, hold, &released)
+}
+
+// takesTheKeyFromAnAbandonedLease: once Redis answers again, the next try of the
+// request whose Acquire s abandoned (a fresh token) takes key "k", as long as the
+// abandoned call is held; then hold is released, s closed (it waits for the call's
+// give-back), and the key must hold the next try's lease.
+func takesTheKeyFromAnAbandonedLease(t *testing.T, s *redisstore.Store, rdb *redis.Client, hold *holdReply, released *bool) {
+	t.Helper()
+	ctx := t.Context()
 	next := dedup.Lease{Token: "next-token", Fingerprint: "fp", TTL: time.Minute}
 	for i := 0; ; i++ {
 		ok, e, err := s.Acquire(ctx, "k", next)
@@ -572,12 +582,12 @@ func TestAbandonedLeaseDoesNotBlockItsKey(t *testing.T) {
 		}
 		var ue *dedup.UnavailableError
 		if !errors.As(err, &ue) || i > 100 { // the lease would end after 600 tries
-			t.Fatalf("Redis resumed: %v", err)
+			t.Fatalf("Redis answers again: %v", err)
 		}
 		time.Sleep(ue.RetryIn)
 	}
 	close(hold.release) // the abandoned call returns, and gives back what it no longer holds
-	released = true
+	*released = true
 	s.Close() // waits for the abandoned call's give-back
 	if v, err := rdb.Get(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || !strings.HasPrefix(v, "Rnext-token\n") {
 		t.Fatalf("the key's record after the give-back: %q %v, want the next lease's", v, err)

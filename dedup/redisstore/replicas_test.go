@@ -148,25 +148,5 @@ func TestReplicaWaitAbandonedLeaseDoesNotBlockItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-hold.landed // the master ran the abandoned Acquire: its lease is held, not yet given back
-	next := dedup.Lease{Token: "next-token", Fingerprint: "fp", TTL: time.Minute}
-	for i := 0; ; i++ {
-		ok, e, err := s.Acquire(ctx, "k", next)
-		if err == nil {
-			if !ok {
-				t.Fatalf("the abandoned Acquire's lease blocks its key: %+v", e)
-			}
-			break
-		}
-		var ue *dedup.UnavailableError
-		if !errors.As(err, &ue) || i > 100 {
-			t.Fatalf("the master resumed: %v", err)
-		}
-		<-time.After(ue.RetryIn)
-	}
-	close(hold.release)
-	released = true
-	s.Close()
-	if v, err := rdb.Get(ctx, redisstore.DefaultPrefix+"{k}").Result(); err != nil || !strings.HasPrefix(v, "Rnext-token\n") {
-		t.Fatalf("the key's record after the give-back: %q %v, want the next lease's", v, err)
-	}
+	takesTheKeyFromAnAbandonedLease(t, s, rdb, hold, &released)
 }

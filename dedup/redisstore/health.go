@@ -67,7 +67,7 @@ func (h *health) admit(now time.Time) (probe bool, retryIn time.Duration, ok boo
 		return false, FirstPause, false
 	}
 	if now.Before(h.until) {
-		return false, h.until.Sub(now), false
+		return false, h.wait(now), false
 	}
 	h.probing = true
 	return true, 0, true
@@ -110,7 +110,7 @@ func (h *health) done(probe bool, o outcome, now time.Time) time.Duration {
 	if !h.down.Load() {
 		return 0
 	}
-	return max(h.until.Sub(now), 0)
+	return max(h.wait(now), 0)
 }
 
 // timedOut is the outcome of a call started at start that reached its bound: a
@@ -134,5 +134,13 @@ func (h *health) retryIn(now time.Time) time.Duration {
 	if h.probing {
 		return FirstPause
 	}
-	return max(h.until.Sub(now), time.Millisecond)
+	return max(h.wait(now), time.Millisecond)
+}
+
+// wait is the time from now until the next probe, at most the current pause: now
+// may have been read before another call's failure, read later, set h.until (its
+// caller waited for h.mu meanwhile), and the next probe is never more than a
+// pause away. h.mu is held.
+func (h *health) wait(now time.Time) time.Duration {
+	return min(h.until.Sub(now), h.pause)
 }

@@ -124,3 +124,25 @@ func TestHealthRefusedProbes(t *testing.T) {
 		}
 	})
 }
+
+// TestHealthRetryInNeverExceedsThePause: a caller reads the clock, then waits for
+// the lock while another call's failure (read a little later) sets the next probe's
+// time; the caller is told to come back within the pause, not the pause plus the
+// time it waited for the lock (CI saw "next probe in 100.3ms" against FirstPause).
+func TestHealthRetryInNeverExceedsThePause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h health
+		before := time.Now()
+		time.Sleep(5 * time.Millisecond)
+		h.done(false, failedCall, time.Now())
+		if _, in, ok := h.admit(before); ok || in > FirstPause {
+			t.Fatalf("admit with a clock read before the failure: admitted %v, retry in %v, want refused within %v", ok, in, FirstPause)
+		}
+		h.mu.Lock()
+		h.until = time.Now().Add(h.pause) // as a failure read after the caller's clock
+		h.mu.Unlock()
+		if in := h.retryIn(before); in > FirstPause {
+			t.Fatalf("retryIn with a clock read before the failure: %v, want within %v", in, FirstPause)
+		}
+	})
+}

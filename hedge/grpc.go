@@ -318,9 +318,7 @@ func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *h
 // withMark returns ctx with the chain rule's mark in its outgoing metadata. (A
 // second hedging layer nested above would add a second value: the server reads the
 // first, and both say the same.)
-func withMark(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, attempts.CoveredKey, attempts.CoveredValue)
-}
+func withMark(ctx context.Context) context.Context { return attempts.WithMark(ctx) }
 
 // withAttempt returns ctx with grpc-previous-rpc-attempts set for hedge n, and the
 // chain rule's mark set to mark (none when empty). A layer above (retry) may have

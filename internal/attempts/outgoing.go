@@ -26,3 +26,48 @@ func Outgoing(ctx context.Context, n int) context.Context {
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }
+
+// WithMark returns ctx with the chain rule's mark ([CoveredKey]: [CoveredValue])
+// added to its outgoing gRPC metadata, as metadata.AppendToOutgoingContext would add
+// it. A context with no outgoing metadata (the usual call) gets metadata that holds
+// the mark alone, shared by every such call and never written to (grpc-go reads
+// outgoing metadata; its readers get copies): two allocations instead of the
+// append's four.
+func WithMark(ctx context.Context) context.Context {
+	if HasOutgoing(ctx) {
+		return metadata.AppendToOutgoingContext(ctx, CoveredKey, CoveredValue)
+	}
+	return metadata.NewOutgoingContext(ctx, markOnly)
+}
+
+// markOnly is the outgoing metadata of a call that had none, with the mark.
+var markOnly = metadata.MD{CoveredKey: {CoveredValue}}
+
+// HasOutgoing reports whether ctx carries outgoing gRPC metadata (set by
+// metadata.NewOutgoingContext or AppendToOutgoingContext), without the copy that
+// metadata.FromOutgoingContext makes. It answers true when it cannot tell.
+func HasOutgoing(ctx context.Context) bool {
+	return outgoingKey == nil || ctx.Value(outgoingKey) != nil
+}
+
+// outgoingKey is the key under which package metadata keeps a context's outgoing
+// metadata, learnt by asking it to read a context that records the key it is asked
+// for (the key's type is unexported; any value of it is equal to any other).
+var outgoingKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	metadata.FromOutgoingContext(p)
+	return p.key
+}()
+
+// keyProbe is a context that records the first key whose value it is asked for.
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Value(k any) any {
+	if p.key == nil {
+		p.key = k
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package attempts
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 
@@ -33,5 +34,63 @@ func TestOutgoing(t *testing.T) {
 	}
 	if got := metadata.ValueFromOutgoingContext(forwarded, Key); !slices.Equal(got, []string{"2"}) {
 		t.Errorf("the caller's context was changed: %q", got)
+	}
+}
+
+// WithMark's metadata is what AppendToOutgoingContext's would be, whatever the
+// context carried, and the metadata it shares is never changed by its readers.
+func TestWithMark(t *testing.T) {
+	bg := context.Background()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"nothing", bg},
+		{"user metadata", metadata.NewOutgoingContext(bg, metadata.Pairs("x-user", "a"))},
+		{"empty metadata", metadata.NewOutgoingContext(bg, nil)},
+		{"appended metadata", metadata.AppendToOutgoingContext(bg, "x-user", "a")},
+		{"marked already", WithMark(bg)},
+		{"marked above, then metadata", metadata.AppendToOutgoingContext(WithMark(bg), "x-user", "a")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want, _ := metadata.FromOutgoingContext(metadata.AppendToOutgoingContext(c.ctx, CoveredKey, CoveredValue))
+			ctx := WithMark(c.ctx)
+			got, ok := metadata.FromOutgoingContext(ctx)
+			if !ok || !maps.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("outgoing metadata %v; want %v", got, want)
+			}
+			got[CoveredKey][0] = "changed"
+			got.Append(CoveredKey, "more")
+			if vs := metadata.ValueFromOutgoingContext(WithMark(bg), CoveredKey); !slices.Equal(vs, []string{CoveredValue}) {
+				t.Errorf("a reader changed the shared mark: %q", vs)
+			}
+		})
+	}
+}
+
+func TestHasOutgoing(t *testing.T) {
+	if outgoingKey == nil {
+		t.Fatal("the outgoing metadata's key was not learnt: WithMark always appends")
+	}
+	bg := context.Background()
+	if HasOutgoing(bg) {
+		t.Error("HasOutgoing(Background) = true")
+	}
+	if HasOutgoing(metadata.NewIncomingContext(bg, metadata.Pairs("a", "b"))) {
+		t.Error("incoming metadata taken for outgoing")
+	}
+	for _, ctx := range []context.Context{metadata.NewOutgoingContext(bg, nil), metadata.AppendToOutgoingContext(bg, "a", "b"), WithMark(bg)} {
+		if !HasOutgoing(context.WithValue(ctx, otherKey{}, 1)) {
+			t.Errorf("HasOutgoing(%v) = false", ctx)
+		}
+	}
+}
+
+type otherKey struct{}
+
+func TestWithMarkAllocations(t *testing.T) {
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() { _ = WithMark(ctx) }); n > 2 {
+		t.Errorf("WithMark of a context without metadata: %v allocations; want 2", n)
 	}
 }

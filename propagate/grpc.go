@@ -298,10 +298,6 @@ func (c *config) envoyTimeout(vs []string) (time.Duration, bool, error) {
 
 func noop() {}
 
-// firstValue is the first value of the incoming metadata key k, or "".
-func firstValue(ctx context.Context, k string) string {
-	if vs := metadata.ValueFromIncomingContext(ctx, k); len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
-}
+// firstValue is the first value of the incoming metadata key k, or "", read
+// without a copy of the values.
+func firstValue(ctx context.Context, k string) string { return attempts.FirstIncoming(ctx, k) }

@@ -136,10 +136,8 @@ func (w *pushbackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		s := &serverCall{}
-		// One key's values, not a copy of the whole metadata.
-		if v := metadata.ValueFromIncomingContext(ctx, attempts.Key); len(v) > 0 {
-			s.in.retry = attempts.Parse(v[0]) > 0
-		}
+		// One key's first value, read in place: no copy of the metadata.
+		s.in.retry = attempts.Parse(attempts.FirstIncoming(ctx, attempts.Key)) > 0
 		hctx := context.WithValue(ctx, inboundKey{}, &s.in)
 		if s.ServerTransportStream = grpc.ServerTransportStreamFromContext(ctx); s.ServerTransportStream != nil {
 			hctx = grpc.NewContextWithServerTransportStream(hctx, s)

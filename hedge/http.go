@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
@@ -197,11 +198,30 @@ type httpCall struct {
 	body     cancelbody.Body
 }
 
+// httpCalls keeps the memory of hedged HTTP calls for reuse, as grpcCalls does for
+// gRPC's, under the same rule ([call.reusable]). What the caller keeps of a call
+// lives elsewhere then: the winner's body is wrapped on its own, and the primary's
+// request (the response's Request), with its mark, is a copy of its own.
+var httpCalls = sync.Pool{New: func() any { return new(httpCall) }}
+
+// release zeroes hc and puts it back, keeping its fireFunc and, made outside any
+// testing/synctest bubble, its stopped timer (see [grpcCall.release]).
+func (hc *httpCall) release() {
+	fire, timer := hc.call.fireFunc, hc.call.timer
+	if inBubble(hc.call.plan.start) {
+		timer = nil
+	}
+	*hc = httpCall{}
+	hc.call.fireFunc, hc.call.timer = fire, timer
+	httpCalls.Put(hc)
+}
+
 // hedged sends req, hedged as p says; keyedWrite: req is a write with an
 // idempotency key (every copy is marked covered); mark: the primary carries the
 // chain rule's mark.
 func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan, keyedWrite, mark bool) (*http.Response, error) {
-	hc := &httpCall{event: Event{Target: target, Attempts: 1, Delay: p.delay}}
+	hc := httpCalls.Get().(*httpCall)
+	hc.event = Event{Target: target, Attempts: 1, Delay: p.delay}
 	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header]), keyedWrite: keyedWrite,
 		markPrimary: mark && !marked(req.Header)}
 	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: record.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
@@ -211,18 +231,22 @@ func (t *transport) hedged(ctx context.Context, req *http.Request, target string
 		return nil, ctx.Err()
 	}
 	resp, err := r.value, r.err
+	reuse := hc.call.reusable
 	switch {
 	case err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody:
 		cancel()
-	case isWriter(resp.Body):
+	case reuse || isWriter(resp.Body):
 		// A 101 Switching Protocols answer: its body is the connection, and keeps
-		// its Write (one allocation more, for upgrades only).
+		// its Write.
 		resp.Body = cancelbody.Wrap(resp.Body, cancel)
 	default:
 		hc.body = cancelbody.Body{ReadCloser: resp.Body, Cancel: cancel}
 		resp.Body = &hc.body
 	}
 	t.observe(ctx, &hc.event, resp)
+	if reuse {
+		hc.release()
+	}
 	return resp, err
 }
 
@@ -258,9 +282,8 @@ type httpAttempts struct {
 	// keyedWrite: the request is a write, hedged for its key ([WithKeyedWrites]).
 	keyedWrite bool
 	// markPrimary: the primary's copy of the request gets the chain rule's mark
-	// (req has none), markValue its value.
+	// (req has none).
 	markPrimary bool
-	markValue   [1]string
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
 }
@@ -285,10 +308,10 @@ func (p *httpAttempts) abandon(n int) {
 }
 
 func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*http.Response, error) {
-	r := p.req.WithContext(ctx)
 	if n == 0 {
-		return p.t.base.RoundTrip(p.primary(ctx, r, span.Recording()))
+		return p.t.base.RoundTrip(p.primary(ctx, span.Recording()))
 	}
+	r := p.req.WithContext(ctx)
 	r.Header = p.req.Header.Clone()
 	if r.Header == nil {
 		r.Header = make(http.Header, 2)
@@ -306,23 +329,29 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	return p.t.base.RoundTrip(r)
 }
 
-// primary readies r, the primary's copy of the request: a header map of its own
-// when it gets the chain rule's mark, or the trace context of its attempt span
-// (traced), so that the downstream's span is that span's child.
-func (p *httpAttempts) primary(ctx context.Context, r *http.Request, traced bool) *http.Request {
-	if !p.markPrimary && !traced {
+// primary returns the primary's copy of the request, under ctx: with a header map
+// of its own when it gets the chain rule's mark, or the trace context of its
+// attempt span (traced), so that the downstream's span is that span's child. The
+// mark's value is allocated with the copy, which the caller keeps (the response's
+// Request) after the call's state is reused.
+func (p *httpAttempts) primary(ctx context.Context, traced bool) *http.Request {
+	if !p.markPrimary {
+		r := p.req.WithContext(ctx)
+		if traced {
+			r.Header = make(http.Header, len(p.req.Header)+3)
+			maps.Copy(r.Header, p.req.Header)
+			record.InjectHTTP(ctx, r.Header)
+		}
 		return r
 	}
-	r.Header = make(http.Header, len(p.req.Header)+3)
-	maps.Copy(r.Header, p.req.Header)
-	if p.markPrimary {
-		p.markValue[0] = attempts.CoveredValue
-		r.Header[attempts.CoveredHeader] = p.markValue[:]
-	}
+	m := &markedRequest{r: *p.req.WithContext(ctx), v: [1]string{attempts.CoveredValue}}
+	m.r.Header = make(http.Header, len(p.req.Header)+3)
+	maps.Copy(m.r.Header, p.req.Header)
+	m.r.Header[attempts.CoveredHeader] = m.v[:]
 	if traced {
-		record.InjectHTTP(ctx, r.Header)
+		record.InjectHTTP(ctx, m.r.Header)
 	}
-	return r
+	return &m.r
 }
 
 // verdict is httpVerdict, but for a copy of a keyed request that the server's

@@ -202,6 +202,53 @@ func TestWinnerBodyKeepsContext(t *testing.T) {
 	})
 }
 
+// TestReusedCallKeepsResponse: what the caller keeps of a call answered at once (its
+// response, the body's hold on the primary's context, the request sent with the
+// chain rule's mark) stays its own while the next calls run.
+func TestReusedCallKeepsResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ctxs []context.Context
+		n := 0
+		rt := hedge.NewTransport(testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
+			ctxs = append(ctxs, r.Context())
+			n++
+			return response(r, 200, io.NopCloser(strings.NewReader(strings.Repeat("x", n)))), nil
+		}), hedge.WithDelay(hedge.Delay{Initial: time.Millisecond}))
+		var resps []*http.Response
+		for range 3 {
+			req, _ := http.NewRequest(http.MethodGet, "http://backend.test/", nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resps = append(resps, resp)
+		}
+		for i, resp := range resps {
+			if got := resp.Request.Header.Get("Deadlinekit-Hedged-Above"); got != "1" {
+				t.Errorf("call %d: its request's mark reads %q after the next calls; want 1", i, got)
+			}
+			if ctxs[i].Err() != nil {
+				t.Errorf("call %d: context cancelled before its body was read", i)
+			}
+		}
+		for i, resp := range resps {
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || string(b) != strings.Repeat("x", i+1) {
+				t.Errorf("call %d: body %q, %v; want %q", i, b, err, strings.Repeat("x", i+1))
+			}
+			resp.Body.Close()
+			if ctxs[i].Err() == nil {
+				t.Errorf("call %d: context not released by Close", i)
+			}
+			for j := i + 1; j < len(resps); j++ {
+				if ctxs[j].Err() != nil {
+					t.Errorf("closing call %d's body cancelled call %d", i, j)
+				}
+			}
+		}
+	})
+}
+
 // TestNonFatal: a primary answering 503 fires the hedge at once; another failure is
 // returned without a hedge.
 func TestNonFatal(t *testing.T) {

@@ -233,7 +233,7 @@ func (k *checker) waitedOut(o *op) {
 		// A store may take up to notice (plus slack) to answer at all (a first
 		// dial under -race took 4 ms): a Wait whose context ended sooner may end
 		// with it.
-		if o.start.at.Add(k.c.notice + k.c.slack).Before(o.deadline) {
+		if o.start.at.Add(k.c.notice + k.c.slack + k.h.lag(o.start.at, o.deadline)).Before(o.deadline) {
 			k.fail(o, "waited out its context on a key no lease ever held")
 		}
 		return
@@ -242,9 +242,10 @@ func (k *checker) waitedOut(o *op) {
 	if f := last.fin; f != nil && f.end.at.Before(stopped) {
 		stopped = f.end.at
 	}
-	if stopped.Add(k.c.notice + k.c.slack).Before(o.deadline) {
-		k.fail(o, "waited out its context (until %s) though the record stopped running at %s",
-			k.rel(o.deadline), k.rel(stopped))
+	// The machine's lateness meanwhile delays the store's noticing as well.
+	if late := k.h.lag(stopped, o.deadline); stopped.Add(k.c.notice + k.c.slack + late).Before(o.deadline) {
+		k.fail(o, "waited out its context (until %s) though the record stopped running at %s (the machine woke goroutines up to %v late meanwhile)",
+			k.rel(o.deadline), k.rel(stopped), late)
 	}
 }
 
@@ -326,6 +327,7 @@ func (h *history) summary() string {
 		}
 	}
 	return fmt.Sprintf("%d calls: %d leases granted, %d refused; %d completed, %d released, %d ErrLeaseLost; "+
-		"Get and Wait saw %d answers, %d leases, %d absent, and %d Waits ran out",
-		len(h.ops), granted, refused, completed, released, lost, answers, leases, absent, waitedOut)
+		"Get and Wait saw %d answers, %d leases, %d absent, and %d Waits ran out; goroutines woke up to %v late",
+		len(h.ops), granted, refused, completed, released, lost, answers, leases, absent, waitedOut,
+		h.lag(h.start, time.Now()))
 }

@@ -203,6 +203,49 @@ type history struct {
 	seq   atomic.Int64
 	ops   []*op
 	start time.Time
+	// lags is how late the machine woke a goroutine, sampled while the
+	// goroutines ran (real time only): see [history.lag].
+	lags []lag
+}
+
+// lag is one sample of the machine's lateness: a goroutine that asked to wake
+// lagTick after its start woke late this much later, at at.
+type lag struct {
+	at   time.Time
+	late time.Duration
+}
+
+// lagTick is how often the lateness is sampled.
+const lagTick = 2 * time.Millisecond
+
+// sampleLag records the machine's lateness in h until stop is closed: on a
+// loaded machine every goroutine wakes late, the store's and the Waits' too,
+// and a check of how soon something is noticed allows for what was measured.
+func (h *history) sampleLag(stop <-chan struct{}) {
+	for {
+		start := time.Now()
+		select {
+		case <-stop:
+			return
+		case <-time.After(lagTick):
+		}
+		if now := time.Now(); now.Sub(start) > lagTick {
+			h.lags = append(h.lags, lag{at: now, late: now.Sub(start) - lagTick})
+		}
+	}
+}
+
+// lag is the longest lateness sampled in a wake-up that overlapped [from, to]:
+// how much later than asked a goroutine may have noticed something then.
+func (h *history) lag(from, to time.Time) time.Duration {
+	var most time.Duration
+	for _, l := range h.lags {
+		if l.at.Before(from) || l.at.Add(-lagTick-l.late).After(to) {
+			continue
+		}
+		most = max(most, l.late)
+	}
+	return most
 }
 
 func (h *history) now() stamp { return stamp{h.seq.Add(1), time.Now()} }
@@ -224,6 +267,11 @@ func drive(c *config, s dedup.Store) *history {
 	for g := range c.goroutines {
 		d := &driver{c: c, s: s, h: h, g: g, keys: keys, rng: rand.New(rand.NewPCG(c.seed, uint64(g)))}
 		wg.Go(d.run)
+	}
+	if !c.fake {
+		stop, sampled := make(chan struct{}), make(chan struct{})
+		go func() { defer close(sampled); h.sampleLag(stop) }()
+		defer func() { close(stop); <-sampled }()
 	}
 	wg.Wait()
 	return h

@@ -275,3 +275,30 @@ func TestRunFailsAndPrintsTheSeed(t *testing.T) {
 	}
 	t.Fatalf("a token-blind store passed Run, or failed it for another reason, on 5 seeds:\n%s", strings.Join(outs, "\n---\n"))
 }
+
+// TestLagCountsWakeUpsThatOverlap: the lateness allowed between two instants is
+// the longest of the wake-ups that overlapped them, none other.
+func TestLagCountsWakeUpsThatOverlap(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	h := &history{lags: []lag{
+		{at: at(10), late: 3 * time.Millisecond},  // asleep 5–10
+		{at: at(40), late: 30 * time.Millisecond}, // asleep 8–40
+		{at: at(100), late: time.Millisecond},     // asleep 97–100
+	}}
+	for _, c := range []struct {
+		from, to int
+		want     time.Duration
+	}{
+		{0, 4, 0},
+		{0, 6, 3 * time.Millisecond},
+		{11, 20, 30 * time.Millisecond},
+		{41, 96, 0},
+		{41, 99, time.Millisecond},
+		{0, 200, 30 * time.Millisecond},
+	} {
+		if got := h.lag(at(c.from), at(c.to)); got != c.want {
+			t.Errorf("lag(+%dms, +%dms) = %v, want %v", c.from, c.to, got, c.want)
+		}
+	}
+}

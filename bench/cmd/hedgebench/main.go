@@ -9,7 +9,7 @@
 // It talks to 127.0.0.1 only, and every run is bounded in calls (-calls) and time
 // (-max-time per variant).
 //
-// With -seeds N it runs the sweep instead: seeds 1..N of each distribution of -dists
+// With -seeds N it runs the sweep instead: seeds 1..N (from -first) of each distribution of -dists
 // (disclosed: the tables' tail; hidden: a lognormal body with a Pareto tail, fixed
 // before any result on it was seen), deadlinekit, failsafe-go's quantile hedge and the
 // oracles (a fixed delay at the distribution's true quantile) interleaved per seed,
@@ -45,14 +45,15 @@ func main() {
 	seeds := flag.Int("seeds", 0, "sweep mode: run the sweep variants on seeds 1..N of each -dists distribution, interleaved per seed (0: the tables instead)")
 	dists := flag.String("dists", "disclosed,hidden", "sweep mode: the distributions, comma-separated: disclosed (the tables' tail), hidden (lognormal body, Pareto tail)")
 	trace := flag.Bool("trace", false, "sweep mode: also print deadlinekit's delay every 100 ms of each run")
+	first := flag.Uint64("first", 1, "sweep mode: the first seed (seeds first..first+N-1); with -only, the sweep runs the matching variants and failsafe-go's, its peer")
 	flag.Parse()
-	if *calls < 1 || *conc < 1 || *calls > 1_000_000 || *conc > 1024 || *seeds < 0 || *seeds > 100 {
-		fmt.Fprintln(os.Stderr, "hedgebench: -calls must be in 1..1000000, -concurrency in 1..1024, -seeds in 0..100")
+	if *calls < 1 || *conc < 1 || *calls > 1_000_000 || *conc > 1024 || *seeds < 0 || *seeds > 100 || *first < 1 || *first > 1_000_000 {
+		fmt.Fprintln(os.Stderr, "hedgebench: -calls must be in 1..1000000, -concurrency in 1..1024, -seeds in 0..100, -first in 1..1000000")
 		os.Exit(2)
 	}
 	if *seeds > 0 {
 		fmt.Printf("Command: `cd bench && go run ./cmd/hedgebench %s`; %s\n\n", strings.Join(os.Args[1:], " "), time.Now().UTC().Format(time.RFC3339))
-		sweep(*seeds, *dists, hedgecmp.Config{Calls: *calls, Concurrency: *conc, CallTimeout: 10 * time.Second, MaxTime: *maxTime}, *trace)
+		sweep(*first, *seeds, *dists, *only, hedgecmp.Config{Calls: *calls, Concurrency: *conc, CallTimeout: 10 * time.Second, MaxTime: *maxTime}, *trace)
 		return
 	}
 

@@ -10,11 +10,12 @@ import (
 	"github.com/deadlinekit/deadlinekit/bench/hedgecmp"
 )
 
-// sweep runs every sweep variant on seeds 1..n of each distribution, the variants
+// sweep runs the sweep variants (those whose name contains only, and the peer; all
+// when only is empty) on seeds first..first+n-1 of each distribution, the variants
 // interleaved per seed, and prints per seed the p99.9 and extra load of each, then
 // their min, median and max. With trace, it also prints deadlinekit's delay over
 // each run.
-func sweep(n int, dists string, cfg hedgecmp.Config, trace bool) {
+func sweep(first uint64, n int, dists, only string, cfg hedgecmp.Config, trace bool) {
 	for _, name := range strings.Split(dists, ",") {
 		var d hedgecmp.Dist
 		switch name {
@@ -30,9 +31,9 @@ func sweep(n int, dists string, cfg hedgecmp.Config, trace bool) {
 		o := hedgecmp.Oracle{P95: q[0], P99: q[1]}
 		fmt.Printf("### %s: %s\n\nTrue quantiles (a million draws): P95 %s, P99 %s, P99.9 %s. %d calls per run, %d at once.\n\n",
 			name, d, ms(q[0]), ms(q[1]), ms(q[2]), cfg.Calls, cfg.Concurrency)
-		vs := hedgecmp.SweepVariants()
+		vs := sweepVariants(only)
 		runs := make([][]hedgecmp.SweepRun, len(vs))
-		for seed := uint64(1); seed <= uint64(n); seed++ {
+		for seed := first; seed < first+uint64(n); seed++ {
 			for i, v := range vs {
 				fmt.Fprintf(os.Stderr, "%s seed %d: %s\n", name, seed, v.Name)
 				r, err := hedgecmp.RunOne(v, d, o, seed, cfg)
@@ -48,6 +49,23 @@ func sweep(n int, dists string, cfg hedgecmp.Config, trace bool) {
 			traces(vs, runs)
 		}
 	}
+}
+
+// sweepVariants returns the sweep variants whose name contains only, the peer (the
+// second variant, which the table compares each with) kept second; all of them
+// when only is empty or matches none but the peer.
+func sweepVariants(only string) []hedgecmp.SweepVariant {
+	all := hedgecmp.SweepVariants()
+	var match []hedgecmp.SweepVariant
+	for i, v := range all {
+		if i != 1 && strings.Contains(v.Name, only) {
+			match = append(match, v)
+		}
+	}
+	if only == "" || len(match) == 0 {
+		return all
+	}
+	return append([]hedgecmp.SweepVariant{match[0], all[1]}, match[1:]...)
 }
 
 func sweepTable(vs []hedgecmp.SweepVariant, runs [][]hedgecmp.SweepRun) {

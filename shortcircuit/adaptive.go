@@ -48,45 +48,45 @@ package shortcircuit
 //     at most half the limit (grow);
 //  7. keep.
 //
-// Its states. Searching (hold.on false), the limit moves by the verdicts above.
-// After a fall all the way to its lower window (or within a quarter of the way), the
-// knee is likely lower still, and the next lower window goes wide: twice as far
-// below as the fall (at least a quarter, at most half the limit); so does the first
-// one, half below Initial, a guess. A wide lower window goes further down when
-// Little's law places the knee lower: to the first upper window's throughput times
-// the handler's unloaded duration (base, or while it is not known the fastest
-// duration seen), at least an eighth of the limit (probe). Below the knee or at it,
-// the window places the knee where it is in one round (the knee a round places is
-// the upper windows' throughput times the lower window's duration); a handler that
-// turned slower for every request only costs a lower window below the knee. A
-// wide lower window at most half the limit that kept the first upper window's
-// throughput (e against it alone reaching Tolerance) decides the round without the
-// second upper window (keptAll): over a limit five times the knee, a window lasts
-// as long as the wait inside the handler that limit causes (half a second over 4
-// slots of 100 ms at 20), and the second one would keep the handlers queueing that
-// long again. Holding (hold.on, from verdict 2 or a settle),
-// the limit sits a headroom above the knee: each round that finds the extra
-// concurrency bought little counts the hold down, and a clear gain (e under half of
-// Tolerance, verdict 6) ends it with a grow: the knee rose. When the hold is up, or
-// the handler turns 20% slower while holding, a recheck is due (hold.recheck): the
-// next round's lower window goes a step below the knee (two steps below the limit),
-// and the knee it places decides (a round with a trend leaves the recheck due): a
-// clear gain still grows; where it was, the hold starts again twice as long (up to
-// holdMax rounds); lower, the limit falls to it. With Headroom, a knee placed a step
-// or more higher moves the headroom above it at once.
+// Its states. Searching (hold.on false), the limit moves by the verdicts above. After
+// a fall all the way to its lower window (or within a quarter of the way), the knee
+// is likely lower still, and the next lower window goes wide: twice as far below as
+// the fall (at least a quarter, at most half the limit); so does the first one, half
+// below Initial, a guess. A wide lower window goes further down when Little's law
+// places the knee lower: to the first upper window's throughput times the handler's
+// unloaded duration (base, or while it is not known the fastest duration seen), at
+// least an eighth of the limit (probe). Below the knee or at it, the window places
+// the knee where it is in one round (the knee a round places is the upper windows'
+// throughput times the lower window's duration); a handler that turned slower for
+// every request only costs a lower window below the knee. A wide lower window at most
+// half the limit that kept the first upper window's throughput (e against it alone
+// reaching Tolerance) decides the round without the second upper window (keptAll):
+// over a limit five times the knee, a window lasts as long as the wait inside the
+// handler that limit causes (half a second over 4 slots of 100 ms at 20), and the
+// second one would keep the handlers queueing that long again. Holding (hold.on, from
+// verdict 2 or a settle), the limit sits a headroom above the knee: each round that
+// finds the extra concurrency bought little counts the hold down, and a clear gain (e
+// under half of Tolerance, verdict 6) ends it with a grow: the knee rose. When the
+// hold is up, or the handler turns 20% slower while holding, a recheck is due
+// (hold.recheck): the next round's lower window goes a step below the knee (two steps
+// below the limit), and the knee it places decides (a round with a trend leaves the
+// recheck due): a clear gain still grows; where it was, the hold starts again twice
+// as long (up to holdMax rounds); lower, the limit falls to it. With Headroom, a knee
+// placed a step or more higher moves the headroom above it at once.
 //
-// Two memories shorten the search. base is the handler's unloaded mean duration:
-// that of the lower window of a round that bought throughput (it ran below the
-// knee). A later lower window within a tenth of it was not above the knee either:
-// a fall, or a recheck that finds the knee lower, then settles at once a headroom
-// above the knee Little's law places there (throughput × base), without a wide
-// window below it, and a hold that is up starts again twice as long instead of
-// rechecking. Until base is known, a lower window within a tenth of the fastest
-// duration seen counts as at it, and its duration becomes base. calm counts the
-// rounds in a row that kept the limit on evidence: their
-// upper windows last 2^min(calm, calmMax) times as long. An upper window that runs
-// more than 20% slower or faster than the last one at a kept limit (ref) ends the
-// calm; faster, it also forgets base.
+// Two memories shorten the search. base is the handler's unloaded mean duration: that
+// of the lower window of a round that bought throughput (it ran below the knee). A
+// later lower window within a tenth of it was not above the knee either: a fall, or a
+// recheck that finds the knee lower, then settles at once a headroom above the knee
+// Little's law places there (throughput × base), without a wide window below it, and
+// a hold that is up starts again twice as long instead of rechecking. Until base is
+// known, a lower window within a tenth of the fastest duration seen counts as at it,
+// and its duration becomes base (a handler with fast answers among slow ones, a cache
+// or quick errors, has its fastest far below its mean: no window matches it, and a
+// wide lower window goes to an eighth of the limit). calm counts the rounds in a row
+// that kept the limit on evidence: their upper windows last 2^min(calm, calmMax)
+// times as long. An upper window that runs more than 20% slower or faster than the
+// last one at a kept limit (ref) ends the calm; faster, it also forgets base.
 //
 // Window lengths. An upper window lasts Samples/2 completions and four mean
 // durations (times the calm's factor at a kept limit; after a fall, and at the

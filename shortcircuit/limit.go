@@ -300,7 +300,7 @@ func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 // service time and, with the adaptive limit, into the limit. l.mu is held.
 func (l *limiter) learn(now, began time.Time, took time.Duration) {
 	switch {
-	case began.Before(l.fellAt):
+	case !began.IsZero() && began.Before(l.fellAt):
 		// Admitted under a higher limit: its wait inside the handler is not
 		// the lower limit's (fell).
 	case l.service == 0 || l.afresh:
@@ -321,20 +321,20 @@ func (l *limiter) learn(now, began time.Time, took time.Duration) {
 	}
 }
 
-// fell scales the service time down for a limit falling to n at now: fewer
-// handlers at once run no slower, and at most as fast as in proportion (above the
-// knee, as many end a second at n as at the limit before: each waits inside the
-// handler behind fewer), never faster than the handler's unloaded duration. The
-// requests admitted before the fall waited inside the handler behind the higher
+// fell scales the service time down for a limit falling to n at now: fewer handlers
+// at once run no slower, and at most as fast as in proportion (above the knee, as
+// many end a second at n as at the limit before: each waits inside the handler behind
+// fewer), never faster than the handler's unloaded duration (nor slower than it was).
+// The requests admitted before the fall waited inside the handler behind the higher
 // limit's, and their durations do not count in the estimate (learn). Else the
-// estimate would take some eight durations to forget that wait, and meanwhile
-// refuse, as unable to finish in time, the requests the lower limit is there to
-// serve: a lower window five times below the limit ran nearly empty in the tests'
-// model. l.mu is held.
+// estimate would take some eight durations to forget that wait, and meanwhile refuse,
+// as unable to finish in time, the requests the lower limit is there to serve: a
+// lower window five times below the limit ran nearly empty in the tests' model. l.mu
+// is held.
 func (l *limiter) fell(now time.Time, n int) {
 	r := float64(n) / float64(l.limit)
 	l.fellAt = now
-	l.service = max(time.Duration(float64(l.service)*r), time.Duration(l.adapt.unloaded()), 1)
+	l.service = min(l.service, max(time.Duration(float64(l.service)*r), time.Duration(l.adapt.unloaded()), 1))
 	l.dev = time.Duration(float64(l.dev) * r)
 }
 

@@ -35,6 +35,16 @@ func (r *runs) add(id string) {
 	r.mu.Unlock()
 }
 
+// set records n for id.
+func (r *runs) set(id string, n int) {
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = map[string]int{}
+	}
+	r.m[id] = n
+	r.mu.Unlock()
+}
+
 func (r *runs) get(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -145,7 +155,9 @@ func adaptiveOverloadRun(t *testing.T) string {
 		shortcircuit.WithObserver(func(ctx context.Context, e shortcircuit.Event) {
 			seen.add(orderID(ctx))
 			if e.Admission == shortcircuit.CannotFinish || e.Admission == shortcircuit.Dropped {
-				refusedNoRetry.add(orderID(ctx))
+				// The arrivals so far: an overloaded refusal before it may
+				// have come back (it says when to), none may after it.
+				refusedNoRetry.set(orderID(ctx), seen.get(orderID(ctx)))
 			}
 		})))...)
 	testgrpc.RegisterTestServiceServer(gs, &admissionOrders{client: toInv, inv: inv.URL, ran: &ordersRan})
@@ -206,9 +218,9 @@ func adaptiveOverloadRun(t *testing.T) string {
 	if ids := invRan.twice(); len(ids) > 0 {
 		t.Errorf("writes that ran twice at inventory: %v", ids)
 	}
-	for id := range refusedNoRetry.m {
-		if n := seen.get(id); n != 1 {
-			t.Errorf("write %s was refused by orders' guard as unable to finish, and reached orders' guard %d times; want once (do not retry)", id, n)
+	for id, at := range refusedNoRetry.m {
+		if n := seen.get(id); n != at {
+			t.Errorf("write %s was refused by orders' guard as unable to finish at its arrival %d there, and reached orders' guard %d times; want no arrival after it (do not retry)", id, at, n)
 		}
 	}
 	if st.Admitted == 0 || st.Refused() == 0 {

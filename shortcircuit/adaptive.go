@@ -48,31 +48,45 @@ package shortcircuit
 //     at most half the limit (grow);
 //  7. keep.
 //
-// Its states. Searching (hold.on false), the limit moves by the verdicts above.
-// After a fall all the way to its lower window (or within a quarter of the way), the
-// knee is likely lower still, and the next lower window goes wide: twice as far
-// below as the fall (at least a quarter, at most half the limit); so does the first
-// one, half below Initial, a guess. Holding (hold.on, from verdict 2 or a settle),
-// the limit sits a headroom above the knee: each round that finds the extra
-// concurrency bought little counts the hold down, and a clear gain (e under half of
-// Tolerance, verdict 6) ends it with a grow: the knee rose. When the hold is up, or
-// the handler turns 20% slower while holding, a recheck is due (hold.recheck): the
-// next round's lower window goes a step below the knee (two steps below the limit),
-// and the knee it places decides (a round with a trend leaves the recheck due): a
-// clear gain still grows; where it was, the hold starts again twice as long (up to
-// holdMax rounds); lower, the limit falls to it. With Headroom, a knee placed a step
-// or more higher moves the headroom above it at once.
+// Its states. Searching (hold.on false), the limit moves by the verdicts above. After
+// a fall all the way to its lower window (or within a quarter of the way), the knee
+// is likely lower still, and the next lower window goes wide: twice as far below as
+// the fall (at least a quarter, at most half the limit); so does the first one, half
+// below Initial, a guess. A wide lower window goes further down when Little's law
+// places the knee lower: to the first upper window's throughput times the handler's
+// unloaded duration (base, or while it is not known the fastest duration seen), at
+// least an eighth of the limit (probe). Below the knee or at it, the window places
+// the knee where it is in one round (the knee a round places is the upper windows'
+// throughput times the lower window's duration); a handler that turned slower for
+// every request only costs a lower window below the knee. A wide lower window at most
+// half the limit that kept the first upper window's throughput (e against it alone
+// reaching Tolerance) decides the round without the second upper window (keptAll):
+// over a limit five times the knee, a window lasts as long as the wait inside the
+// handler that limit causes (half a second over 4 slots of 100 ms at 20), and the
+// second one would keep the handlers queueing that long again. Holding (hold.on, from
+// verdict 2 or a settle), the limit sits a headroom above the knee: each round that
+// finds the extra concurrency bought little counts the hold down, and a clear gain (e
+// under half of Tolerance, verdict 6) ends it with a grow: the knee rose. When the
+// hold is up, or the handler turns 20% slower while holding, a recheck is due
+// (hold.recheck): the next round's lower window goes a step below the knee (two steps
+// below the limit), and the knee it places decides (a round with a trend leaves the
+// recheck due): a clear gain still grows; where it was, the hold starts again twice
+// as long (up to holdMax rounds); lower, the limit falls to it. With Headroom, a knee
+// placed a step or more higher moves the headroom above it at once.
 //
-// Two memories shorten the search. base is the handler's unloaded mean duration:
-// that of the lower window of a round that bought throughput (it ran below the
-// knee). A later lower window within a tenth of it was not above the knee either:
-// a fall, or a recheck that finds the knee lower, then settles at once a headroom
-// above the knee Little's law places there (throughput × base), without a wide
-// window below it, and a hold that is up starts again twice as long instead of
-// rechecking. calm counts the rounds in a row that kept the limit on evidence: their
-// upper windows last 2^min(calm, calmMax) times as long. An upper window that runs
-// more than 20% slower or faster than the last one at a kept limit (ref) ends the
-// calm; faster, it also forgets base.
+// Two memories shorten the search. base is the handler's unloaded mean duration: that
+// of the lower window of a round that bought throughput (it ran below the knee). A
+// later lower window within a tenth of it was not above the knee either: a fall, or a
+// recheck that finds the knee lower, then settles at once a headroom above the knee
+// Little's law places there (throughput × base), without a wide window below it, and
+// a hold that is up starts again twice as long instead of rechecking. Until base is
+// known, a lower window within a tenth of the fastest duration seen counts as at it,
+// and its duration becomes base (a handler with fast answers among slow ones, a cache
+// or quick errors, has its fastest far below its mean: no window matches it, and a
+// wide lower window goes to an eighth of the limit). calm counts the rounds in a row
+// that kept the limit on evidence: their upper windows last 2^min(calm, calmMax)
+// times as long. An upper window that runs more than 20% slower or faster than the
+// last one at a kept limit (ref) ends the calm; faster, it also forgets base.
 //
 // Window lengths. An upper window lasts Samples/2 completions and four mean
 // durations (times the calm's factor at a kept limit; after a fall, and at the
@@ -111,9 +125,10 @@ type adaptive struct {
 	hold hold
 
 	// What the rule remembers of the handler.
-	base float64 // its unloaded mean duration (zero: not known)
-	ref  float64 // the mean duration of the last upper window at a kept limit
-	calm int     // rounds in a row that kept the limit
+	base    float64 // its unloaded mean duration (zero: not known)
+	fastest float64 // the shortest duration seen (zero: none yet)
+	ref     float64 // the mean duration of the last upper window at a kept limit
+	calm    int     // rounds in a row that kept the limit
 }
 
 // windowPhase is which window of the round runs.
@@ -176,6 +191,9 @@ func (g *adaptive) held() { g.win.demand = true }
 // ending at now, and the handler's mean duration svc; it returns the limit in
 // force.
 func (g *adaptive) update(now, began time.Time, took, svc time.Duration) int {
+	if d := float64(took); d > 0 && (g.fastest == 0 || d < g.fastest) {
+		g.fastest = d
+	}
 	switch {
 	case !g.win.begun():
 		// The first window begins when the limit first holds a request back:
@@ -266,6 +284,11 @@ func (g *adaptive) closeWindow(now time.Time) {
 		}
 	case g.phase == phaseUpper1:
 		g.phase, g.lo = phaseLower, g.below()
+	case g.phase == phaseLower && g.keptAll():
+		// The round is decided without its second upper window.
+		g.windows[phaseUpper2] = g.windows[phaseUpper1]
+		g.phase = phaseUpper1
+		g.decide()
 	case g.phase == phaseLower:
 		g.phase = phaseUpper2
 	default:
@@ -282,13 +305,50 @@ func (g *adaptive) below() int {
 	gap := step(g.limit)
 	switch {
 	case g.wide:
-		gap = max(gap, g.limit/4, min(-2*g.run, max(g.limit/2, 1)))
+		gap = max(gap, g.limit/4, min(-2*g.run, max(g.limit/2, 1)), g.limit-g.probe())
 	case g.hold.on && g.hold.recheck && g.cfg.Headroom > 0:
 		gap = min(g.hold.head+step(g.limit-g.hold.head), g.limit-1)
 	case g.hold.on && g.hold.recheck:
 		gap = min(2*gap, g.limit-1)
 	}
 	return max(g.limit-gap, 1)
+}
+
+// probe is how far down a wide lower window may go: to where Little's law places
+// the knee, the first upper window's throughput times the handler's unloaded
+// duration (base, or the fastest seen while it is not known), at least an eighth of
+// the limit; the limit when nothing is known.
+func (g *adaptive) probe() int {
+	d, up := g.unloaded(), g.windows[phaseUpper1]
+	if d == 0 || !(up.s > 0) {
+		return g.limit
+	}
+	return max(int(math.Round(up.n/up.s*d)), g.limit/8, 1)
+}
+
+// unloaded is the handler's unloaded duration as far as the rule knows it: base,
+// or the fastest duration seen while base is not known (zero: neither).
+func (g *adaptive) unloaded() float64 {
+	if g.base > 0 {
+		return g.base
+	}
+	return g.fastest
+}
+
+// keptAll says, at the end of a lower window, whether the round may be decided
+// without its second upper window: the lower window went wide, to at most half
+// the limit, and kept the first upper window's throughput (the elasticity against
+// it reached Tolerance). A change of the handler's speed, which the second window
+// would cancel, moves the elasticity of so wide a round by little (a quarter
+// slower across it, by under a third), and a slower lower window only places the
+// knee higher.
+func (g *adaptive) keptAll() bool {
+	a, lo := g.windows[phaseUpper1], g.windows[phaseLower]
+	if !g.wide || 2*g.lo > g.limit || !(lo.n >= 0.9*float64(g.lo) && lo.s > 0 && a.s > 0) {
+		return false
+	}
+	r := a.n / lo.n
+	return r >= 2 && math.Log(a.s/lo.s)/math.Log(r) >= g.cfg.Tolerance
 }
 
 // roundFigures is what a round's windows measured.
@@ -323,12 +383,13 @@ func (g *adaptive) read() (roundFigures, bool) {
 	if !(lo.n > 0 && lo.s > 0 && a.s > 0 && b.s > 0) || r < 1.02 || lo.n < 0.9*float64(g.lo) || max(a.s, b.s) > 1.25*min(a.s, b.s) {
 		return roundFigures{}, false
 	}
+	u := g.unloaded()
 	f := roundFigures{
 		e: math.Log(upS/lo.s) / math.Log(r), r: r, lowN: lo.n, lowS: lo.s, lower: g.lo,
 		demand: a.demand || b.demand,
 		trend:  max(a.s, b.s) > 1.1*min(a.s, b.s),
-		atBase: g.base > 0 && lo.s <= 1.1*g.base,
-		little: upN / upS * g.base,
+		atBase: u > 0 && lo.s <= 1.1*u,
+		little: upN / upS * u,
 	}
 	f.fast = f.atBase && !f.trend
 	return f, true
@@ -384,8 +445,10 @@ func (g *adaptive) learnBase(f roundFigures) {
 	switch {
 	case f.e < g.cfg.Tolerance && !f.trend:
 		g.base = f.lowS
-	case f.fast:
+	case f.fast && g.base > 0:
 		g.base = min(g.base, f.lowS)
+	case f.fast:
+		g.base = f.lowS // at the fastest speed seen
 	}
 }
 

@@ -256,12 +256,21 @@ func WithMaxConcurrency(n int) Option {
 // half), so a limit far off closes in within a few rounds without falling past a
 // limit it has not measured: from 20 over a pool of 8 slots, 0.3 s on
 // BENCHMARKS.md's loopback bench (1.4 s before windows counted only the requests
-// admitted under their limit). When the upper windows'
-// durations differ by more than 25% (the handler changed speed meanwhile; by more
-// than 10%, for a grow), or the load, not the limit, set the concurrency (n no
+// admitted under their limit). Such a wide lower window goes further down when
+// Little's law places the knee lower (the first upper window's throughput times the
+// handler's unloaded duration, or the fastest duration seen while that is not known;
+// at least an eighth of the limit, where a handler with fast answers among slow ones
+// sends it), and one at most half the limit that kept the upper window's throughput
+// decides its round without a second upper window: from 20 over 4 slots of 100 ms,
+// the limit is at 5 after 1.7 s in the tests' model (over 4 s before), and the
+// handlers in flight at 4 from 1.35 s. When a limit falls, the service time the
+// guard's queue predicts with falls in proportion (not below the unloaded duration),
+// and the requests admitted before the fall do not count in it. When the upper
+// windows' durations differ by more than 25% (the handler changed speed meanwhile; by
+// more than 10%, for a grow), or the load, not the limit, set the concurrency (n no
 // higher in the upper windows, or the lower window short of its limit), the limit
-// holds. Only the durations inside the handler count, never
-// the wait in the toolkit's queue, which the limit itself causes.
+// holds. Only the durations inside the handler count, never the wait in the toolkit's
+// queue, which the limit itself causes.
 //
 // A handler that turns slower for every request, however many run (a slower
 // dependency, a colder cache), scales all windows alike and leaves e, and the

@@ -103,12 +103,17 @@ func (s *sim) limit() int {
 // operating limit every 10 ms, and returns the samples. It does not wait for the
 // requests it sent: the next drive's follow them without a gap (wait ends a test).
 func (s *sim) drive(rate float64, d time.Duration) []int {
+	return s.driveWithin(rate, d, 200*time.Millisecond)
+}
+
+// driveWithin is drive with the given budget.
+func (s *sim) driveWithin(rate float64, d, budget time.Duration) []int {
 	var seen []int
 	every := time.Duration(float64(time.Second) / rate)
 	end := time.Now().Add(d)
 	next := time.Now().Add(10 * time.Millisecond)
 	for now := time.Now(); now.Before(end); now = time.Now() {
-		s.wg.Go(func() { s.serve(200 * time.Millisecond) })
+		s.wg.Go(func() { s.serve(budget) })
 		if !now.Before(next) {
 			seen = append(seen, s.limit())
 			next = next.Add(10 * time.Millisecond)
@@ -479,5 +484,32 @@ func TestAdaptiveLimitHeadroomDefaults(t *testing.T) {
 	}
 	if a := (AdaptiveLimit{Headroom: 0.5}).withDefaults(); a.Headroom != 0.5 {
 		t.Errorf("Headroom 0.5: withDefaults made it %v", a.Headroom)
+	}
+}
+
+// A limit far above a pool of slow slots (4 × 100 ms, 40 a second) comes down to
+// them within a second and a half, fifteen of their durations, under 4× and 10× the
+// load they can serve: the requests it lets in above the slots wait inside the
+// handler in arrival order, where the guard's queue cannot order them by level.
+// Coming down in rounds of windows as long as the queue inside the handler (half a
+// second at a limit of 20), with a lower window half below the limit each round
+// (20, 10, 5), it took over 4 s.
+func TestAdaptiveLimitComesDownToSlowSlotsFast(t *testing.T) {
+	for _, load := range []float64{4, 10} {
+		synctest.Test(t, func(t *testing.T) {
+			const slots, work = 4, 100 * time.Millisecond
+			s := newSim(DefaultAdaptiveLimit, work, 0)
+			s.slots = make(chan struct{}, slots)
+			seen := s.driveWithin(load*slots*float64(time.Second/work), 5*time.Second, 1500*time.Millisecond)
+			s.wg.Wait()
+			rest, at := settled(seen, 4, 6)
+			t.Logf("%g×: from %d, in [4, 6] after %v", load, DefaultAdaptiveLimit.Initial, at)
+			if rest == nil || at > 20*work {
+				t.Fatalf("%g×: the limit not in [4, 6] within %v (after %v); samples %v", load, 20*work, at, seen)
+			}
+			if l, h := bounds(rest); l < 3 || h > 6 {
+				t.Errorf("%g×: once there, the limit ranged over [%d, %d]; want [3, 6]; samples %v", load, l, h, seen)
+			}
+		})
 	}
 }

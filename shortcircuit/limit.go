@@ -53,6 +53,10 @@ type limiter struct {
 	// that long: the next duration learned starts the estimate anew.
 	idle   time.Time
 	afresh bool
+	// fellAt is when the adaptive limit last fell: the requests admitted before
+	// it waited inside the handler behind the higher limit's, and their
+	// durations do not count in the service time (fell).
+	fellAt time.Time
 
 	// The slots of the running handlers: when each started (zero: free), so that a
 	// queued request's wait is predicted from when they should end.
@@ -295,19 +299,43 @@ func (l *limiter) releaseAt(slot int, now time.Time, took time.Duration) {
 // learn takes the duration of a handler admitted at began that ended at now into the
 // service time and, with the adaptive limit, into the limit. l.mu is held.
 func (l *limiter) learn(now, began time.Time, took time.Duration) {
-	if l.service == 0 || l.afresh {
+	switch {
+	case !began.IsZero() && began.Before(l.fellAt):
+		// Admitted under a higher limit: its wait inside the handler is not
+		// the lower limit's (fell).
+	case l.service == 0 || l.afresh:
 		l.service, l.dev, l.afresh = took, took/2, false
-	} else {
+	default:
 		d := took - l.service
 		l.service += d / serviceWeight
 		l.dev += (max(d, -d) - l.dev) / devWeight
 	}
 	if l.adapt != nil {
 		if n := l.adapt.update(now, began, took, l.service); n != l.limit {
+			if n < l.limit {
+				l.fell(now, n)
+			}
 			l.limit = n
 			record.Limit(context.Background(), n)
 		}
 	}
+}
+
+// fell scales the service time down for a limit falling to n at now: fewer handlers
+// at once run no slower, and at most as fast as in proportion (above the knee, as
+// many end a second at n as at the limit before: each waits inside the handler behind
+// fewer), never faster than the handler's unloaded duration (nor slower than it was).
+// The requests admitted before the fall waited inside the handler behind the higher
+// limit's, and their durations do not count in the estimate (learn). Else the
+// estimate would take some eight durations to forget that wait, and meanwhile refuse,
+// as unable to finish in time, the requests the lower limit is there to serve: a
+// lower window five times below the limit ran nearly empty in the tests' model. l.mu
+// is held.
+func (l *limiter) fell(now time.Time, n int) {
+	r := float64(n) / float64(l.limit)
+	l.fellAt = now
+	l.service = min(l.service, max(time.Duration(float64(l.service)*r), time.Duration(l.adapt.unloaded()), 1))
+	l.dev = time.Duration(float64(l.dev) * r)
 }
 
 // serveQueue hands the free slots to the queue in its order, at now (zero: read the

@@ -125,6 +125,11 @@ type circuit struct {
 	// until is, while open, the time (ns since epoch) the next probe may go.
 	until atomic.Int64
 
+	// lastOK is when (ns since epoch) a call through the circuit last ended in a
+	// success, to a millisecond (okGrain): a timeout of a call sent before it is not
+	// the target's failure (Result.SucceededSince).
+	lastOK atomic.Int64
+
 	// consec is the number of failures since the last success (closed state): the
 	// consecutive-failures trip. Failures add to it under mu; successes clear it
 	// without the lock.
@@ -367,6 +372,9 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	ns := int64(time.Since(c.epoch))
 	samples := describe(ctx, t, r, ns)
 	o := b.cfg.classify(*r)
+	if o == Success {
+		c.answered(ns)
+	}
 	if t.level != 0 {
 		c.thr.count(ns, int(t.level-1), verdict(o, r))
 	}
@@ -409,7 +417,21 @@ func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
 		r.Typical, r.HasTypical = typical, true
 	}
 	r.CallerErr = ctx.Err()
+	r.SucceededSince = c.lastOK.Load() > t.start
 	return samples
+}
+
+// okGrain is the precision of circuit.lastOK: it moves on at most once per grain,
+// so that successes on many goroutines seldom write the same word.
+const okGrain = int64(time.Millisecond)
+
+// answered notes a success that ended at ns. A concurrent call may store an older
+// time over a newer one: lastOK is then early, which makes a timeout a failure,
+// as it was before the success.
+func (c *circuit) answered(ns int64) {
+	if ns-c.lastOK.Load() >= okGrain {
+		c.lastOK.Store(ns)
+	}
 }
 
 // settle moves t's circuit on outcome o under its lock: counted in the window when

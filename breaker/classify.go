@@ -72,6 +72,11 @@ type Result struct {
 	// messages (server streaming, bidi), as grpc.StreamDesc says it: how long such
 	// a stream runs is its caller's choice (a watch listens until its deadline).
 	ServerStreams bool
+	// SucceededSince says another call through the same circuit succeeded after
+	// this one was sent: the target was up and answering while this call waited.
+	// It may miss a success that ended within a millisecond of the last one the
+	// circuit noted (never the other way).
+	SucceededSince bool
 }
 
 // Classifier decides what a call says of its target's health.
@@ -89,7 +94,13 @@ type Classifier func(r Result) Outcome
 //     or bidi stream ([Result.ServerStreams]) when its caller's deadline has passed
 //     or it ran for half its budget or more (the deadline the layers beneath sent,
 //     less their reserve): a watch that heard nothing before the deadline its
-//     caller set is idle, not failed;
+//     caller set is idle, not failed; a timeout of a call while another call
+//     through the circuit succeeded after it was sent ([Result.SucceededSince]):
+//     the target is up and answering, and this call waited in an overloaded
+//     server's queue (a server that serves its critical calls and lets its
+//     sheddable ones time out) or was slow, which admission and the throttle deal
+//     with: a circuit is for a target that answers nothing, and opened, it would
+//     refuse the calls the target still serves;
 //   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
 //     Retry-After, google.rpc.RetryInfo or grpc-retry-pushback-ms, read apart from a
 //     "do not retry" beside it): the server is up and shedding load, or relaying a
@@ -100,7 +111,8 @@ type Classifier func(r Result) Outcome
 //     WriteHTTPError send): the server is up, and its own breaker guards that
 //     downstream;
 //   - failure: any other timeout (the call had a fair budget, or no deadline, or the
-//     target's typical latency is not known); HTTP 502 and 503; UNAVAILABLE; an HTTP
+//     target's typical latency is not known, and nothing succeeded while it ran:
+//     a blackholed target's calls); HTTP 502 and 503; UNAVAILABLE; an HTTP
 //     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
 //     without a status;
 //   - success: every other answer: HTTP 1xx–4xx and 500, every other gRPC code
@@ -163,8 +175,9 @@ func Classify(r Result) Outcome {
 }
 
 // timedOut classifies a timeout: neutral when the call's budget was below the
-// target's typical latency (the caller starved it), or when it ended a stream of the
-// server's messages at the deadline its caller set; else a failure.
+// target's typical latency (the caller starved it), when it ended a stream of the
+// server's messages at the deadline its caller set, or when another call to the
+// target succeeded while it ran (the target is up); else a failure.
 func timedOut(r Result) Outcome {
 	if r.ServerStreams && (r.CallerErr != nil || r.HasBudget && r.Took >= r.Budget/2) {
 		// The caller chose how long to listen. The layers beneath keep a reserve
@@ -174,6 +187,12 @@ func timedOut(r Result) Outcome {
 		return Neutral
 	}
 	if r.HasBudget && r.HasTypical && r.Budget < r.Typical {
+		return Neutral
+	}
+	if r.SucceededSince {
+		// The target answered another call while this one waited: it is up and
+		// overloaded (or this call was slow), which admission and the throttle
+		// deal with; a circuit is for a target that answers nothing.
 		return Neutral
 	}
 	return Failure

@@ -125,9 +125,10 @@ type circuit struct {
 	// until is, while open, the time (ns since epoch) the next probe may go.
 	until atomic.Int64
 
-	// lastOK is when (ns since epoch) a call through the circuit last ended in a
-	// success, to a millisecond (okGrain): a timeout of a call sent before it is not
-	// the target's failure (Result.SucceededSince).
+	// lastOK is when (ns since epoch) the target last answered a call through the
+	// circuit (a success, or a refusal that shows it up: upRefusal), to a
+	// millisecond (okGrain): a timeout of a call sent before it is not the target's
+	// failure (Result.AnsweredSince).
 	lastOK atomic.Int64
 
 	// consec is the number of failures since the last success (closed state): the
@@ -372,7 +373,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	ns := int64(time.Since(c.epoch))
 	samples := describe(ctx, t, r, ns)
 	o := b.cfg.classify(*r)
-	if o == Success {
+	if o == Success || o == Neutral && upRefusal(r) {
 		c.answered(ns)
 	}
 	if t.level != 0 {
@@ -417,7 +418,7 @@ func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
 		r.Typical, r.HasTypical = typical, true
 	}
 	r.CallerErr = ctx.Err()
-	r.SucceededSince = c.lastOK.Load() > t.start
+	r.AnsweredSince = c.lastOK.Load() > t.start
 	return samples
 }
 
@@ -425,9 +426,9 @@ func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
 // so that successes on many goroutines seldom write the same word.
 const okGrain = int64(time.Millisecond)
 
-// answered notes a success that ended at ns. A concurrent call may store an older
+// answered notes an answer that came at ns. A concurrent call may store an older
 // time over a newer one: lastOK is then early, which makes a timeout a failure,
-// as it was before the success.
+// as it was before the answer.
 func (c *circuit) answered(ns int64) {
 	if ns-c.lastOK.Load() >= okGrain {
 		c.lastOK.Store(ns)

@@ -72,11 +72,14 @@ type Result struct {
 	// messages (server streaming, bidi), as grpc.StreamDesc says it: how long such
 	// a stream runs is its caller's choice (a watch listens until its deadline).
 	ServerStreams bool
-	// SucceededSince says another call through the same circuit succeeded after
-	// this one was sent: the target was up and answering while this call waited.
-	// It may miss a success that ended within a millisecond of the last one the
-	// circuit noted (never the other way).
-	SucceededSince bool
+	// AnsweredSince says the target answered another call through the same
+	// circuit after this one was sent, with a success or with a refusal that
+	// shows it up (one that says when to come back, a guard's refusal for lack of
+	// budget, a failure relayed from its downstream), unless the classifier called
+	// that answer a failure: the target was up while this call waited. It may miss
+	// an answer that came within a millisecond of the last one the circuit noted
+	// (never the other way).
+	AnsweredSince bool
 }
 
 // Classifier decides what a call says of its target's health.
@@ -94,13 +97,14 @@ type Classifier func(r Result) Outcome
 //     or bidi stream ([Result.ServerStreams]) when its caller's deadline has passed
 //     or it ran for half its budget or more (the deadline the layers beneath sent,
 //     less their reserve): a watch that heard nothing before the deadline its
-//     caller set is idle, not failed; a timeout of a call while another call
-//     through the circuit succeeded after it was sent ([Result.SucceededSince]):
-//     the target is up and answering, and this call waited in an overloaded
-//     server's queue (a server that serves its critical calls and lets its
-//     sheddable ones time out) or was slow, which admission and the throttle deal
-//     with: a circuit is for a target that answers nothing, and opened, it would
-//     refuse the calls the target still serves;
+//     caller set is idle, not failed; a timeout of a call while the target
+//     answered another call through the circuit, after it was sent, with a
+//     success or one of the refusals below ([Result.AnsweredSince]): the target
+//     is up, and this call waited in an overloaded server's queue (a server that
+//     serves its critical calls, or refuses some calls, and lets its sheddable
+//     ones time out) or was slow, which admission and the throttle deal with: a
+//     circuit is for a target that answers nothing, and opened, it would refuse
+//     the calls the target still serves;
 //   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
 //     Retry-After, google.rpc.RetryInfo or grpc-retry-pushback-ms, read apart from a
 //     "do not retry" beside it): the server is up and shedding load, or relaying a
@@ -111,8 +115,8 @@ type Classifier func(r Result) Outcome
 //     WriteHTTPError send): the server is up, and its own breaker guards that
 //     downstream;
 //   - failure: any other timeout (the call had a fair budget, or no deadline, or the
-//     target's typical latency is not known, and nothing succeeded while it ran:
-//     a blackholed target's calls); HTTP 502 and 503; UNAVAILABLE; an HTTP
+//     target's typical latency is not known, and the target answered nothing
+//     while it ran: a blackholed target's calls); HTTP 502 and 503; UNAVAILABLE; an HTTP
 //     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
 //     without a status;
 //   - success: every other answer: HTTP 1xx–4xx and 500, every other gRPC code
@@ -127,7 +131,7 @@ func Classify(r Result) Outcome {
 			case codes.Canceled:
 				return Neutral
 			case codes.DeadlineExceeded:
-				if refused(r.Trailer.Get(pushback.Key)) || pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) {
+				if upRefusal(&r) {
 					return Neutral
 				}
 				return timedOut(r)
@@ -136,7 +140,7 @@ func Classify(r Result) Outcome {
 				return Neutral
 			}
 			if st.Code() == codes.Unavailable {
-				if pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) || pushback.ComeBackGRPC(st, r.Trailer) > 0 {
+				if upRefusal(&r) {
 					return Neutral
 				}
 				return Failure
@@ -159,14 +163,12 @@ func Classify(r Result) Outcome {
 	}
 	switch r.Response.StatusCode {
 	case http.StatusServiceUnavailable, http.StatusBadGateway:
-		h := r.Response.Header
-		if pushback.Relayed(h.Values(pushback.RelayedKey)) ||
-			(r.Response.StatusCode == http.StatusServiceUnavailable && pushback.ComeBackHTTP(h, time.Now()) > 0) {
+		if upRefusal(&r) {
 			return Neutral
 		}
 		return Failure
 	case http.StatusGatewayTimeout:
-		if refused(r.Response.Header.Values(pushback.Key)) || pushback.Relayed(r.Response.Header.Values(pushback.RelayedKey)) {
+		if upRefusal(&r) {
 			return Neutral
 		}
 		return timedOut(r)
@@ -174,10 +176,45 @@ func Classify(r Result) Outcome {
 	return Success
 }
 
+// upRefusal reports whether r is the answer of a target that is up though it did
+// not serve the call: a refusal that says when to come back (HTTP 503, gRPC
+// UNAVAILABLE), a guard's refusal for lack of budget (HTTP 504 or
+// DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1), or a failure it relays from
+// its downstream (deadlinekit-relayed: 1 on a 502, 503, 504, UNAVAILABLE or
+// DEADLINE_EXCEEDED).
+func upRefusal(r *Result) bool {
+	if r.Err != nil {
+		st, ok := status.FromError(r.Err)
+		if !ok || !r.GRPC {
+			return false
+		}
+		switch st.Code() {
+		case codes.DeadlineExceeded:
+			return refused(r.Trailer.Get(pushback.Key)) || pushback.Relayed(r.Trailer.Get(pushback.RelayedKey))
+		case codes.Unavailable:
+			return pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) || pushback.ComeBackGRPC(st, r.Trailer) > 0
+		}
+		return false
+	}
+	if r.Response == nil {
+		return false
+	}
+	h := r.Response.Header
+	switch r.Response.StatusCode {
+	case http.StatusBadGateway:
+		return pushback.Relayed(h.Values(pushback.RelayedKey))
+	case http.StatusServiceUnavailable:
+		return pushback.Relayed(h.Values(pushback.RelayedKey)) || pushback.ComeBackHTTP(h, time.Now()) > 0
+	case http.StatusGatewayTimeout:
+		return refused(h.Values(pushback.Key)) || pushback.Relayed(h.Values(pushback.RelayedKey))
+	}
+	return false
+}
+
 // timedOut classifies a timeout: neutral when the call's budget was below the
 // target's typical latency (the caller starved it), when it ended a stream of the
-// server's messages at the deadline its caller set, or when another call to the
-// target succeeded while it ran (the target is up); else a failure.
+// server's messages at the deadline its caller set, or when the target answered
+// another call while it ran (it is up); else a failure.
 func timedOut(r Result) Outcome {
 	if r.ServerStreams && (r.CallerErr != nil || r.HasBudget && r.Took >= r.Budget/2) {
 		// The caller chose how long to listen. The layers beneath keep a reserve
@@ -189,7 +226,7 @@ func timedOut(r Result) Outcome {
 	if r.HasBudget && r.HasTypical && r.Budget < r.Typical {
 		return Neutral
 	}
-	if r.SucceededSince {
+	if r.AnsweredSince {
 		// The target answered another call while this one waited: it is up and
 		// overloaded (or this call was slow), which admission and the throttle
 		// deal with; a circuit is for a target that answers nothing.

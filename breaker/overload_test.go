@@ -24,46 +24,48 @@ import (
 // An overloaded target is up: it answers its critical calls at once and its
 // sheddable ones never (each is held until its caller's deadline passes, as a
 // server whose queue is longer than the deadlines does). Each test sends a burst of
-// sheddable calls with a fair budget, answers critical calls while they wait, and
-// lets their timeouts reach the breaker only after that (a layer beneath the
-// breaker holds each timeout back until released), so that the order of events is
-// the test's, not the scheduler's: the critical calls were answered while the
-// sheddable ones ran.
+// sheddable calls with a fair budget, answers critical calls once every one of
+// them has been let through by the breaker, and lets their timeouts reach the
+// breaker only after that (a layer beneath the breaker notes each call and holds
+// its timeout back until released), so that the order of events is the test's, not
+// the scheduler's: the critical calls were answered while the sheddable ones ran.
+// (Whether a sheddable call reached the server before its deadline does not
+// matter: on a loaded machine some may not.)
 const (
 	sheddableCalls = 60 // far more than the minimum of calls and the consecutive trip
 	criticalCalls  = 10
-	fairBudget     = 50 * time.Millisecond // far above the target's typical latency (< 1 ms)
+	fairBudget     = 100 * time.Millisecond // far above the target's typical latency (< 1 ms)
 )
 
 // overloadedHTTP is a loopback HTTP server that answers /critical with answer at
-// once and holds every other request until its caller gives up; arrived receives
-// one value per held request.
-func overloadedHTTP(t *testing.T, answer http.HandlerFunc) (*httptest.Server, chan struct{}) {
-	arrived := make(chan struct{}, 1024)
+// once and holds every other request until its caller gives up.
+func overloadedHTTP(t *testing.T, answer http.HandlerFunc) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/critical" {
 			answer(w, r)
 			return
 		}
-		arrived <- struct{}{}
 		<-r.Context().Done()
 	}))
 	t.Cleanup(srv.Close)
-	return srv, arrived
+	return srv
 }
 
-// heldTransport sends through base, and holds the end of every call that is not
-// critical until release is closed.
+// heldTransport sends through base; for every call that is not critical, it sends
+// a value on sent first (the breaker has let the call through), and holds the
+// call's end until release is closed.
 type heldTransport struct {
-	base    http.RoundTripper
-	release chan struct{}
+	base          http.RoundTripper
+	sent, release chan struct{}
 }
 
 func (h heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := h.base.RoundTrip(req)
-	if criticality.From(req.Context()) < criticality.Critical {
-		<-h.release
+	if criticality.From(req.Context()) >= criticality.Critical {
+		return h.base.RoundTrip(req)
 	}
+	h.sent <- struct{}{}
+	resp, err := h.base.RoundTrip(req)
+	<-h.release
 	return resp, err
 }
 
@@ -73,12 +75,12 @@ func (h heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // circuit stayed closed: the critical calls still go, and the timeouts counted as
 // neither failures nor successes. wantCode is the critical calls' answer.
 func sheddableTimeoutsAmongAnswers(t *testing.T, answer http.HandlerFunc, wantCode int) {
-	srv, arrived := overloadedHTTP(t, answer)
+	srv := overloadedHTTP(t, answer)
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	release := make(chan struct{})
+	sent, release := make(chan struct{}, sheddableCalls), make(chan struct{})
 	b := breaker.New() // the defaults, as deadlinekit.NewTransport's
-	client := &http.Client{Transport: b.Transport(heldTransport{base: base, release: release})}
+	client := &http.Client{Transport: b.Transport(heldTransport{base: base, sent: sent, release: release})}
 	critical := func() error {
 		code, err := get(criticality.With(bg, criticality.Critical), client, srv.URL+"/critical")
 		if err == nil && code != wantCode {
@@ -100,7 +102,7 @@ func sheddableTimeoutsAmongAnswers(t *testing.T, answer http.HandlerFunc, wantCo
 		})
 	}
 	for range sheddableCalls {
-		<-arrived // every sheddable call is in the target's hands
+		<-sent // every sheddable call is on its way
 	}
 	for i := range criticalCalls {
 		if err := critical(); err != nil {
@@ -170,11 +172,10 @@ func TestHTTPBlackholedTargetStillOpens(t *testing.T) {
 	}
 }
 
-// overloadedGRPC answers UnaryCall (the critical calls) at once and holds EmptyCall
-// (the sheddable ones) until its caller gives up, or always when blackholed.
+// overloadedGRPC answers UnaryCall (the critical calls) at once, unless
+// blackholed, and holds EmptyCall (the sheddable ones) until its caller gives up.
 type overloadedGRPC struct {
 	testgrpc.UnimplementedTestServiceServer
-	arrived    chan struct{}
 	blackholed atomic.Bool
 }
 
@@ -187,20 +188,21 @@ func (s *overloadedGRPC) UnaryCall(ctx context.Context, _ *testgrpc.SimpleReques
 }
 
 func (s *overloadedGRPC) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.Empty, error) {
-	s.arrived <- struct{}{}
 	<-ctx.Done()
 	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
 func TestGRPCOverloadedTargetAnsweringCriticalCallsStaysClosed(t *testing.T) {
-	s := &overloadedGRPC{arrived: make(chan struct{}, 1024)}
+	s := &overloadedGRPC{}
 	addr := listenGRPC(t, s)
-	release := make(chan struct{})
+	sent, release := make(chan struct{}, sheddableCalls), make(chan struct{})
 	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if criticality.From(ctx) < criticality.Critical {
-			<-release
+		if criticality.From(ctx) >= criticality.Critical {
+			return invoker(ctx, method, req, reply, cc, opts...)
 		}
+		sent <- struct{}{}
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		<-release
 		return err
 	}
 	b := breaker.New()
@@ -229,7 +231,7 @@ func TestGRPCOverloadedTargetAnsweringCriticalCallsStaysClosed(t *testing.T) {
 		})
 	}
 	for range sheddableCalls {
-		<-s.arrived
+		<-sent
 	}
 	for i := range criticalCalls {
 		if err := critical(); err != nil {
@@ -253,7 +255,7 @@ func TestGRPCOverloadedTargetAnsweringCriticalCallsStaysClosed(t *testing.T) {
 }
 
 func TestGRPCBlackholedTargetStillOpens(t *testing.T) {
-	s := &overloadedGRPC{arrived: make(chan struct{}, 1024)}
+	s := &overloadedGRPC{}
 	b := breaker.New()
 	addr := listenGRPC(t, s)
 	client := dialGRPC(t, addr, b)

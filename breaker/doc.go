@@ -31,9 +31,8 @@
 // that answers nothing (blackholed: every call times out; or refusing connections)
 // opens it as before: after [DefaultConsecutiveFailures] calls, or on the ratio.
 //
-// With
-// [WithAdaptiveThrottling], the circuit's soft mode, its callers send it less: the
-// SRE book's client-side throttle, per circuit and per level of criticality
+// With [WithAdaptiveThrottling], the circuit's soft mode, its callers send it
+// less: the SRE book's client-side throttle, per circuit and per level of criticality
 // (package criticality), refuses a call locally with probability
 // max(0, (requests − K·accepts) / (requests + 1)) over a window ([Throttle]), with
 // [ErrThrottled]; a sheddable call is throttled before a critical one, and a target

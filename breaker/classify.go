@@ -72,14 +72,16 @@ type Result struct {
 	// messages (server streaming, bidi), as grpc.StreamDesc says it: how long such
 	// a stream runs is its caller's choice (a watch listens until its deadline).
 	ServerStreams bool
-	// AnsweredSince says the target answered another call through the same
-	// circuit after this one was sent, with a success or with a refusal that
-	// shows it up (one that says when to come back, a guard's refusal for lack of
-	// budget, a failure relayed from its downstream), unless the classifier called
-	// that answer a failure: the target was up while this call waited. It may miss
-	// an answer that came within a millisecond of the last one the circuit noted
-	// (never the other way).
-	AnsweredSince bool
+	// SheddingSince says that, after this call was sent, the target refused
+	// another call through the same circuit in a way that shows it up (one that
+	// says when to come back, a guard's refusal for lack of budget, a failure
+	// relayed from its downstream), or served one of a higher criticality than
+	// this call's (package criticality): the target was up and shedding its lower
+	// levels while this call waited. A success of the same level does not count: a
+	// target that hangs most calls and answers some is failing, not shedding. It
+	// may miss an answer that came within a millisecond of the last one the
+	// circuit noted (never the other way).
+	SheddingSince bool
 }
 
 // Classifier decides what a call says of its target's health.
@@ -97,14 +99,14 @@ type Classifier func(r Result) Outcome
 //     or bidi stream ([Result.ServerStreams]) when its caller's deadline has passed
 //     or it ran for half its budget or more (the deadline the layers beneath sent,
 //     less their reserve): a watch that heard nothing before the deadline its
-//     caller set is idle, not failed; a timeout of a call while the target
-//     answered another call through the circuit, after it was sent, with a
-//     success or one of the refusals below ([Result.AnsweredSince]): the target
-//     is up, and this call waited in an overloaded server's queue (a server that
-//     serves its critical calls, or refuses some calls, and lets its sheddable
-//     ones time out) or was slow, which admission and the throttle deal with: a
-//     circuit is for a target that answers nothing, and opened, it would refuse
-//     the calls the target still serves;
+//     caller set is idle, not failed; a timeout of a call while the target, after
+//     it was sent, refused another call through the circuit with one of the
+//     refusals below or served one of a higher criticality ([Result.SheddingSince]):
+//     the target is up and shedding, and this call waited in an overloaded
+//     server's queue (a server that serves its critical calls, or refuses some
+//     calls, and lets its sheddable ones time out), which admission and the
+//     throttle deal with: opened, the circuit would refuse the calls the target
+//     still serves;
 //   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
 //     Retry-After, google.rpc.RetryInfo or grpc-retry-pushback-ms, read apart from a
 //     "do not retry" beside it): the server is up and shedding load, or relaying a
@@ -115,8 +117,9 @@ type Classifier func(r Result) Outcome
 //     WriteHTTPError send): the server is up, and its own breaker guards that
 //     downstream;
 //   - failure: any other timeout (the call had a fair budget, or no deadline, or the
-//     target's typical latency is not known, and the target answered nothing
-//     while it ran: a blackholed target's calls); HTTP 502 and 503; UNAVAILABLE; an HTTP
+//     target's typical latency is not known, and the target was not seen
+//     shedding while it ran: a blackholed target's calls, or one that hangs most
+//     calls and answers some of the same level); HTTP 502 and 503; UNAVAILABLE; an HTTP
 //     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
 //     without a status;
 //   - success: every other answer: HTTP 1xx–4xx and 500, every other gRPC code
@@ -213,8 +216,8 @@ func upRefusal(r *Result) bool {
 
 // timedOut classifies a timeout: neutral when the call's budget was below the
 // target's typical latency (the caller starved it), when it ended a stream of the
-// server's messages at the deadline its caller set, or when the target answered
-// another call while it ran (it is up); else a failure.
+// server's messages at the deadline its caller set, or when the target was seen
+// shedding while it ran (it is up); else a failure.
 func timedOut(r Result) Outcome {
 	if r.ServerStreams && (r.CallerErr != nil || r.HasBudget && r.Took >= r.Budget/2) {
 		// The caller chose how long to listen. The layers beneath keep a reserve
@@ -226,10 +229,9 @@ func timedOut(r Result) Outcome {
 	if r.HasBudget && r.HasTypical && r.Budget < r.Typical {
 		return Neutral
 	}
-	if r.AnsweredSince {
-		// The target answered another call while this one waited: it is up and
-		// overloaded (or this call was slow), which admission and the throttle
-		// deal with; a circuit is for a target that answers nothing.
+	if r.SheddingSince {
+		// The target shed load while this one waited: it is up and overloaded,
+		// which admission and the throttle deal with.
 		return Neutral
 	}
 	return Failure

@@ -59,7 +59,7 @@ func TestClassify(t *testing.T) {
 	canceled := func(r breaker.Result) breaker.Result { r.CallerErr = context.Canceled; return r }
 	expired := func(r breaker.Result) breaker.Result { r.CallerErr = context.DeadlineExceeded; return r }
 	withTrailer := func(r breaker.Result, md metadata.MD) breaker.Result { r.Trailer = md; return r }
-	answering := func(r breaker.Result) breaker.Result { r.AnsweredSince = true; return r }
+	answering := func(r breaker.Result) breaker.Result { r.SheddingSince = true; return r }
 	watch := func(r breaker.Result, took time.Duration) breaker.Result {
 		r.ServerStreams, r.Took = true, took
 		return r

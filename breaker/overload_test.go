@@ -51,16 +51,16 @@ func overloadedHTTP(t *testing.T, answer http.HandlerFunc) *httptest.Server {
 	return srv
 }
 
-// heldTransport sends through base; for every call that is not critical, it sends
-// a value on sent first (the breaker has let the call through), and holds the
-// call's end until release is closed.
+// heldTransport sends through base; for every call but those to /critical, it
+// sends a value on sent first (the breaker has let the call through), and holds
+// the call's end until release is closed.
 type heldTransport struct {
 	base          http.RoundTripper
 	sent, release chan struct{}
 }
 
 func (h heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if criticality.From(req.Context()) >= criticality.Critical {
+	if req.URL.Path == "/critical" {
 		return h.base.RoundTrip(req)
 	}
 	h.sent <- struct{}{}
@@ -140,6 +140,43 @@ func TestHTTPOverloadedTargetRefusingForLoadStaysClosed(t *testing.T) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}, http.StatusServiceUnavailable)
+}
+
+// A target that hangs most of its calls and answers some, all of one level, is
+// failing, not shedding: the timeouts count, and the circuit opens, as it did
+// before timeouts were weighed against the target's other answers.
+func TestHTTPTargetHangingMostCallsOfOneLevelStillOpens(t *testing.T) {
+	srv := overloadedHTTP(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	sent, release := make(chan struct{}, sheddableCalls), make(chan struct{})
+	b := breaker.New()
+	client := &http.Client{Transport: b.Transport(heldTransport{base: base, sent: sent, release: release})}
+	answered := func() error { // served at once, at the same level as the hung calls
+		_, err := get(criticality.With(bg, criticality.Sheddable), client, srv.URL+"/critical")
+		return err
+	}
+	var wg sync.WaitGroup
+	for range sheddableCalls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(criticality.With(bg, criticality.Sheddable), fairBudget)
+			defer cancel()
+			_, _ = get(ctx, client, srv.URL+"/hangs")
+		})
+	}
+	for range sheddableCalls {
+		<-sent
+	}
+	for i := range criticalCalls {
+		if err := answered(); err != nil {
+			t.Fatalf("answered call %d: %v", i+1, err)
+		}
+	}
+	close(release)
+	wg.Wait()
+	if err := answered(); !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("after %d timeouts among %d answers of the same level: %v, want the circuit open (%+v)", sheddableCalls, criticalCalls, err, b.Stats())
+	}
 }
 
 // A target that answered, then stopped answering anything (blackholed: every call

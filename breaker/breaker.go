@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
@@ -124,6 +125,14 @@ type circuit struct {
 	sg atomic.Uint64
 	// until is, while open, the time (ns since epoch) the next probe may go.
 	until atomic.Int64
+
+	// shed is when (ns since epoch) the target last refused a call through the
+	// circuit in a way that shows it up (upRefusal), and served[l] when it last
+	// served a call of level l (criticality, from Sheddable), to a millisecond
+	// (okGrain): a timeout of a call sent before either, of a lower level for
+	// served, is not the target's failure (Result.SheddingSince).
+	shed   atomic.Int64
+	served [levels]atomic.Int64
 
 	// consec is the number of failures since the last success (closed state): the
 	// consecutive-failures trip. Failures add to it under mu; successes clear it
@@ -365,8 +374,15 @@ func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {
 func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	c := t.c
 	ns := int64(time.Since(c.epoch))
-	samples := describe(ctx, t, r, ns)
+	li := levelIndex(criticality.From(ctx))
+	samples := describe(ctx, t, r, ns, li)
 	o := b.cfg.classify(*r)
+	switch {
+	case o == Success:
+		noteAt(&c.served[li], ns)
+	case o == Neutral && upRefusal(r):
+		noteAt(&c.shed, ns)
+	}
 	if t.level != 0 {
 		c.thr.count(ns, int(t.level-1), verdict(o, r))
 	}
@@ -395,9 +411,10 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 }
 
 // describe fills in what the circuit knows of the call that t admitted and that
-// ended at ns: its target, its time, its budget and the target's typical latency.
-// It returns the number of latencies the typical one was read from.
-func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
+// ended at ns: its target, its time, its budget, the target's typical latency and
+// whether it was seen shedding (the call's level has index li). It returns the
+// number of latencies the typical one was read from.
+func describe(ctx context.Context, t *ticket, r *Result, ns int64, li int) int {
 	c := t.c
 	r.Target = c.name
 	r.Took = time.Duration(ns - t.start)
@@ -409,7 +426,36 @@ func describe(ctx context.Context, t *ticket, r *Result, ns int64) int {
 		r.Typical, r.HasTypical = typical, true
 	}
 	r.CallerErr = ctx.Err()
+	r.SheddingSince = c.sheddingSince(li, t.start)
 	return samples
+}
+
+// sheddingSince reports whether, after start, the target refused a call through c
+// for load or served one of a higher level than index li: it was up and shedding
+// while a call of that level waited.
+func (c *circuit) sheddingSince(li int, start int64) bool {
+	if c.shed.Load() > start {
+		return true
+	}
+	for l := li + 1; l < levels; l++ {
+		if c.served[l].Load() > start {
+			return true
+		}
+	}
+	return false
+}
+
+// okGrain is the precision of circuit.shed and served: each moves on at most once
+// per grain, so that answers on many goroutines seldom write the same word.
+const okGrain = int64(time.Millisecond)
+
+// noteAt notes in at an answer that came at ns. A concurrent call may store an
+// older time over a newer one: at is then early, which makes a timeout a failure,
+// as it was before the answer.
+func noteAt(at *atomic.Int64, ns int64) {
+	if ns-at.Load() >= okGrain {
+		at.Store(ns)
+	}
 }
 
 // settle moves t's circuit on outcome o under its lock: counted in the window when

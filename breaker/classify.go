@@ -72,6 +72,16 @@ type Result struct {
 	// messages (server streaming, bidi), as grpc.StreamDesc says it: how long such
 	// a stream runs is its caller's choice (a watch listens until its deadline).
 	ServerStreams bool
+	// SheddingSince says that, after this call was sent, the target refused
+	// another call through the same circuit in a way that shows it up (one that
+	// says when to come back, a guard's refusal for lack of budget, a failure
+	// relayed from its downstream), or served one of a higher criticality than
+	// this call's (package criticality): the target was up and shedding its lower
+	// levels while this call waited. A success of the same level does not count: a
+	// target that hangs most calls and answers some is failing, not shedding. It
+	// may miss an answer that came within a millisecond of the last one the
+	// circuit noted (never the other way).
+	SheddingSince bool
 }
 
 // Classifier decides what a call says of its target's health.
@@ -89,7 +99,14 @@ type Classifier func(r Result) Outcome
 //     or bidi stream ([Result.ServerStreams]) when its caller's deadline has passed
 //     or it ran for half its budget or more (the deadline the layers beneath sent,
 //     less their reserve): a watch that heard nothing before the deadline its
-//     caller set is idle, not failed;
+//     caller set is idle, not failed; a timeout of a call while the target, after
+//     it was sent, refused another call through the circuit with one of the
+//     refusals below or served one of a higher criticality ([Result.SheddingSince]):
+//     the target is up and shedding, and this call waited in an overloaded
+//     server's queue (a server that serves its critical calls, or refuses some
+//     calls, and lets its sheddable ones time out), which admission and the
+//     throttle deal with: opened, the circuit would refuse the calls the target
+//     still serves;
 //   - neutral too: HTTP 503, and UNAVAILABLE, that say when to come back (a positive
 //     Retry-After, google.rpc.RetryInfo or grpc-retry-pushback-ms, read apart from a
 //     "do not retry" beside it): the server is up and shedding load, or relaying a
@@ -100,7 +117,9 @@ type Classifier func(r Result) Outcome
 //     WriteHTTPError send): the server is up, and its own breaker guards that
 //     downstream;
 //   - failure: any other timeout (the call had a fair budget, or no deadline, or the
-//     target's typical latency is not known); HTTP 502 and 503; UNAVAILABLE; an HTTP
+//     target's typical latency is not known, and the target was not seen
+//     shedding while it ran: a blackholed target's calls, or one that hangs most
+//     calls and answers some of the same level); HTTP 502 and 503; UNAVAILABLE; an HTTP
 //     transport error (connection refused or reset, DNS, TLS, EOF); a gRPC error
 //     without a status;
 //   - success: every other answer: HTTP 1xx–4xx and 500, every other gRPC code
@@ -115,7 +134,7 @@ func Classify(r Result) Outcome {
 			case codes.Canceled:
 				return Neutral
 			case codes.DeadlineExceeded:
-				if refused(r.Trailer.Get(pushback.Key)) || pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) {
+				if upRefusal(&r) {
 					return Neutral
 				}
 				return timedOut(r)
@@ -124,7 +143,7 @@ func Classify(r Result) Outcome {
 				return Neutral
 			}
 			if st.Code() == codes.Unavailable {
-				if pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) || pushback.ComeBackGRPC(st, r.Trailer) > 0 {
+				if upRefusal(&r) {
 					return Neutral
 				}
 				return Failure
@@ -147,14 +166,12 @@ func Classify(r Result) Outcome {
 	}
 	switch r.Response.StatusCode {
 	case http.StatusServiceUnavailable, http.StatusBadGateway:
-		h := r.Response.Header
-		if pushback.Relayed(h.Values(pushback.RelayedKey)) ||
-			(r.Response.StatusCode == http.StatusServiceUnavailable && pushback.ComeBackHTTP(h, time.Now()) > 0) {
+		if upRefusal(&r) {
 			return Neutral
 		}
 		return Failure
 	case http.StatusGatewayTimeout:
-		if refused(r.Response.Header.Values(pushback.Key)) || pushback.Relayed(r.Response.Header.Values(pushback.RelayedKey)) {
+		if upRefusal(&r) {
 			return Neutral
 		}
 		return timedOut(r)
@@ -162,9 +179,45 @@ func Classify(r Result) Outcome {
 	return Success
 }
 
+// upRefusal reports whether r is the answer of a target that is up though it did
+// not serve the call: a refusal that says when to come back (HTTP 503, gRPC
+// UNAVAILABLE), a guard's refusal for lack of budget (HTTP 504 or
+// DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1), or a failure it relays from
+// its downstream (deadlinekit-relayed: 1 on a 502, 503, 504, UNAVAILABLE or
+// DEADLINE_EXCEEDED).
+func upRefusal(r *Result) bool {
+	if r.Err != nil {
+		st, ok := status.FromError(r.Err)
+		if !ok || !r.GRPC {
+			return false
+		}
+		switch st.Code() {
+		case codes.DeadlineExceeded:
+			return refused(r.Trailer.Get(pushback.Key)) || pushback.Relayed(r.Trailer.Get(pushback.RelayedKey))
+		case codes.Unavailable:
+			return pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) || pushback.ComeBackGRPC(st, r.Trailer) > 0
+		}
+		return false
+	}
+	if r.Response == nil {
+		return false
+	}
+	h := r.Response.Header
+	switch r.Response.StatusCode {
+	case http.StatusBadGateway:
+		return pushback.Relayed(h.Values(pushback.RelayedKey))
+	case http.StatusServiceUnavailable:
+		return pushback.Relayed(h.Values(pushback.RelayedKey)) || pushback.ComeBackHTTP(h, time.Now()) > 0
+	case http.StatusGatewayTimeout:
+		return refused(h.Values(pushback.Key)) || pushback.Relayed(h.Values(pushback.RelayedKey))
+	}
+	return false
+}
+
 // timedOut classifies a timeout: neutral when the call's budget was below the
-// target's typical latency (the caller starved it), or when it ended a stream of the
-// server's messages at the deadline its caller set; else a failure.
+// target's typical latency (the caller starved it), when it ended a stream of the
+// server's messages at the deadline its caller set, or when the target was seen
+// shedding while it ran (it is up); else a failure.
 func timedOut(r Result) Outcome {
 	if r.ServerStreams && (r.CallerErr != nil || r.HasBudget && r.Took >= r.Budget/2) {
 		// The caller chose how long to listen. The layers beneath keep a reserve
@@ -174,6 +227,11 @@ func timedOut(r Result) Outcome {
 		return Neutral
 	}
 	if r.HasBudget && r.HasTypical && r.Budget < r.Typical {
+		return Neutral
+	}
+	if r.SheddingSince {
+		// The target shed load while this one waited: it is up and overloaded,
+		// which admission and the throttle deal with.
 		return Neutral
 	}
 	return Failure

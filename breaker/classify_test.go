@@ -59,6 +59,7 @@ func TestClassify(t *testing.T) {
 	canceled := func(r breaker.Result) breaker.Result { r.CallerErr = context.Canceled; return r }
 	expired := func(r breaker.Result) breaker.Result { r.CallerErr = context.DeadlineExceeded; return r }
 	withTrailer := func(r breaker.Result, md metadata.MD) breaker.Result { r.Trailer = md; return r }
+	answering := func(r breaker.Result) breaker.Result { r.SheddingSince = true; return r }
 	watch := func(r breaker.Result, took time.Duration) breaker.Result {
 		r.ServerStreams, r.Took = true, took
 		return r
@@ -97,6 +98,15 @@ func TestClassify(t *testing.T) {
 		{"gRPC context deadline, fair budget", fair(expired(G(context.DeadlineExceeded))), breaker.Failure},
 		{"gRPC watch's DEADLINE_EXCEEDED early in its budget", watch(fair(G(grpcErr(codes.DeadlineExceeded))), 10*time.Millisecond), breaker.Failure},
 		{"gRPC watch's UNAVAILABLE at its deadline", watch(fair(expired(G(grpcErr(codes.Unavailable)))), time.Second), breaker.Failure},
+
+		// The target answered others meanwhile: a timeout is neutral, nothing else.
+		{"HTTP 503 while answering others", answering(H(503)), breaker.Failure},
+		{"HTTP connection refused while answering others", answering(E(refusedConn)), breaker.Failure},
+		{"gRPC UNAVAILABLE while answering others", answering(G(grpcErr(codes.Unavailable))), breaker.Failure},
+		{"HTTP timeout, fair budget, while answering others", answering(fair(expired(E(context.DeadlineExceeded)))), breaker.Neutral},
+		{"HTTP timeout without a deadline, while answering others", answering(E(netTimeout)), breaker.Neutral},
+		{"HTTP 504, fair budget, while answering others", answering(fair(H(504))), breaker.Neutral},
+		{"gRPC DEADLINE_EXCEEDED, fair budget, while answering others", answering(fair(expired(G(grpcErr(codes.DeadlineExceeded))))), breaker.Neutral},
 
 		// Neutral.
 		{"HTTP caller cancelled", canceled(E(context.Canceled)), breaker.Neutral},

@@ -22,9 +22,18 @@
 //
 // A target that is up but refuses for load (429, 503 with Retry-After,
 // RESOURCE_EXHAUSTED) opens no circuit: [Classify] counts none of those as a
-// failure. With
-// [WithAdaptiveThrottling], the circuit's soft mode, its callers send it less: the
-// SRE book's client-side throttle, per circuit and per level of criticality
+// failure. Nor does one that is up and shedding while it lets calls wait past
+// their deadline (an overloaded server that serves its critical calls, or refuses
+// some calls, while its sheddable ones time out in its queue): a timeout is not a
+// failure when, while it ran, the target refused another call through the circuit
+// for load or served one of a higher level of criticality ([Result.SheddingSince]),
+// so the circuit does not refuse the calls the target still serves. A target that
+// answers nothing (blackholed: every call times out; or refusing connections), or
+// hangs most calls and answers some at the same level, opens it as before: after
+// [DefaultConsecutiveFailures] calls, or on the ratio.
+//
+// With [WithAdaptiveThrottling], the circuit's soft mode, its callers send it
+// less: the SRE book's client-side throttle, per circuit and per level of criticality
 // (package criticality), refuses a call locally with probability
 // max(0, (requests − K·accepts) / (requests + 1)) over a window ([Throttle]), with
 // [ErrThrottled]; a sheddable call is throttled before a critical one, and a target

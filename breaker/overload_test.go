@@ -37,6 +37,45 @@ const (
 	fairBudget     = 100 * time.Millisecond // far above the target's typical latency (< 1 ms)
 )
 
+// held is how a test holds the calls that wait: sent receives one value per call
+// the breaker let through; the calls end once release is closed.
+type held struct{ sent, release chan struct{} }
+
+func newHeld() held { return held{make(chan struct{}, sheddableCalls), make(chan struct{})} }
+
+// burst sends sheddableCalls calls with send at level, each with fairBudget, waits
+// until the breaker let every one through, calls answered criticalCalls times
+// meanwhile (each must succeed), then lets the held calls end and returns their
+// errors.
+func (h held) burst(t *testing.T, level criticality.Level, send func(context.Context) error, answered func() error) []error {
+	t.Helper()
+	errs := make(chan error, sheddableCalls)
+	var wg sync.WaitGroup
+	for range sheddableCalls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(criticality.With(bg, level), fairBudget)
+			defer cancel()
+			errs <- send(ctx)
+		})
+	}
+	for range sheddableCalls {
+		<-h.sent // every held call is on its way
+	}
+	for i := range criticalCalls {
+		if err := answered(); err != nil {
+			t.Fatalf("answered call %d while the others wait: %v", i+1, err)
+		}
+	}
+	close(h.release)
+	wg.Wait()
+	close(errs)
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}
+
 // overloadedHTTP is a loopback HTTP server that answers /critical with answer at
 // once and holds every other request until its caller gives up.
 func overloadedHTTP(t *testing.T, answer http.HandlerFunc) *httptest.Server {
@@ -55,8 +94,8 @@ func overloadedHTTP(t *testing.T, answer http.HandlerFunc) *httptest.Server {
 // sends a value on sent first (the breaker has let the call through), and holds
 // the call's end until release is closed.
 type heldTransport struct {
-	base          http.RoundTripper
-	sent, release chan struct{}
+	base http.RoundTripper
+	held
 }
 
 func (h heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -78,9 +117,9 @@ func sheddableTimeoutsAmongAnswers(t *testing.T, answer http.HandlerFunc, wantCo
 	srv := overloadedHTTP(t, answer)
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	sent, release := make(chan struct{}, sheddableCalls), make(chan struct{})
+	h := newHeld()
 	b := breaker.New() // the defaults, as deadlinekit.NewTransport's
-	client := &http.Client{Transport: b.Transport(heldTransport{base: base, sent: sent, release: release})}
+	client := &http.Client{Transport: b.Transport(heldTransport{base: base, held: h})}
 	critical := func() error {
 		code, err := get(criticality.With(bg, criticality.Critical), client, srv.URL+"/critical")
 		if err == nil && code != wantCode {
@@ -91,28 +130,8 @@ func sheddableTimeoutsAmongAnswers(t *testing.T, answer http.HandlerFunc, wantCo
 	if err := critical(); err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, sheddableCalls)
-	var wg sync.WaitGroup
-	for range sheddableCalls {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(criticality.With(bg, criticality.Sheddable), fairBudget)
-			defer cancel()
-			_, err := get(ctx, client, srv.URL+"/sheddable")
-			errs <- err
-		})
-	}
-	for range sheddableCalls {
-		<-sent // every sheddable call is on its way
-	}
-	for i := range criticalCalls {
-		if err := critical(); err != nil {
-			t.Fatalf("critical call %d while the sheddable ones wait: %v", i+1, err)
-		}
-	}
-	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	sheddable := func(ctx context.Context) error { _, err := get(ctx, client, srv.URL+"/sheddable"); return err }
+	for _, err := range h.burst(t, criticality.Sheddable, sheddable, critical) {
 		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, breaker.ErrOpen) {
 			t.Fatalf("sheddable call: %v, want its deadline exceeded", err)
 		}
@@ -149,31 +168,14 @@ func TestHTTPTargetHangingMostCallsOfOneLevelStillOpens(t *testing.T) {
 	srv := overloadedHTTP(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	sent, release := make(chan struct{}, sheddableCalls), make(chan struct{})
+	h := newHeld()
 	b := breaker.New()
-	client := &http.Client{Transport: b.Transport(heldTransport{base: base, sent: sent, release: release})}
+	client := &http.Client{Transport: b.Transport(heldTransport{base: base, held: h})}
 	answered := func() error { // served at once, at the same level as the hung calls
 		_, err := get(criticality.With(bg, criticality.Sheddable), client, srv.URL+"/critical")
 		return err
 	}
-	var wg sync.WaitGroup
-	for range sheddableCalls {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(criticality.With(bg, criticality.Sheddable), fairBudget)
-			defer cancel()
-			_, _ = get(ctx, client, srv.URL+"/hangs")
-		})
-	}
-	for range sheddableCalls {
-		<-sent
-	}
-	for i := range criticalCalls {
-		if err := answered(); err != nil {
-			t.Fatalf("answered call %d: %v", i+1, err)
-		}
-	}
-	close(release)
-	wg.Wait()
+	h.burst(t, criticality.Sheddable, func(ctx context.Context) error { _, err := get(ctx, client, srv.URL+"/hangs"); return err }, answered)
 	if err := answered(); !errors.Is(err, breaker.ErrOpen) {
 		t.Fatalf("after %d timeouts among %d answers of the same level: %v, want the circuit open (%+v)", sheddableCalls, criticalCalls, err, b.Stats())
 	}
@@ -232,14 +234,14 @@ func (s *overloadedGRPC) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*tes
 func TestGRPCOverloadedTargetAnsweringCriticalCallsStaysClosed(t *testing.T) {
 	s := &overloadedGRPC{}
 	addr := listenGRPC(t, s)
-	sent, release := make(chan struct{}, sheddableCalls), make(chan struct{})
+	h := newHeld()
 	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if criticality.From(ctx) >= criticality.Critical {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
-		sent <- struct{}{}
+		h.sent <- struct{}{}
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		<-release
+		<-h.release
 		return err
 	}
 	b := breaker.New()
@@ -257,28 +259,8 @@ func TestGRPCOverloadedTargetAnsweringCriticalCallsStaysClosed(t *testing.T) {
 	if err := critical(); err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, sheddableCalls)
-	var wg sync.WaitGroup
-	for range sheddableCalls {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(criticality.With(bg, criticality.Sheddable), fairBudget)
-			defer cancel()
-			_, err := client.EmptyCall(ctx, &testgrpc.Empty{})
-			errs <- err
-		})
-	}
-	for range sheddableCalls {
-		<-sent
-	}
-	for i := range criticalCalls {
-		if err := critical(); err != nil {
-			t.Fatalf("critical call %d while the sheddable ones wait: %v", i+1, err)
-		}
-	}
-	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	sheddable := func(ctx context.Context) error { _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); return err }
+	for _, err := range h.burst(t, criticality.Sheddable, sheddable, critical) {
 		if status.Code(err) != codes.DeadlineExceeded {
 			t.Fatalf("sheddable call: %v, want DEADLINE_EXCEEDED", err)
 		}

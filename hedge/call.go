@@ -124,6 +124,26 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 	return winner, cancel, ok
 }
 
+// kept is what a pooled call's memory keeps when it is zeroed for reuse: fireFunc,
+// bound to the call, which stays where it is; and the timer, stopped before it
+// fired and bound to fireFunc, when it was made outside any testing/synctest bubble
+// (see [grpcCall.release]).
+type kept struct {
+	fire  func()
+	timer *time.Timer
+}
+
+// keep returns what c's memory keeps across a reuse; restore puts it back.
+func (c *call[T]) keep() kept {
+	k := kept{c.fireFunc, c.timer}
+	if inBubble(c.plan.start) {
+		k.timer = nil
+	}
+	return k
+}
+
+func (c *call[T]) restore(k kept) { c.fireFunc, c.timer = k.fire, k.timer }
+
 // startPrimary readies the primary's context and span, and arms the timer of the
 // first hedge.
 func (c *call[T]) startPrimary(ctx context.Context) (context.Context, record.Attempt) {

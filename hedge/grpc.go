@@ -212,12 +212,9 @@ type grpcCall struct {
 // outside; and a timer made outside, armed again in a bubble, would run on the real
 // clock: a call in a bubble makes its own (TestHedgerAcrossBubbles).
 func (gc *grpcCall) release() {
-	fire, timer := gc.call.fireFunc, gc.call.timer
-	if inBubble(gc.call.plan.start) {
-		timer = nil
-	}
+	k := gc.call.keep()
 	*gc = grpcCall{}
-	gc.call.fireFunc, gc.call.timer = fire, timer
+	gc.call.restore(k)
 	grpcCalls.Put(gc)
 }
 

@@ -207,12 +207,9 @@ var httpCalls = sync.Pool{New: func() any { return new(httpCall) }}
 // release zeroes hc and puts it back, keeping its fireFunc and, made outside any
 // testing/synctest bubble, its stopped timer (see [grpcCall.release]).
 func (hc *httpCall) release() {
-	fire, timer := hc.call.fireFunc, hc.call.timer
-	if inBubble(hc.call.plan.start) {
-		timer = nil
-	}
+	k := hc.call.keep()
 	*hc = httpCall{}
-	hc.call.fireFunc, hc.call.timer = fire, timer
+	hc.call.restore(k)
 	httpCalls.Put(hc)
 }
 

@@ -133,7 +133,7 @@ func TestHealthRetryInNeverExceedsThePause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var h health
 		before := time.Now()
-		time.Sleep(5 * time.Millisecond)
+		<-time.After(5 * time.Millisecond)
 		h.done(false, failedCall, time.Now())
 		if _, in, ok := h.admit(before); ok || in > FirstPause {
 			t.Fatalf("admit with a clock read before the failure: admitted %v, retry in %v, want refused within %v", ok, in, FirstPause)

@@ -127,15 +127,15 @@ func TestAttemptTimedOut(t *testing.T) {
 		}
 		a, cancelA := context.WithTimeout(call, limit)
 		defer cancelA()
-		time.Sleep(50 * time.Millisecond)
+		<-time.After(50 * time.Millisecond)
 		if attemptTimedOut(call, a, limit) {
 			t.Fatal("failed halfway through: not a timeout")
 		}
-		time.Sleep(45 * time.Millisecond)
+		<-time.After(45 * time.Millisecond)
 		if !attemptTimedOut(call, a, limit) {
 			t.Fatal("failed 5 ms before the attempt deadline (a server's rounded-down budget): a timeout")
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-time.After(10 * time.Millisecond)
 		if !attemptTimedOut(call, a, limit) {
 			t.Fatal("attempt deadline passed: a timeout")
 		}
@@ -144,7 +144,7 @@ func TestAttemptTimedOut(t *testing.T) {
 		defer cancelS()
 		b, cancelB := context.WithTimeout(short, limit)
 		defer cancelB()
-		time.Sleep(60 * time.Millisecond)
+		<-time.After(60 * time.Millisecond)
 		if attemptTimedOut(short, b, limit) {
 			t.Fatal("the call's deadline ended the attempt: not a per-attempt timeout")
 		}

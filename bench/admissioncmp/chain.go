@@ -176,15 +176,11 @@ type hop struct {
 }
 
 func startHop(h http.Handler) (*hop, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, srv, err := listenH2C(h)
 	if err != nil {
 		return nil, err
 	}
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	s := &hop{ln: ln, srv: &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second,
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1 << 20}}}
+	s := &hop{ln: ln, srv: srv}
 	s.served.Go(func() { _ = s.srv.Serve(ln) })
 	return s, nil
 }
@@ -524,21 +520,8 @@ func chainSend(c *http.Client, url string, budget time.Duration, critical, measu
 		path = "/critical/work"
 	}
 	rec := chainRecord{critical: critical, measured: measured}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
-	if err != nil {
-		rec.why = "client: " + err.Error()
-		return rec
-	}
-	if measured {
-		req.Header.Set(headerMeasured, "1")
-	}
-	t0 := time.Now()
-	resp, err := c.Do(req)
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	rec.took = time.Since(t0)
+	resp, took, err := get(ctx, c, url+path, measured)
+	rec.took = took
 	switch {
 	case err != nil && errors.Is(err, context.DeadlineExceeded), err == nil && rec.took > budget:
 		rec.why = "client: no answer in time"

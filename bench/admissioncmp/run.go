@@ -295,20 +295,8 @@ func runOne(v Variant, cfg Config, round int, r *Result) error {
 func send(c *http.Client, url string, budget time.Duration, measured bool) record {
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return record{fate: fateError, err: err}
-	}
-	if measured {
-		req.Header.Set(headerMeasured, "1")
-	}
-	t0 := time.Now()
-	resp, err := c.Do(req)
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	rec := record{took: time.Since(t0), err: err}
+	resp, took, err := get(ctx, c, url, measured)
+	rec := record{took: took, err: err}
 	switch {
 	case err != nil && errors.Is(err, context.DeadlineExceeded):
 		rec.fate = fateNoAnswer
@@ -322,6 +310,25 @@ func send(c *http.Client, url string, budget time.Duration, measured bool) recor
 		rec.fate, rec.status = fateRefused, resp.StatusCode
 	}
 	return rec
+}
+
+// get sends a GET to url on c under ctx, marked measured or not, and reads its
+// answer whole: the response (its body closed) or the error, and how long it took.
+func get(ctx context.Context, c *http.Client, url string, measured bool) (*http.Response, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if measured {
+		req.Header.Set(headerMeasured, "1")
+	}
+	t0 := time.Now()
+	resp, err := c.Do(req)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return resp, time.Since(t0), err
 }
 
 // pct is the nearest-rank percentile of sorted durations.

@@ -179,25 +179,29 @@ func newServer(mode Mode, workers int, work time.Duration, shape Shape, guard fu
 		defer s.handlers.Done()
 		outer.ServeHTTP(w, r)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, srv, err := listenH2C(h)
 	if err != nil {
 		return nil, err
+	}
+	s.ln, s.srv = ln, srv
+	s.served.Go(func() { _ = s.srv.Serve(ln) })
+	s.sampled.Go(s.sample)
+	return s, nil
+}
+
+// listenH2C listens on a free loopback port for a server of h that speaks HTTP/1
+// and unencrypted HTTP/2, serving every request at once (a gRPC server's default:
+// an unguarded server must be able to pile its overload up). The caller serves.
+func listenH2C(h http.Handler) (net.Listener, *http.Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
 	}
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	s.ln = ln
-	s.srv = &http.Server{
-		Handler:           h,
-		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
-		// Every request may run at once: a gRPC server's default, and the
-		// unguarded server must be able to pile its overload up.
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1 << 20},
-	}
-	s.served.Go(func() { _ = s.srv.Serve(ln) })
-	s.sampled.Go(s.sample)
-	return s, nil
+	return ln, &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1 << 20}}, nil
 }
 
 func (s *server) url() string { return "http://" + s.ln.Addr().String() + "/work" }

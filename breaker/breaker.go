@@ -377,14 +377,18 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	li := levelIndex(criticality.From(ctx))
 	samples := describe(ctx, t, r, ns, li)
 	o := b.cfg.classify(*r)
+	k := notRefusal // read only where it is needed: a success without a throttle reads nothing
+	if o == Neutral || t.level != 0 {
+		k = refusalOf(r)
+	}
 	switch {
 	case o == Success:
 		noteAt(&c.served[li], ns)
-	case o == Neutral && upRefusal(r):
+	case o == Neutral && k.up():
 		noteAt(&c.shed, ns)
 	}
 	if t.level != 0 {
-		c.thr.count(ns, int(t.level-1), verdict(o, r))
+		c.thr.count(ns, int(t.level-1), verdict(o, r, k))
 	}
 	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
 	b.count(ctx, c, o, slow)

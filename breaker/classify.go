@@ -179,40 +179,63 @@ func Classify(r Result) Outcome {
 	return Success
 }
 
+// answerKind is what an error answer says of why the target did not serve the call,
+// read once from its status and headers (or trailer) by [refusalOf].
+type answerKind uint8
+
+const (
+	notRefusal   answerKind = iota
+	relayed                 // deadlinekit-relayed: 1: its downstream's failure
+	comeBack                // HTTP 503, UNAVAILABLE, with a positive wait
+	cannotFinish            // HTTP 504, DEADLINE_EXCEEDED, with grpc-retry-pushback-ms -1
+	tooMany                 // HTTP 429, RESOURCE_EXHAUSTED
+)
+
+// refusalOf reads r's answer: an error status (gRPC) or an HTTP status of 400 or
+// more, and what its headers say of it.
+func refusalOf(r *Result) answerKind {
+	if r.GRPC {
+		st, ok := status.FromError(r.Err)
+		switch {
+		case !ok || r.Err == nil:
+			return notRefusal
+		case pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)):
+			return relayed
+		case st.Code() == codes.Unavailable && pushback.ComeBackGRPC(st, r.Trailer) > 0:
+			return comeBack
+		case st.Code() == codes.DeadlineExceeded && refused(r.Trailer.Get(pushback.Key)):
+			return cannotFinish
+		case st.Code() == codes.ResourceExhausted:
+			return tooMany
+		}
+		return notRefusal
+	}
+	resp := r.Response
+	if r.Err != nil || resp == nil || resp.StatusCode < 400 {
+		return notRefusal
+	}
+	switch h := resp.Header; {
+	case pushback.Relayed(h.Values(pushback.RelayedKey)):
+		return relayed
+	case resp.StatusCode == http.StatusServiceUnavailable && pushback.ComeBackHTTP(h, time.Now()) > 0:
+		return comeBack
+	case resp.StatusCode == http.StatusGatewayTimeout && refused(h.Values(pushback.Key)):
+		return cannotFinish
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return tooMany
+	}
+	return notRefusal
+}
+
 // upRefusal reports whether r is the answer of a target that is up though it did
 // not serve the call: a refusal that says when to come back (HTTP 503, gRPC
 // UNAVAILABLE), a guard's refusal for lack of budget (HTTP 504 or
 // DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1), or a failure it relays from
-// its downstream (deadlinekit-relayed: 1 on a 502, 503, 504, UNAVAILABLE or
-// DEADLINE_EXCEEDED).
-func upRefusal(r *Result) bool {
-	if r.Err != nil {
-		st, ok := status.FromError(r.Err)
-		if !ok || !r.GRPC {
-			return false
-		}
-		switch st.Code() {
-		case codes.DeadlineExceeded:
-			return refused(r.Trailer.Get(pushback.Key)) || pushback.Relayed(r.Trailer.Get(pushback.RelayedKey))
-		case codes.Unavailable:
-			return pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)) || pushback.ComeBackGRPC(st, r.Trailer) > 0
-		}
-		return false
-	}
-	if r.Response == nil {
-		return false
-	}
-	h := r.Response.Header
-	switch r.Response.StatusCode {
-	case http.StatusBadGateway:
-		return pushback.Relayed(h.Values(pushback.RelayedKey))
-	case http.StatusServiceUnavailable:
-		return pushback.Relayed(h.Values(pushback.RelayedKey)) || pushback.ComeBackHTTP(h, time.Now()) > 0
-	case http.StatusGatewayTimeout:
-		return refused(h.Values(pushback.Key)) || pushback.Relayed(h.Values(pushback.RelayedKey))
-	}
-	return false
-}
+// its downstream (deadlinekit-relayed: 1).
+func upRefusal(r *Result) bool { return refusalOf(r).up() }
+
+// up says the answer shows its target up: relayed, come back, or cannot finish.
+func (k answerKind) up() bool { return k == relayed || k == comeBack || k == cannotFinish }
 
 // timedOut classifies a timeout: neutral when the call's budget was below the
 // target's typical latency (the caller starved it), when it ended a stream of the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -400,31 +399,18 @@ type ThrottleLevel struct {
 	Probability       float64
 }
 
-// verdict is what a sent call's end r, classified o, says to the throttle: a
+// verdict is what a sent call's end r, classified o, its answer of kind k, says to the throttle: a
 // refusal for load, an accept, or nothing (the target did not answer, or the call
 // was refused before sending, or the caller gave up).
-func verdict(o Outcome, r *Result) int {
+func verdict(o Outcome, r *Result, k answerKind) int {
 	if r.Err != nil && (errors.Is(r.Err, ErrThrottled) || errors.Is(r.Err, ErrOpen) || errors.Is(r.Err, deadline.ErrInsufficientBudget)) {
 		return uncounted
 	}
-	if r.GRPC {
-		if st, ok := status.FromError(r.Err); ok && r.Err != nil {
-			switch {
-			case pushback.Relayed(r.Trailer.Get(pushback.RelayedKey)):
-				return accepted
-			case st.Code() == codes.ResourceExhausted,
-				st.Code() == codes.Unavailable && pushback.ComeBackGRPC(st, r.Trailer) > 0:
-				return refusedForLoad
-			}
-		}
-	} else if resp := r.Response; resp != nil && resp.StatusCode >= 400 {
-		switch {
-		case pushback.Relayed(resp.Header.Values(pushback.RelayedKey)):
-			return accepted
-		case resp.StatusCode == http.StatusTooManyRequests,
-			resp.StatusCode == http.StatusServiceUnavailable && pushback.ComeBackHTTP(resp.Header, time.Now()) > 0:
-			return refusedForLoad
-		}
+	switch k {
+	case relayed:
+		return accepted
+	case comeBack, tooMany:
+		return refusedForLoad
 	}
 	if o == Success {
 		return accepted

@@ -57,7 +57,7 @@ func TestThrottleVerdicts(t *testing.T) {
 		{"gRPC CANCELED", Result{GRPC: true, Err: grpcErr(codes.Canceled)}, uncounted},
 	}
 	for _, c := range cases {
-		if got := verdict(Classify(c.r), &c.r); got != c.want {
+		if got := verdict(Classify(c.r), &c.r, refusalOf(&c.r)); got != c.want {
 			t.Errorf("%s: verdict %d, want %d", c.name, got, c.want)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/internal/drain"
+	"github.com/deadlinekit/deadlinekit/internal/handoff"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -58,12 +59,17 @@ func (h *Hedger) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{h: h, base: base}
+	next, _ := base.(handoff.Transport)
+	return &transport{h: h, base: base, next: next}
 }
 
 type transport struct {
 	h    *Hedger
 	base http.RoundTripper
+	// next is base when it is propagate's transport: an attempt is handed to it
+	// with the header copy and the shortened deadline made here (package
+	// internal/handoff).
+	next handoff.Transport
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, when it
@@ -281,6 +287,9 @@ type httpAttempts struct {
 	// markPrimary: the primary's copy of the request gets the chain rule's mark
 	// (req has none).
 	markPrimary bool
+	// derived: the primary's context has the deadline the propagate transport
+	// below would derive (primaryContext).
+	derived bool
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
 }
@@ -304,9 +313,24 @@ func (p *httpAttempts) abandon(n int) {
 	}
 }
 
+// primaryContext returns the primary's context and its cancel: the child of ctx
+// with the shortened deadline the propagate transport below would derive for it,
+// when it would, so that the attempt runs under one context of its own, not two;
+// else a cancellable child of ctx.
+func (p *httpAttempts) primaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if p.t.next != nil {
+		if child, cancel, ok := p.t.next.DeriveAttempt(ctx); ok {
+			p.derived = true
+			return child, cancel
+		}
+	}
+	return context.WithCancel(ctx)
+}
+
 func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*http.Response, error) {
 	if n == 0 {
-		return p.t.base.RoundTrip(p.primary(ctx, span.Recording()))
+		r, owned := p.primary(ctx, span.Recording())
+		return p.roundTrip(r, handoff.Attempt{Derived: p.derived, OwnsHeader: owned})
 	}
 	r := p.req.WithContext(ctx)
 	r.Header = p.req.Header.Clone()
@@ -323,32 +347,43 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	if p.hasBody {
 		r.Body, p.bodies[n] = p.bodies[n], nil
 	}
+	return p.roundTrip(r, handoff.Attempt{OwnsHeader: true})
+}
+
+// roundTrip sends one copy through the base transport, handing the propagate
+// transport what was done for it (a).
+func (p *httpAttempts) roundTrip(r *http.Request, a handoff.Attempt) (*http.Response, error) {
+	if p.t.next != nil {
+		return p.t.next.RoundTripAttempt(r, a)
+	}
 	return p.t.base.RoundTrip(r)
 }
 
 // primary returns the primary's copy of the request, under ctx: with a header map
-// of its own when it gets the chain rule's mark, or the trace context of its
-// attempt span (traced), so that the downstream's span is that span's child. The
-// mark's value is allocated with the copy, which the caller keeps (the response's
-// Request) after the call's state is reused.
-func (p *httpAttempts) primary(ctx context.Context, traced bool) *http.Request {
+// of its own (owned) when it gets the chain rule's mark, or the trace context of
+// its attempt span (traced), so that the downstream's span is that span's child.
+// The mark's value is allocated with the copy, which the caller keeps (the
+// response's Request) after the call's state is reused. The map has room for
+// what the propagate transport below writes into it.
+func (p *httpAttempts) primary(ctx context.Context, traced bool) (r *http.Request, owned bool) {
+	const room = 3 + 3 // propagate's headers; the mark, the trace context
 	if !p.markPrimary {
 		r := p.req.WithContext(ctx)
 		if traced {
-			r.Header = make(http.Header, len(p.req.Header)+3)
+			r.Header = make(http.Header, len(p.req.Header)+room)
 			maps.Copy(r.Header, p.req.Header)
 			record.InjectHTTP(ctx, r.Header)
 		}
-		return r
+		return r, traced
 	}
 	m := &markedRequest{r: *p.req.WithContext(ctx), v: [1]string{attempts.CoveredValue}}
-	m.r.Header = make(http.Header, len(p.req.Header)+3)
+	m.r.Header = make(http.Header, len(p.req.Header)+room)
 	maps.Copy(m.r.Header, p.req.Header)
 	m.r.Header[attempts.CoveredHeader] = m.v[:]
 	if traced {
 		record.InjectHTTP(ctx, m.r.Header)
 	}
-	return &m.r
+	return &m.r, true
 }
 
 // verdict is httpVerdict, but for a copy of a keyed request that the server's

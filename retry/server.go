@@ -91,13 +91,18 @@ func (s *servedRequest) Value(key any) any {
 // of the handler gave up.
 type pushbackWriter struct {
 	http.ResponseWriter
-	in    *inbound
-	wrote bool
+	in     *inbound
+	wrote  bool
+	status int // the status written, once wrote
 }
+
+// WrittenStatus is the status of the answer, 0 until it is written (package
+// internal/handlerwork: the guard inside reads it).
+func (w *pushbackWriter) WrittenStatus(handlerwork.StatusKey) int { return w.status }
 
 func (w *pushbackWriter) WriteHeader(code int) {
 	if !w.wrote && code >= 200 {
-		w.wrote = true
+		w.wrote, w.status = true, code
 		if w.in.gaveUp.Load() && handlerwork.FailureStatus(code) {
 			w.Header().Set(pushback.Key, pushback.DoNotRetry)
 		}
@@ -186,3 +191,5 @@ func (s *serverCall) value() string {
 	defer s.mu.Unlock()
 	return s.pushback
 }
+
+var _ handlerwork.StatusWriter = (*pushbackWriter)(nil)

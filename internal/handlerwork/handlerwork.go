@@ -96,3 +96,16 @@ func GaveUp(ctx context.Context) bool {
 func FailureStatus(code int) bool {
 	return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code == http.StatusTooEarly
 }
+
+// StatusKey is the argument of [StatusWriter]'s method: only the module can name
+// it, so only the toolkit's own writers have that method.
+type StatusKey struct{}
+
+// StatusWriter is retry's server-side response writer, which notes the status of
+// the answer (the first status of 200 or more written, 200 when the body or a flush
+// comes first, 0 until then), as the guard's own writer would: the guard right
+// inside it reads it there instead of wrapping the writer once more.
+type StatusWriter interface {
+	http.ResponseWriter
+	WrittenStatus(StatusKey) int
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
+	"github.com/deadlinekit/deadlinekit/internal/handlerwork"
 	"github.com/deadlinekit/deadlinekit/internal/handoff"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -219,6 +220,7 @@ func closeBody(req *http.Request) {
 func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	c := newConfig(opts)
 	return func(next http.Handler) http.Handler {
+		serve := serveUnder(next)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
@@ -269,9 +271,22 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx, cancel := context.WithTimeout(ctx, in.Budget)
 			defer cancel()
 			record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-			ctx = withInbound(ctx, in, covered)
-			next.ServeHTTP(w, r.WithContext(ctx))
+			serve(w, r, withInbound(ctx, in, covered))
 		})
+	}
+}
+
+// serveUnder returns how the middleware hands a request to next under ctx: a copy
+// of it with ctx, or, when next is retry's server side, the request and ctx, of
+// which it makes its one copy (package internal/handlerwork).
+func serveUnder(next http.Handler) func(http.ResponseWriter, *http.Request, context.Context) {
+	if h, ok := next.(handlerwork.ContextHandler); ok {
+		return func(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+			h.ServeHTTPContext(w, r, ctx, handlerwork.Seam{})
+		}
+	}
+	return func(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+		next.ServeHTTP(w, r.WithContext(ctx))
 	}
 }
 

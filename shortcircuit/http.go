@@ -61,7 +61,7 @@ func (g *guard) serveHTTP(w http.ResponseWriter, r *http.Request, t *ticket, nex
 	// Right inside retry's server side, whose writer notes the status already.
 	if sw, ok := w.(handlerwork.StatusWriter); ok {
 		next.ServeHTTP(w, r)
-		g.done(r.Context(), t, sw.WrittenStatus(handlerwork.StatusKey{}) < http.StatusInternalServerError)
+		g.done(r.Context(), t, sw.WrittenStatus(handlerwork.Seam{}) < http.StatusInternalServerError)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}

@@ -90,7 +90,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ctx != req.Context() {
 		req = req.WithContext(ctx)
 	}
-	if call.Started() {
+	owned := call.Started()
+	if owned {
 		// Nothing above wrote the trace context, and a call sent without a hedge
 		// makes no attempt span to write it: the downstream's span must still be a
 		// child of the call's. (A hedged call's attempts write their own.)
@@ -102,10 +103,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		record.InjectHTTP(ctx, r.Header)
 		req = &r
 	}
-	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req) })
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req, owned) })
 }
 
-func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+// roundTrip is RoundTrip under ctx, the call's context; owned: req's header map is
+// a copy of this layer's own.
+func (t *transport) roundTrip(ctx context.Context, req *http.Request, owned bool) (*http.Response, error) {
 	h := t.h
 	ev := Event{Target: req.Host, Attempts: 1}
 	if req.URL.Host != "" {
@@ -130,13 +133,13 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	// request its send makes anyway: one copy, not two.
 	mark := ev.Skipped == "" && h.marks() || covered
 	if mark && (ev.Skipped != "" || covered) {
-		req = markRequest(req)
+		req, owned = markRequest(req, owned)
 	}
 	if ev.Skipped == "" && covered {
 		h.coveredCalls.Add(1)
 		ev.Skipped = SkipCovered
 		tgt, start := h.target(ev.Target, httpHost), time.Now()
-		resp, err := t.base.RoundTrip(req)
+		resp, err := t.send(req, owned)
 		if httpVerdict(h.cfg, resp, err) == success {
 			h.learnCovered(tgt, start)
 		}
@@ -145,7 +148,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		return resp, err
 	}
 	if ev.Skipped != "" {
-		resp, err := t.base.RoundTrip(req)
+		resp, err := t.send(req, owned)
 		recordSentOnce(ctx, &ev)
 		t.observe(ctx, &ev, resp)
 		return resp, err
@@ -155,9 +158,9 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if p.skip != "" {
 		ev.Skipped = p.skip
 		if mark {
-			req = markRequest(req)
+			req, owned = markRequest(req, owned)
 		}
-		resp, err := t.base.RoundTrip(req)
+		resp, err := t.send(req, owned)
 		if httpVerdict(h.cfg, resp, err) == success {
 			p.learnLatency()
 		}
@@ -170,17 +173,31 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
-// markRequest returns a copy of req carrying the chain rule's mark, with a header map of
-// its own (the caller's request is never modified).
-func markRequest(req *http.Request) *http.Request {
+// send sends a copy of the call that is not hedged; owned: req's header map is
+// this layer's own, which the propagate transport below may write into.
+func (t *transport) send(req *http.Request, owned bool) (*http.Response, error) {
+	if t.next != nil {
+		return t.next.RoundTripAttempt(req, handoff.Attempt{OwnsHeader: owned})
+	}
+	return t.base.RoundTrip(req)
+}
+
+// markRequest returns req carrying the chain rule's mark: req itself when its
+// header map is this layer's own (owned) or carries the mark already, else a copy
+// with a header map of its own (the caller's request is never modified).
+func markRequest(req *http.Request, owned bool) (*http.Request, bool) {
 	if marked(req.Header) {
-		return req
+		return req, owned
+	}
+	if owned {
+		req.Header[attempts.CoveredHeader] = []string{attempts.CoveredValue}
+		return req, true
 	}
 	m := &markedRequest{r: *req, v: [1]string{attempts.CoveredValue}}
-	m.r.Header = make(http.Header, len(req.Header)+1)
+	m.r.Header = make(http.Header, len(req.Header)+4)
 	maps.Copy(m.r.Header, req.Header)
 	m.r.Header[attempts.CoveredHeader] = m.v[:]
-	return &m.r
+	return &m.r, true
 }
 
 // marked reports whether h carries the chain rule's mark, covered, already.

@@ -147,7 +147,7 @@ func (c *call[T]) restore(k kept) { c.fireFunc, c.timer = k.fire, k.timer }
 // startPrimary readies the primary's context and span, and arms the timer of the
 // first hedge.
 func (c *call[T]) startPrimary(ctx context.Context) (context.Context, record.Attempt) {
-	primaryCtx, cancel := context.WithCancel(ctx)
+	primaryCtx, cancel := c.primaryContext(ctx)
 	c.ctx, c.cancels[0], c.copies, c.outstanding = ctx, cancel, 1, 1
 	primaryCtx, span := record.StartAttempt(primaryCtx, c.protocol, record.KindPrimary, 1)
 	c.spans[0], c.started[0] = span, true
@@ -165,6 +165,21 @@ func (c *call[T]) startPrimary(ctx context.Context) (context.Context, record.Att
 	}
 	c.mu.Unlock()
 	return primaryCtx, span
+}
+
+// primaryContexter is an adapter that makes its primary's context itself (the HTTP
+// adapter, see [httpAttempts.primaryContext]); for the others (gRPC's) the core
+// makes a cancellable child of the caller's.
+type primaryContexter interface {
+	primaryContext(ctx context.Context) (context.Context, context.CancelFunc)
+}
+
+// primaryContext returns the primary's context and its cancel.
+func (c *call[T]) primaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a, ok := c.adapter.(primaryContexter); ok {
+		return a.primaryContext(ctx)
+	}
+	return context.WithCancel(ctx)
 }
 
 // inBubble reports whether now, read from time.Now, was read inside a

@@ -15,6 +15,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
 	"github.com/deadlinekit/deadlinekit/internal/drain"
+	"github.com/deadlinekit/deadlinekit/internal/handoff"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -58,12 +59,17 @@ func (h *Hedger) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{h: h, base: base}
+	next, _ := base.(handoff.Transport)
+	return &transport{h: h, base: base, next: next}
 }
 
 type transport struct {
 	h    *Hedger
 	base http.RoundTripper
+	// next is base when it is propagate's transport: an attempt is handed to it
+	// with the header copy and the shortened deadline made here (package
+	// internal/handoff).
+	next handoff.Transport
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, when it
@@ -84,7 +90,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ctx != req.Context() {
 		req = req.WithContext(ctx)
 	}
-	if call.Started() {
+	owned := call.Started()
+	if owned {
 		// Nothing above wrote the trace context, and a call sent without a hedge
 		// makes no attempt span to write it: the downstream's span must still be a
 		// child of the call's. (A hedged call's attempts write their own.)
@@ -96,10 +103,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		record.InjectHTTP(ctx, r.Header)
 		req = &r
 	}
-	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req) })
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req, owned) })
 }
 
-func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
+// roundTrip is RoundTrip under ctx, the call's context; owned: req's header map is
+// a copy of this layer's own.
+func (t *transport) roundTrip(ctx context.Context, req *http.Request, owned bool) (*http.Response, error) {
 	h := t.h
 	ev := Event{Target: req.Host, Attempts: 1}
 	if req.URL.Host != "" {
@@ -124,13 +133,13 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	// request its send makes anyway: one copy, not two.
 	mark := ev.Skipped == "" && h.marks() || covered
 	if mark && (ev.Skipped != "" || covered) {
-		req = markRequest(req)
+		req, owned = markRequest(req, owned)
 	}
 	if ev.Skipped == "" && covered {
 		h.coveredCalls.Add(1)
 		ev.Skipped = SkipCovered
 		tgt, start := h.target(ev.Target, httpHost), time.Now()
-		resp, err := t.base.RoundTrip(req)
+		resp, err := t.send(req, owned)
 		if httpVerdict(h.cfg, resp, err) == success {
 			h.learnCovered(tgt, start)
 		}
@@ -139,7 +148,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 		return resp, err
 	}
 	if ev.Skipped != "" {
-		resp, err := t.base.RoundTrip(req)
+		resp, err := t.send(req, owned)
 		recordSentOnce(ctx, &ev)
 		t.observe(ctx, &ev, resp)
 		return resp, err
@@ -149,9 +158,9 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 	if p.skip != "" {
 		ev.Skipped = p.skip
 		if mark {
-			req = markRequest(req)
+			req, owned = markRequest(req, owned)
 		}
-		resp, err := t.base.RoundTrip(req)
+		resp, err := t.send(req, owned)
 		if httpVerdict(h.cfg, resp, err) == success {
 			p.learnLatency()
 		}
@@ -164,17 +173,31 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request) (*http.Res
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
-// markRequest returns a copy of req carrying the chain rule's mark, with a header map of
-// its own (the caller's request is never modified).
-func markRequest(req *http.Request) *http.Request {
+// send sends a copy of the call that is not hedged; owned: req's header map is
+// this layer's own, which the propagate transport below may write into.
+func (t *transport) send(req *http.Request, owned bool) (*http.Response, error) {
+	if t.next != nil {
+		return t.next.RoundTripAttempt(req, handoff.Attempt{OwnsHeader: owned})
+	}
+	return t.base.RoundTrip(req)
+}
+
+// markRequest returns req carrying the chain rule's mark: req itself when its
+// header map is this layer's own (owned) or carries the mark already, else a copy
+// with a header map of its own (the caller's request is never modified).
+func markRequest(req *http.Request, owned bool) (*http.Request, bool) {
 	if marked(req.Header) {
-		return req
+		return req, owned
+	}
+	if owned {
+		req.Header[attempts.CoveredHeader] = []string{attempts.CoveredValue}
+		return req, true
 	}
 	m := &markedRequest{r: *req, v: [1]string{attempts.CoveredValue}}
-	m.r.Header = make(http.Header, len(req.Header)+1)
+	m.r.Header = make(http.Header, len(req.Header)+4)
 	maps.Copy(m.r.Header, req.Header)
 	m.r.Header[attempts.CoveredHeader] = m.v[:]
-	return &m.r
+	return &m.r, true
 }
 
 // marked reports whether h carries the chain rule's mark, covered, already.
@@ -281,6 +304,9 @@ type httpAttempts struct {
 	// markPrimary: the primary's copy of the request gets the chain rule's mark
 	// (req has none).
 	markPrimary bool
+	// derived: the primary's context has the deadline the propagate transport
+	// below would derive (primaryContext).
+	derived bool
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
 }
@@ -304,9 +330,24 @@ func (p *httpAttempts) abandon(n int) {
 	}
 }
 
+// primaryContext returns the primary's context and its cancel: the child of ctx
+// with the shortened deadline the propagate transport below would derive for it,
+// when it would, so that the attempt runs under one context of its own, not two;
+// else a cancellable child of ctx.
+func (p *httpAttempts) primaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if p.t.next != nil {
+		if child, cancel, ok := p.t.next.DeriveAttempt(ctx); ok {
+			p.derived = true
+			return child, cancel
+		}
+	}
+	return context.WithCancel(ctx)
+}
+
 func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*http.Response, error) {
 	if n == 0 {
-		return p.t.base.RoundTrip(p.primary(ctx, span.Recording()))
+		r, owned := p.primary(ctx, span.Recording())
+		return p.roundTrip(r, handoff.Attempt{Derived: p.derived, OwnsHeader: owned})
 	}
 	r := p.req.WithContext(ctx)
 	r.Header = p.req.Header.Clone()
@@ -323,32 +364,43 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 	if p.hasBody {
 		r.Body, p.bodies[n] = p.bodies[n], nil
 	}
+	return p.roundTrip(r, handoff.Attempt{OwnsHeader: true})
+}
+
+// roundTrip sends one copy through the base transport, handing the propagate
+// transport what was done for it (a).
+func (p *httpAttempts) roundTrip(r *http.Request, a handoff.Attempt) (*http.Response, error) {
+	if p.t.next != nil {
+		return p.t.next.RoundTripAttempt(r, a)
+	}
 	return p.t.base.RoundTrip(r)
 }
 
 // primary returns the primary's copy of the request, under ctx: with a header map
-// of its own when it gets the chain rule's mark, or the trace context of its
-// attempt span (traced), so that the downstream's span is that span's child. The
-// mark's value is allocated with the copy, which the caller keeps (the response's
-// Request) after the call's state is reused.
-func (p *httpAttempts) primary(ctx context.Context, traced bool) *http.Request {
+// of its own (owned) when it gets the chain rule's mark, or the trace context of
+// its attempt span (traced), so that the downstream's span is that span's child.
+// The mark's value is allocated with the copy, which the caller keeps (the
+// response's Request) after the call's state is reused. The map has room for
+// what the propagate transport below writes into it.
+func (p *httpAttempts) primary(ctx context.Context, traced bool) (r *http.Request, owned bool) {
+	const room = 3 + 3 // propagate's headers; the mark, the trace context
 	if !p.markPrimary {
 		r := p.req.WithContext(ctx)
 		if traced {
-			r.Header = make(http.Header, len(p.req.Header)+3)
+			r.Header = make(http.Header, len(p.req.Header)+room)
 			maps.Copy(r.Header, p.req.Header)
 			record.InjectHTTP(ctx, r.Header)
 		}
-		return r
+		return r, traced
 	}
 	m := &markedRequest{r: *p.req.WithContext(ctx), v: [1]string{attempts.CoveredValue}}
-	m.r.Header = make(http.Header, len(p.req.Header)+3)
+	m.r.Header = make(http.Header, len(p.req.Header)+room)
 	maps.Copy(m.r.Header, p.req.Header)
 	m.r.Header[attempts.CoveredHeader] = m.v[:]
 	if traced {
 		record.InjectHTTP(ctx, m.r.Header)
 	}
-	return &m.r
+	return &m.r, true
 }
 
 // verdict is httpVerdict, but for a copy of a keyed request that the server's

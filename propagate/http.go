@@ -11,6 +11,8 @@ import (
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/cancelbody"
+	"github.com/deadlinekit/deadlinekit/internal/handlerwork"
+	"github.com/deadlinekit/deadlinekit/internal/handoff"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
@@ -51,26 +53,51 @@ type transport struct {
 // ([record.StartCall]) is started here when no layer above has one, and ends with
 // the answer's body, or at once when the base transport panics.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.RoundTripAttempt(req, handoff.Attempt{})
+}
+
+// RoundTripAttempt is RoundTrip for a layer above that did part of its work
+// already (package internal/handoff): a is what it did.
+func (t *transport) RoundTripAttempt(req *http.Request, a handoff.Attempt) (*http.Response, error) {
 	ctx, call := record.StartCall(req.Context(), record.HTTP, req.Method)
-	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req, call.Started()) })
+	return call.RoundTripHTTP(func() (*http.Response, error) { return t.roundTrip(ctx, req, call.Started(), a) })
+}
+
+// DeriveAttempt returns the child of ctx that RoundTrip would send an attempt
+// under, when it would derive one (package internal/handoff).
+func (t *transport) DeriveAttempt(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+	if t.cfg.policy == (deadline.Policy{}) {
+		return ctx, noop, false
+	}
+	child, cancel, err := t.cfg.policy.Derive(ctx)
+	if err != nil || child == ctx {
+		return ctx, noop, false
+	}
+	return child, cancel, true
+}
+
+// derive returns the context an attempt under ctx is sent under, its cancel, and
+// the time left on it; derived: ctx is that context already (handoff.Attempt).
+func (t *transport) derive(ctx context.Context, derived bool) (child context.Context, cancel context.CancelFunc, left time.Duration, has bool, err error) {
+	if derived || t.cfg.policy == (deadline.Policy{}) {
+		// The default: the time left passes through; one reading of the clock.
+		left, has = deadline.Remaining(ctx)
+		return ctx, noop, left, has, nil
+	}
+	if child, cancel, err = t.cfg.policy.Derive(ctx); err != nil {
+		return ctx, noop, 0, false, err
+	}
+	left, has = deadline.Remaining(child)
+	return child, cancel, left, has, nil
 }
 
 // roundTrip is RoundTrip under ctx, the call's context; inject says this layer
 // started the call's span, whose trace context the request must carry.
-func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject bool) (*http.Response, error) {
-	child, cancel := ctx, noop
-	var left time.Duration
-	var has bool
-	if t.cfg.policy == (deadline.Policy{}) {
-		// The default: the time left passes through; one reading of the clock.
-		left, has = deadline.Remaining(ctx)
-	} else {
-		var err error
-		if child, cancel, err = t.cfg.policy.Derive(ctx); err != nil {
-			closeBody(req)
-			return nil, err
-		}
-		left, has = deadline.Remaining(child)
+func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject bool, a handoff.Attempt) (*http.Response, error) {
+	child, cancel, left, has, err := t.derive(ctx, a.Derived)
+	if err != nil {
+		closeBody(req)
+		return nil, err
 	}
 	if !has {
 		if v, change := levelChange(ctx, req.Header); change {
@@ -87,8 +114,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, inject boo
 		closeBody(req)
 		return nil, &deadline.BudgetError{Remaining: left, Needed: t.cfg.policy.Floor}
 	}
-	h := make(http.Header, len(req.Header)+3)
-	maps.Copy(h, req.Header)
+	h := req.Header
+	if !a.OwnsHeader || h == nil {
+		h = make(http.Header, len(req.Header)+3)
+		maps.Copy(h, req.Header)
+	}
 	if v, change := levelChange(ctx, h); change {
 		setLevel(h, v)
 	}
@@ -190,6 +220,7 @@ func closeBody(req *http.Request) {
 func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 	c := newConfig(opts)
 	return func(next http.Handler) http.Handler {
+		serve := serveUnder(next)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if c.trustHTTP != nil && !c.trustHTTP(r) {
 				r = stripUntrusted(r)
@@ -240,9 +271,22 @@ func NewMiddleware(opts ...Option) func(http.Handler) http.Handler {
 			ctx, cancel := context.WithTimeout(ctx, in.Budget)
 			defer cancel()
 			record.Inbound(ctx, in.Budget, in.Source, in.Clamped)
-			ctx = withInbound(ctx, in, covered)
-			next.ServeHTTP(w, r.WithContext(ctx))
+			serve(w, r, withInbound(ctx, in, covered))
 		})
+	}
+}
+
+// serveUnder returns how the middleware hands a request to next under ctx: a copy
+// of it with ctx, or, when next is retry's server side, the request and ctx, of
+// which it makes its one copy (package internal/handlerwork).
+func serveUnder(next http.Handler) func(http.ResponseWriter, *http.Request, context.Context) {
+	if h, ok := next.(handlerwork.ContextHandler); ok {
+		return func(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+			h.ServeHTTPContext(w, r, ctx, handlerwork.Seam{})
+		}
+	}
+	return func(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+		next.ServeHTTP(w, r.WithContext(ctx))
 	}
 }
 
@@ -288,3 +332,5 @@ func (c *config) readHTTP(h http.Header) (Inbound, bool, error) {
 	}
 	return Inbound{}, false, nil
 }
+
+var _ handoff.Transport = (*transport)(nil)

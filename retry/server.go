@@ -59,16 +59,26 @@ func WithServingRetry(ctx context.Context) context.Context {
 // was already retried here. It takes no option: the client side's options do not
 // apply to it.
 func NewMiddleware() func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			sr := &servedRequest{Context: r.Context()}
-			if vs := r.Header[attempts.Header]; len(vs) > 0 { // the canonical name: Get would canonicalize Key
-				sr.in.retry = attempts.Parse(vs[0]) > 0
-			}
-			sr.w = pushbackWriter{ResponseWriter: w, in: &sr.in}
-			next.ServeHTTP(&sr.w, r.WithContext(sr))
-		})
+	return func(next http.Handler) http.Handler { return &server{next: next} }
+}
+
+// server is [NewMiddleware]'s handler.
+type server struct{ next http.Handler }
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.ServeHTTPContext(w, r, r.Context(), handlerwork.Seam{})
+}
+
+// ServeHTTPContext serves r under ctx, as ServeHTTP serves r.WithContext(ctx), with
+// one copy of r (package internal/handlerwork: propagate's middleware, right
+// outside, hands its context over here).
+func (s *server) ServeHTTPContext(w http.ResponseWriter, r *http.Request, ctx context.Context, _ handlerwork.Seam) {
+	sr := &servedRequest{Context: ctx}
+	if vs := r.Header[attempts.Header]; len(vs) > 0 { // the canonical name: Get would canonicalize Key
+		sr.in.retry = attempts.Parse(vs[0]) > 0
 	}
+	sr.w = pushbackWriter{ResponseWriter: w, in: &sr.in}
+	s.next.ServeHTTP(&sr.w, r.WithContext(sr))
 }
 
 // servedRequest is one request through [NewMiddleware]: the handler's context,
@@ -91,13 +101,18 @@ func (s *servedRequest) Value(key any) any {
 // of the handler gave up.
 type pushbackWriter struct {
 	http.ResponseWriter
-	in    *inbound
-	wrote bool
+	in     *inbound
+	wrote  bool
+	status int // the status written, once wrote
 }
+
+// WrittenStatus is the status of the answer, 0 until it is written (package
+// internal/handlerwork: the guard inside reads it).
+func (w *pushbackWriter) WrittenStatus(handlerwork.Seam) int { return w.status }
 
 func (w *pushbackWriter) WriteHeader(code int) {
 	if !w.wrote && code >= 200 {
-		w.wrote = true
+		w.wrote, w.status = true, code
 		if w.in.gaveUp.Load() && handlerwork.FailureStatus(code) {
 			w.Header().Set(pushback.Key, pushback.DoNotRetry)
 		}
@@ -186,3 +201,8 @@ func (s *serverCall) value() string {
 	defer s.mu.Unlock()
 	return s.pushback
 }
+
+var (
+	_ handlerwork.StatusWriter   = (*pushbackWriter)(nil)
+	_ handlerwork.ContextHandler = (*server)(nil)
+)

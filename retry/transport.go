@@ -258,7 +258,12 @@ func (t *transport) CloseIdleConnections() {
 // idempotent method, or one carrying an Idempotency-Key) again by itself when the
 // reused connection it went out on closes before an answer, writing its header
 // once more within the one RoundTrip; each copy may have run.
-type sentTrace struct{ wrote atomic.Int32 }
+//
+// It holds the trace that counts them: one allocation for both.
+type sentTrace struct {
+	wrote atomic.Int32
+	trace httptrace.ClientTrace
+}
 
 func (s *sentTrace) wroteHeaders() { s.wrote.Add(1) }
 
@@ -327,7 +332,8 @@ func (h httpCall) send(actx context.Context, n int, traced bool) (v httpResult, 
 	// Traced calls of requests net/http may resend count the resends too.
 	if h.traceSent || (traced && (h.idem || h.hasKey)) {
 		v.sent = new(sentTrace)
-		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteHeaders: v.sent.wroteHeaders})
+		v.sent.trace.WroteHeaders = v.sent.wroteHeaders
+		actx = httptrace.WithClientTrace(actx, &v.sent.trace)
 	}
 	r, err := h.request(actx, n, traced)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/deadlinekit/deadlinekit/internal/handlerwork"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 )
 
@@ -55,6 +56,12 @@ func (g *guard) serveHTTP(w http.ResponseWriter, r *http.Request, t *ticket, nex
 	if t.win == nil {
 		next.ServeHTTP(w, r)
 		g.done(r.Context(), t, true)
+		return
+	}
+	// Right inside retry's server side, whose writer notes the status already.
+	if sw, ok := w.(handlerwork.StatusWriter); ok {
+		next.ServeHTTP(w, r)
+		g.done(r.Context(), t, sw.WrittenStatus(handlerwork.Seam{}) < http.StatusInternalServerError)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}

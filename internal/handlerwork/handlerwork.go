@@ -96,3 +96,24 @@ func GaveUp(ctx context.Context) bool {
 func FailureStatus(code int) bool {
 	return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout || code == http.StatusTooEarly
 }
+
+// Seam is an argument of the methods of [StatusWriter] and [ContextHandler]: only
+// the module can name it, so only the toolkit's own types have those methods.
+type Seam struct{}
+
+// StatusWriter is retry's server-side response writer, which notes the status of
+// the answer (the first status of 200 or more written, 200 when the body or a flush
+// comes first, 0 until then), as the guard's own writer would: the guard right
+// inside it reads it there instead of wrapping the writer once more.
+type StatusWriter interface {
+	http.ResponseWriter
+	WrittenStatus(Seam) int
+}
+
+// ContextHandler is retry's server side, seen from propagate's middleware right
+// outside it: ServeHTTPContext serves r as ServeHTTP serves r.WithContext(ctx),
+// with one copy of the request instead of two.
+type ContextHandler interface {
+	http.Handler
+	ServeHTTPContext(w http.ResponseWriter, r *http.Request, ctx context.Context, _ Seam)
+}

@@ -88,9 +88,10 @@ func TestHasOutgoing(t *testing.T) {
 
 type otherKey struct{}
 
+// The mark of a call with no outgoing metadata costs one allocation: the context.
 func TestWithMarkAllocations(t *testing.T) {
 	ctx := context.Background()
-	if n := testing.AllocsPerRun(100, func() { _ = WithMark(ctx) }); n > 2 {
-		t.Errorf("WithMark of a context without metadata: %v allocations; want 2", n)
+	if n := testing.AllocsPerRun(100, func() { _ = WithMark(ctx) }); n > 1 {
+		t.Errorf("WithMark of a context without metadata: %v allocations; want 1", n)
 	}
 }

@@ -79,12 +79,33 @@ func StartCall(ctx context.Context, p Protocol, name string) (context.Context, C
 	if !span.IsRecording() {
 		return ctx, Call{}
 	}
-	c := &callState{span: span, caller: ctx}
+	cc := &callContext{}
+	c := &cc.st
+	c.span, c.caller = span, ctx
 	if !isClientSpan(span) || isAttempt(ctx, span) {
-		ctx, c.span = span.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, callSpanName(p, name), trace.WithSpanKind(trace.SpanKindClient))
+		ctx, c.span = span.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, callSpanName(p, name), clientSpan...)
 		c.own = true
 	}
-	return context.WithValue(ctx, callKey{}, c), Call{c: c, owner: true}
+	cc.Context = ctx
+	return cc, Call{c: c, owner: true}
+}
+
+// clientSpan is the start option of a call span, made once.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
+// callContext is a call's context: its parent's, with the call's state under
+// callKey. One allocation for both, where context.WithValue and the state would
+// take two.
+type callContext struct {
+	context.Context
+	st callState
+}
+
+func (c *callContext) Value(key any) any {
+	if key == (callKey{}) {
+		return &c.st
+	}
+	return c.Context.Value(key)
 }
 
 // isClientSpan reports whether span says it is a client span. Spans of the OTel SDK

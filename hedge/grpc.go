@@ -87,6 +87,7 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 		ev.Skipped = SkipNotIdempotent
 	}
 	covered := h.covered(ctx)
+	caller := ctx // without the mark: its outgoing metadata is read there
 	if ev.Skipped == "" && h.marks() || covered {
 		ctx = withMark(ctx)
 	}
@@ -123,7 +124,7 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 	gc := grpcCalls.Get().(*grpcCall)
 	// The reply's type is read now: once the primary runs, it writes to the reply.
 	gc.attempts = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts, keyedWrite: keyedWrite}
-	if idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key)) {
+	if keyedWrite || idempotency.Keyed(metadata.ValueFromOutgoingContext(caller, idempotency.Key)) {
 		gc.attempts.watchPrimaryTrailer()
 	}
 	return h.hedgedUnary(ctx, gc, p)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/deadlinekit/deadlinekit/criticality"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
@@ -86,7 +87,7 @@ func setLevel(h http.Header, v string) {
 func withLevelMetadata(ctx context.Context) context.Context {
 	const key = criticality.MetadataKey
 	v := levelValue(ctx)
-	have := metadata.ValueFromOutgoingContext(ctx, key)
+	have := attempts.OutgoingValues(ctx, key) // the mark-only metadata of a hedgeable call is not scanned
 	switch {
 	case v == "" && len(have) == 0, len(have) == 1 && have[0] == v:
 		return ctx

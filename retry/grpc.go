@@ -173,7 +173,10 @@ func (c *config) unary(ctx context.Context, method string, req, reply any, cc *g
 	defer func() {
 		// The last attempt's pushback travels with the error, for a handler that
 		// relays it (deadlinekit.FromGRPC) without capturing the trailer.
-		if v := cs.trailer.Get(pushback.Key); err != nil && len(v) > 0 {
+		if err == nil {
+			return
+		}
+		if v := cs.trailer.Get(pushback.Key); len(v) > 0 {
 			err = &pushback.Error{Err: err, Value: v[0]}
 		}
 	}()
@@ -185,11 +188,13 @@ func (c *config) unary(ctx context.Context, method string, req, reply any, cc *g
 		opts = make([]grpc.CallOption, 0, len(callOpts)+2)
 	}
 	opts = append(append(opts, callOpts...), grpc.Trailer(&cs.trailer))
-	if key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key); idempotency.Keyed(key) {
+	key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key)
+	keyed := idempotency.Keyed(key)
+	if keyed {
 		record.IdempotencyKey(ctx, key[0])
 		opts = append(opts, grpc.Header(&cs.header))
 	}
-	l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts}
+	l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts, keyed: keyed}
 	_, err = l.run(ctx)
 	return err
 }
@@ -203,6 +208,9 @@ type grpcCall struct {
 	cc         *grpc.ClientConn
 	invoker    grpc.UnaryInvoker
 	opts       []grpc.CallOption // the caller's, and the trailer's
+	// keyed: the call's outgoing metadata carries an idempotency-key that is not
+	// blank (keyedCall of the call's context), read once per call.
+	keyed bool
 }
 
 func (g grpcCall) send(actx context.Context, n int, _ bool) (struct{}, error, bool) {
@@ -218,11 +226,10 @@ func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut boo
 		return outcome{d: decision{verdict: Answered}}
 	}
 	st, _ := status.FromError(err)
-	idem := g.c.grpcIdempotent(ctx, g.method)
+	idem := g.c.idempotentCall(g.method, g.keyed)
 	// grpc-go fills the trailer only for an attempt that got a transport stream: a
 	// nil one is an attempt that never left the client.
-	keyed := keyedCall(ctx)
-	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, keyed: keyed, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, keyed: g.keyed, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
 	return outcome{d: d, err: err, idempotent: idem}
 }
 
@@ -246,8 +253,8 @@ func (grpcCall) answered(struct{}) bool { return false }
 
 // dedup reads what a deduping server said of a keyed call's attempt: its replay
 // marker (header metadata idempotent-replayed: true), a conflict (d.conflict).
-func (g grpcCall) dedup(ctx context.Context, _ struct{}, d decision) (record.DedupAnswer, bool) {
-	if !keyedCall(ctx) {
+func (g grpcCall) dedup(_ context.Context, _ struct{}, d decision) (record.DedupAnswer, bool) {
+	if !g.keyed {
 		return record.DedupAnswer{}, false
 	}
 	return dedupAnswer(g.cs.header.Get(idempotency.ReplayedKey), d), true
@@ -325,7 +332,13 @@ func withKey(ctx context.Context, key string, replace bool) context.Context {
 // option, by the method's descriptor in the protobuf registry (package hedge reads
 // it the same way), or made safe by an idempotency-key in the call's metadata.
 func (c *config) grpcIdempotent(ctx context.Context, method string) bool {
-	return c.idempotent[method] || keyedCall(ctx) || idempotency.Declared(method)
+	return c.idempotentCall(method, keyedCall(ctx))
+}
+
+// idempotentCall is [config.grpcIdempotent] of a call whose idempotency-key was
+// read already: keyed says it carries one.
+func (c *config) idempotentCall(method string, keyed bool) bool {
+	return c.idempotent[method] || keyed || idempotency.Declared(method)
 }
 
 // keyedCall reports whether the call of ctx carries an idempotency-key that is not

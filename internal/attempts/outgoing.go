@@ -2,6 +2,7 @@ package attempts
 
 import (
 	"context"
+	"reflect"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -31,17 +32,31 @@ func Outgoing(ctx context.Context, n int) context.Context {
 // added to its outgoing gRPC metadata, as metadata.AppendToOutgoingContext would add
 // it. A context with no outgoing metadata (the usual call) gets metadata that holds
 // the mark alone, shared by every such call and never written to (grpc-go reads
-// outgoing metadata; its readers get copies): two allocations instead of the
-// append's four.
+// outgoing metadata; its readers get copies), under the context value that
+// metadata.NewOutgoingContext would make of it, made once: one allocation (the
+// context) instead of the append's four.
 func WithMark(ctx context.Context) context.Context {
 	if HasOutgoing(ctx) {
 		return metadata.AppendToOutgoingContext(ctx, CoveredKey, CoveredValue)
 	}
-	return metadata.NewOutgoingContext(ctx, markOnly)
+	if markOnlyValue == nil {
+		return metadata.NewOutgoingContext(ctx, markOnly)
+	}
+	return context.WithValue(ctx, outgoingKey, markOnlyValue)
 }
 
 // markOnly is the outgoing metadata of a call that had none, with the mark.
 var markOnly = metadata.MD{CoveredKey: {CoveredValue}}
+
+// markOnlyValue is the context value under outgoingKey of a context that
+// metadata.NewOutgoingContext gave markOnly, taken from one such context; nil when
+// the key was not learnt.
+var markOnlyValue = func() any {
+	if outgoingKey == nil {
+		return nil
+	}
+	return metadata.NewOutgoingContext(context.Background(), markOnly).Value(outgoingKey)
+}()
 
 // HasOutgoing reports whether ctx carries outgoing gRPC metadata (set by
 // metadata.NewOutgoingContext or AppendToOutgoingContext), without the copy that
@@ -71,3 +86,48 @@ func (p *keyProbe) Value(k any) any {
 	}
 	return nil
 }
+
+// OutgoingValues returns the values of the key k (lower case) in the outgoing gRPC
+// metadata of ctx, as metadata.ValueFromOutgoingContext(ctx, k) does. Metadata that
+// holds the chain rule's mark alone ([WithMark] on a context without any: the
+// hedgeable call's usual metadata) is known to have no other key: it is not
+// scanned, as metadata.ValueFromOutgoingContext scans a map that lacks the key for
+// one equal to it under case folding.
+func OutgoingValues(ctx context.Context, k string) []string {
+	if k != CoveredKey && markOnlyKnown {
+		v := ctx.Value(outgoingKey)
+		if v == nil || isMarkOnly(v) {
+			return nil
+		}
+	}
+	return metadata.ValueFromOutgoingContext(ctx, k)
+}
+
+// isMarkOnly reports whether v, a context value under outgoingKey, is markOnly with
+// nothing added to it: package metadata keeps a context's outgoing metadata as a
+// struct of the metadata given to NewOutgoingContext (first field) and the pairs
+// added to it since (second field), which markOnlyKnown checked.
+func isMarkOnly(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Type() == markOnlyType && rv.Field(0).UnsafePointer() == markOnlyMap && rv.Field(1).Len() == 0
+}
+
+var (
+	markOnlyType = reflect.TypeOf(markOnlyValue)
+	markOnlyMap  = reflect.ValueOf(markOnly).UnsafePointer()
+	// markOnlyKnown: the context value of outgoing metadata has the form isMarkOnly
+	// reads, as this version of package metadata makes it, and isMarkOnly tells
+	// mark-only metadata from metadata with pairs added to it or from other
+	// metadata. Otherwise OutgoingValues always asks package metadata.
+	markOnlyKnown = func() bool {
+		t := markOnlyType
+		if t == nil || t.Kind() != reflect.Struct || t.NumField() < 2 ||
+			t.Field(0).Type != reflect.TypeOf(metadata.MD{}) || t.Field(1).Type.Kind() != reflect.Slice {
+			return false
+		}
+		marked := WithMark(context.Background())
+		appended := metadata.AppendToOutgoingContext(marked, "x", "y")
+		other := metadata.NewOutgoingContext(context.Background(), metadata.MD{CoveredKey: {CoveredValue}})
+		return isMarkOnly(marked.Value(outgoingKey)) && !isMarkOnly(appended.Value(outgoingKey)) && !isMarkOnly(other.Value(outgoingKey))
+	}()
+)

@@ -214,6 +214,24 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 			parent = c.span
 		}
 	}
+	// The SDK's default span kind is internal, which an attempt span is.
+	ctx, span := parent.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, attemptSpanName(kind), attemptStart(p, kind, n)...)
+	ac := &attemptContext{Context: ctx, st: attemptState{span: span}}
+	return ac, Attempt{st: &ac.st}
+}
+
+// attemptStart returns the start options of the span of attempt n of kind, sent
+// over p: its number, its kind, and the count of the attempts before it in p's
+// convention. Those of the first attempts of each kind are made once
+// (attemptStarts): building them per attempt takes three allocations.
+func attemptStart(p Protocol, kind AttemptKind, n int) []trace.SpanStartOption {
+	if k := kindIndex(kind); k >= 0 && (p == HTTP || p == GRPC) && n >= 1 && n <= maxKeptAttempt {
+		return attemptStarts[p-HTTP][k][n-1]
+	}
+	return buildAttemptStart(p, kind, n)
+}
+
+func buildAttemptStart(p Protocol, kind AttemptKind, n int) []trace.SpanStartOption {
 	attrs := make([]attribute.KeyValue, 2, 3)
 	attrs[0], attrs[1] = otelattr.AttemptNumberKey.Int(n), otelattr.AttemptKindKey.String(string(kind))
 	switch p {
@@ -222,11 +240,41 @@ func StartAttempt(ctx context.Context, p Protocol, kind AttemptKind, n int) (con
 	case GRPC:
 		attrs = append(attrs, previousRPCAttemptsKey.Int(n-1))
 	}
-	// The SDK's default span kind is internal, which an attempt span is.
-	ctx, span := parent.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, attemptSpanName(kind), trace.WithAttributes(attrs...))
-	ac := &attemptContext{Context: ctx, st: attemptState{span: span}}
-	return ac, Attempt{st: &ac.st}
+	return []trace.SpanStartOption{trace.WithAttributes(attrs...)}
 }
+
+// maxKeptAttempt is the highest attempt number whose span start options are made
+// once.
+const maxKeptAttempt = 8
+
+var attemptKinds = [...]AttemptKind{KindPrimary, KindRetry, KindHedge}
+
+// kindIndex is kind's index in attemptKinds, or -1.
+func kindIndex(kind AttemptKind) int {
+	switch kind {
+	case KindPrimary:
+		return 0
+	case KindRetry:
+		return 1
+	case KindHedge:
+		return 2
+	}
+	return -1
+}
+
+// attemptStarts holds attemptStart's options, by protocol (HTTP, GRPC), kind
+// (attemptKinds) and attempt number less one. Nothing writes to them: the SDK copies
+// a span's start attributes.
+var attemptStarts = func() (t [2][len(attemptKinds)][maxKeptAttempt][]trace.SpanStartOption) {
+	for pi, p := range []Protocol{HTTP, GRPC} {
+		for k, kind := range attemptKinds {
+			for i := range maxKeptAttempt {
+				t[pi][k][i] = buildAttemptStart(p, kind, i+1)
+			}
+		}
+	}
+	return t
+}()
 
 // attemptContext is an attempt's context: its parent's, with the attempt's state
 // under attemptKey. One allocation for both, where context.WithValue and the state
@@ -254,6 +302,26 @@ func attemptSpanName(kind AttemptKind) string {
 		return "attempt hedge"
 	}
 	return "attempt " + string(kind)
+}
+
+// outcomeAttr is the attempt span's outcome attribute, made once for the known
+// outcomes: a slice made per call is an allocation.
+func outcomeAttr(o Outcome) []attribute.KeyValue {
+	switch o {
+	case OutcomeSuccess:
+		return outcomeAttrs[0]
+	case OutcomeFailure:
+		return outcomeAttrs[1]
+	case OutcomeCanceled:
+		return outcomeAttrs[2]
+	}
+	return []attribute.KeyValue{otelattr.AttemptOutcomeKey.String(string(o))}
+}
+
+var outcomeAttrs = [...][]attribute.KeyValue{
+	{otelattr.AttemptOutcomeKey.String(string(OutcomeSuccess))},
+	{otelattr.AttemptOutcomeKey.String(string(OutcomeFailure))},
+	{otelattr.AttemptOutcomeKey.String(string(OutcomeCanceled))},
 }
 
 // attemptKey marks a context whose span is an attempt span, its value the
@@ -307,7 +375,7 @@ func (a Attempt) End(outcome Outcome, err error) {
 	}
 	st.mu.Unlock()
 	span := st.span
-	span.SetAttributes(otelattr.AttemptOutcomeKey.String(string(outcome)))
+	span.SetAttributes(outcomeAttr(outcome)...)
 	switch outcome {
 	case OutcomeFailure:
 		desc := "failed"

@@ -467,3 +467,26 @@ func TestAdmissionCountsTheLevel(t *testing.T) {
 		}},
 	})
 }
+
+// The attempt spans' start options made once are those built per attempt.
+func TestAttemptStartKept(t *testing.T) {
+	for _, p := range []Protocol{HTTP, GRPC, 0} {
+		for _, kind := range append(attemptKinds[:], "other") {
+			for n := 1; n <= maxKeptAttempt+2; n++ {
+				gc, wc := trace.NewSpanStartConfig(attemptStart(p, kind, n)...), trace.NewSpanStartConfig(buildAttemptStart(p, kind, n)...)
+				got, want := attribute.NewSet(gc.Attributes()...), attribute.NewSet(wc.Attributes()...)
+				if !got.Equals(&want) || got.Len() != 3 && (p == HTTP || p == GRPC) {
+					t.Errorf("attemptStart(%d, %s, %d) = %v; want %v", p, kind, n, got, want)
+				}
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = attemptStart(GRPC, KindPrimary, 1) }); n != 0 {
+		t.Errorf("attemptStart of a first attempt: %v allocations; want 0", n)
+	}
+	for _, o := range []Outcome{OutcomeSuccess, OutcomeFailure, OutcomeCanceled, "other"} {
+		if got := outcomeAttr(o); len(got) != 1 || got[0] != otelattr.AttemptOutcomeKey.String(string(o)) {
+			t.Errorf("outcomeAttr(%s) = %v", o, got)
+		}
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/deadlinekit/deadlinekit/criticality"
-	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/record"
 )
 
@@ -87,7 +86,7 @@ func setLevel(h http.Header, v string) {
 func withLevelMetadata(ctx context.Context) context.Context {
 	const key = criticality.MetadataKey
 	v := levelValue(ctx)
-	have := attempts.OutgoingValues(ctx, key) // the mark-only metadata of a hedgeable call is not scanned
+	have := metadata.ValueFromOutgoingContext(ctx, key)
 	switch {
 	case v == "" && len(have) == 0, len(have) == 1 && have[0] == v:
 		return ctx

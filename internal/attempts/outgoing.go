@@ -2,7 +2,6 @@ package attempts
 
 import (
 	"context"
-	"reflect"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -86,48 +85,3 @@ func (p *keyProbe) Value(k any) any {
 	}
 	return nil
 }
-
-// OutgoingValues returns the values of the key k (lower case) in the outgoing gRPC
-// metadata of ctx, as metadata.ValueFromOutgoingContext(ctx, k) does. Metadata that
-// holds the chain rule's mark alone ([WithMark] on a context without any: the
-// hedgeable call's usual metadata) is known to have no other key: it is not
-// scanned, as metadata.ValueFromOutgoingContext scans a map that lacks the key for
-// one equal to it under case folding.
-func OutgoingValues(ctx context.Context, k string) []string {
-	if k != CoveredKey && markOnlyKnown {
-		v := ctx.Value(outgoingKey)
-		if v == nil || isMarkOnly(v) {
-			return nil
-		}
-	}
-	return metadata.ValueFromOutgoingContext(ctx, k)
-}
-
-// isMarkOnly reports whether v, a context value under outgoingKey, is markOnly with
-// nothing added to it: package metadata keeps a context's outgoing metadata as a
-// struct of the metadata given to NewOutgoingContext (first field) and the pairs
-// added to it since (second field), which markOnlyKnown checked.
-func isMarkOnly(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Type() == markOnlyType && rv.Field(0).UnsafePointer() == markOnlyMap && rv.Field(1).Len() == 0
-}
-
-var (
-	markOnlyType = reflect.TypeOf(markOnlyValue)
-	markOnlyMap  = reflect.ValueOf(markOnly).UnsafePointer()
-	// markOnlyKnown: the context value of outgoing metadata has the form isMarkOnly
-	// reads, as this version of package metadata makes it, and isMarkOnly tells
-	// mark-only metadata from metadata with pairs added to it or from other
-	// metadata. Otherwise OutgoingValues always asks package metadata.
-	markOnlyKnown = func() bool {
-		t := markOnlyType
-		if t == nil || t.Kind() != reflect.Struct || t.NumField() < 2 ||
-			t.Field(0).Type != reflect.TypeOf(metadata.MD{}) || t.Field(1).Type.Kind() != reflect.Slice {
-			return false
-		}
-		marked := WithMark(context.Background())
-		appended := metadata.AppendToOutgoingContext(marked, "x", "y")
-		other := metadata.NewOutgoingContext(context.Background(), metadata.MD{CoveredKey: {CoveredValue}})
-		return isMarkOnly(marked.Value(outgoingKey)) && !isMarkOnly(appended.Value(outgoingKey)) && !isMarkOnly(other.Value(outgoingKey))
-	}()
-)

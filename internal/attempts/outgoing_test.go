@@ -95,36 +95,3 @@ func TestWithMarkAllocations(t *testing.T) {
 		t.Errorf("WithMark of a context without metadata: %v allocations; want 1", n)
 	}
 }
-
-// OutgoingValues reads what metadata.ValueFromOutgoingContext reads, whatever the
-// context carries; the mark-only metadata is recognised (in this version of
-// grpc-go) and never taken for other metadata.
-func TestOutgoingValues(t *testing.T) {
-	if !markOnlyKnown {
-		t.Fatal("the mark-only metadata is not recognised: OutgoingValues always scans")
-	}
-	bg := context.Background()
-	marked := WithMark(bg)
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-	}{
-		{"nothing", bg},
-		{"marked", marked},
-		{"marked, under another value", context.WithValue(marked, otherKey{}, 1)},
-		{"marked, then appended", metadata.AppendToOutgoingContext(marked, "deadlinekit-criticality", "SHEDDABLE")},
-		{"marked, then replaced", metadata.NewOutgoingContext(marked, metadata.Pairs("x-user", "a"))},
-		{"a copy of the mark", metadata.NewOutgoingContext(bg, metadata.MD{CoveredKey: {CoveredValue}, "Deadlinekit-Criticality": {"CRITICAL"}})},
-		{"upper-case keys", metadata.NewOutgoingContext(bg, metadata.MD{"X-User": {"a"}})},
-		{"marked over user metadata", WithMark(metadata.AppendToOutgoingContext(bg, "x-user", "a"))},
-	} {
-		for _, k := range []string{CoveredKey, "deadlinekit-criticality", "x-user", Key} {
-			if got, want := OutgoingValues(c.ctx, k), metadata.ValueFromOutgoingContext(c.ctx, k); !slices.Equal(got, want) {
-				t.Errorf("%s: OutgoingValues(%s) = %q; want %q", c.name, k, got, want)
-			}
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { _ = OutgoingValues(marked, "deadlinekit-criticality") }); n != 0 {
-		t.Errorf("OutgoingValues of the mark-only metadata: %v allocations; want 0", n)
-	}
-}

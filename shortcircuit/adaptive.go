@@ -72,7 +72,15 @@ package shortcircuit
 // below the limit), and the knee it places decides (a round with a trend leaves the
 // recheck due): a clear gain still grows; where it was, the hold starts again twice
 // as long (up to holdMax rounds); lower, the limit falls to it. With Headroom, a knee
-// placed a step or more higher moves the headroom above it at once.
+// placed a step or more higher moves the headroom above it at once. While it holds a
+// step of headroom (no Headroom), its upper windows keep that step for the highest
+// level the limiter has seen lately (reserved): a request let in above the knee waits
+// inside the handler in the handler's order, and one of a lower level there would take
+// the next slot to free before a higher one that came later. A round that learned
+// nothing while the step was reserved and held requests back (the highest level too
+// rare to fill it: the concurrency stayed at the knee in every window) opens it to
+// every level for the next round (hold.open), which measures the limit as without
+// levels: a knee that rose is found.
 //
 // Two memories shorten the search. base is the handler's unloaded mean duration: that
 // of the lower window of a round that bought throughput (it ran below the knee). A

@@ -72,7 +72,15 @@ package shortcircuit
 // below the limit), and the knee it places decides (a round with a trend leaves the
 // recheck due): a clear gain still grows; where it was, the hold starts again twice
 // as long (up to holdMax rounds); lower, the limit falls to it. With Headroom, a knee
-// placed a step or more higher moves the headroom above it at once.
+// placed a step or more higher moves the headroom above it at once. While it holds a
+// step of headroom (no Headroom), its upper windows keep that step for the highest
+// level the limiter has seen lately (reserved): a request let in above the knee waits
+// inside the handler in the handler's order, and one of a lower level there would take
+// the next slot to free before a higher one that came later. A round that learned
+// nothing while the step was reserved and held requests back (the highest level too
+// rare to fill it: the concurrency stayed at the knee in every window) opens it to
+// every level for the next round (hold.open), which measures the limit as without
+// levels: a knee that rose is found.
 //
 // Two memories shorten the search. base is the handler's unloaded mean duration: that
 // of the lower window of a round that bought throughput (it ran below the knee). A
@@ -150,9 +158,12 @@ type hold struct {
 	// hold found again by a grow that buys nothing starts with a recheck.
 	recheck bool
 	head    int // the limit's distance above the knee
-	at      int // the limit the hold last began at
-	left    int // rounds left before a recheck
-	rounds  int // the length of the last hold
+	// open: the reserved slots (reserved) are open to every level for a
+	// round: the last one, with them reserved, measured nothing.
+	open   bool
+	at     int // the limit the hold last began at
+	left   int // rounds left before a recheck
+	rounds int // the length of the last hold
 }
 
 // The steady state: after calm rounds in a row that kept the limit, the upper
@@ -179,6 +190,20 @@ func (g *adaptive) inForce() int {
 		return g.lo
 	}
 	return g.limit
+}
+
+// reserved is how many slots at the top of the limit in force only the highest
+// level seen may take: the step of headroom above the knee while the limit holds
+// it (in its upper windows), none otherwise. A request let in above the knee waits
+// inside the handler for a slot, in the handler's order, not by level: one of a
+// lower level there would hold back a higher one that came later. A grow and a
+// search let every level in (they must fill the limit to measure it), and so does
+// a Headroom asked for, whose requests are there to keep a backend working.
+func (g *adaptive) reserved() int {
+	if g.hold.on && !g.hold.open && g.cfg.Headroom == 0 && g.phase != phaseLower {
+		return min(g.hold.head, g.limit-1)
+	}
+	return 0
 }
 
 // inFlight records that n handlers run from now on.
@@ -398,9 +423,15 @@ func (g *adaptive) read() (roundFigures, bool) {
 // decide moves the limit by what the round measured.
 func (g *adaptive) decide() {
 	f, ok := g.read()
+	open := g.hold.open
+	g.hold.open = false
 	if !ok {
 		g.keep(g.wide) // a wide lower window has measured nothing yet: it stays wide
 		g.calm = 0
+		// The reserved slots, not the load, may have kept the concurrency
+		// from the limit (the highest level rare): the next round opens them
+		// to every level, to measure the limit.
+		g.hold.open = !open && g.reserved() > 0 && (g.windows[phaseUpper1].demand || g.windows[phaseUpper2].demand)
 		return
 	}
 	wide := g.wide // a verdict that keeps the limit keeps the next lower window wide

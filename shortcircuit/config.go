@@ -287,7 +287,12 @@ func WithMaxConcurrency(n int) Option {
 // a freed slot to a queued request takes a goroutine's wake-up, about half a
 // millisecond on a busy machine; a limit exactly at the knee leaves the handler one
 // short for it after every end, 6% of a 10 ms handler's throughput.) The price is a
-// step of latency inside the handler: an eighth, a quarter at a knee of 4. After a
+// step of latency inside the handler: an eighth, a quarter at a knee of 4. The
+// request let in on that step waits inside the handler, in its order, not by
+// level, so while the limit holds the step only the highest level seen lately
+// may take it: a critical request is never handed the slot after a sheddable one
+// that came before it. A round that measured nothing with the step so kept (the
+// highest level too rare to fill it) opens it to every level for the next. After a
 // round's hold, and whenever the handler turns 20% slower, a round rechecks the knee
 // with its lower window two steps below the limit, a step below the knee: if the
 // throughput the two windows measured still places the knee where it was, the

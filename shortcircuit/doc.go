@@ -26,9 +26,12 @@
 // the lowest-level request it holds, answered at once with when to come back. So a
 // level is refused only while every lower one is, as the SRE book has it, under the
 // static and the adaptive limit alike; within a level nothing changes. A running
-// handler keeps its slot, and the adaptive limit learns the same from every level.
-// A request that finds a slot free pays nothing for this: its level is read only
-// when it must queue. queue.go tells the rules and why they keep the contract.
+// handler keeps its slot, and the adaptive limit learns the same from every level;
+// the step it keeps above the handler's capacity is for the highest level seen
+// lately, since a request let in there waits inside the handler, out of the
+// queue's order. A request that finds a slot free pays nothing for this: its level
+// is read only when it must queue or comes for that step. queue.go tells the rules
+// and why they keep the contract.
 //
 // Under the guard, package dedup answers repeats of a request that carries an
 // idempotency key without running the handler: a replay of the first's answer, or

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/deadlinekit/deadlinekit/criticality"
 )
 
 // sim is a handler behind a limiter with the adaptive limit, in fake time (it runs
@@ -34,6 +36,12 @@ type sim struct {
 	// one of them, then works base × slow; knee is not used (running counts
 	// the requests holding a slot).
 	slots chan struct{}
+	// levelOf, when set, gives each request its level (criticality.With;
+	// called under mu);
+	// waits then records, per level, each admitted request's wait from its
+	// arrival to the start of its work (a pool slot's, with slots).
+	levelOf func() criticality.Level
+	waits   map[criticality.Level][]time.Duration
 }
 
 func newSim(a AdaptiveLimit, base time.Duration, knee int) *sim {
@@ -53,6 +61,13 @@ func (s *sim) serve(budget time.Duration) {
 	now := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(budget))
 	defer cancel()
+	level := criticality.Critical
+	if s.levelOf != nil {
+		s.mu.Lock()
+		level = s.levelOf()
+		s.mu.Unlock()
+		ctx = criticality.With(ctx, level)
+	}
 	e := s.l.acquire(ctx, now, now.Add(budget), true, false)
 	if e.decision != Admitted {
 		return
@@ -65,6 +80,9 @@ func (s *sim) serve(budget time.Duration) {
 		s.slots <- struct{}{}
 	}
 	s.mu.Lock()
+	if s.waits != nil {
+		s.waits[level] = append(s.waits[level], time.Since(now))
+	}
 	s.running++
 	x := float64(s.base) * s.slow
 	if s.slots == nil {

@@ -57,6 +57,11 @@ type limiter struct {
 	// it waited inside the handler behind the higher limit's, and their
 	// durations do not count in the service time (fell).
 	fellAt time.Time
+	// top is the highest level seen where levels are read (a request that
+	// queued, or that came for a reserved slot), last at topAt: only it may
+	// take the slots the adaptive limit reserves (reserved).
+	top   criticality.Level
+	topAt time.Time
 
 	// The slots of the running handlers: when each started (zero: free), so that a
 	// queued request's wait is predicted from when they should end.
@@ -127,7 +132,7 @@ func (l *limiter) stale(now time.Time, need time.Duration) bool {
 func (l *limiter) need() time.Duration { return max(l.service+devFactor*l.dev, l.floor) }
 
 func newLimiter(c *config) *limiter {
-	l := &limiter{order: c.order, floor: c.floor}
+	l := &limiter{order: c.order, floor: c.floor, top: criticality.Sheddable}
 	if a := c.adaptiveLimit; a != nil {
 		l.adapt = newAdaptive(*a)
 		l.limit = l.adapt.inForce()
@@ -168,7 +173,14 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has, lea
 		l.mu.Unlock()
 		return entry{decision: CannotFinish, service: need}
 	}
-	if l.inflight < l.limit && l.q.Len() == 0 {
+	free := l.inflight < l.limit && l.q.Len() == 0
+	level, read := criticality.Critical, false
+	if free && l.inflight >= l.limit-l.reserve() {
+		// A reserved slot: for the highest level seen only.
+		level, read = l.level(ctx, now), true
+		free = level >= l.top
+	}
+	if free {
 		l.inflight++
 		slot := l.take(now)
 		if l.adapt != nil {
@@ -184,9 +196,12 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has, lea
 	if l.service == 0 {
 		svc, need = l.unknownWork(now, svc, need) // nothing learned yet: queue.go
 	}
-	// The level is read only here, where the request must queue: a request that
-	// finds a slot free pays nothing for it.
-	w := l.newWaiter(deadline, has, criticality.From(ctx))
+	// The level is read only here, where the request must queue (or came for a
+	// reserved slot): a request that finds a slot free pays nothing for it.
+	if !read {
+		level = l.level(ctx, now)
+	}
+	w := l.newWaiter(deadline, has, level)
 	ahead := l.ahead(w)
 	wait := l.predict(ahead, svc)
 	if has && deadline.Sub(now) < wait+need+l.worst(ahead, need) {
@@ -204,9 +219,52 @@ func (l *limiter) acquire(ctx context.Context, now, deadline time.Time, has, lea
 	}
 	w.ready = make(chan struct{})
 	heap.Push(&l.q, w)
+	started := l.serveFree(now) // slots a reservation kept from the queue: w's, maybe
 	l.mu.Unlock()
 	record.QueueLength(ctx, 1)
+	if started > 0 {
+		record.InFlight(ctx, started)
+	}
 	return l.await(ctx, w, now, need, svc)
+}
+
+// reserve is how many slots at the top of the limit only the highest level seen
+// may take (adaptive.reserved). l.mu is held.
+func (l *limiter) reserve() int {
+	if l.adapt == nil {
+		return 0
+	}
+	return l.adapt.reserved()
+}
+
+// topSpan is how many mean durations the highest level seen stays the highest
+// without being seen again: then a lower level takes its place, and the reserved
+// slots with it.
+const topSpan = 16
+
+// level reads the level of a request that arrived at now and notes it: one at or
+// above the highest seen becomes it; a lower one does once the highest has not
+// been seen for topSpan mean durations. l.mu is held.
+func (l *limiter) level(ctx context.Context, now time.Time) criticality.Level {
+	v := criticality.From(ctx)
+	if v >= l.top || l.topAt.IsZero() || now.Sub(l.topAt) > topSpan*l.mean() {
+		l.top, l.topAt = v, now
+	}
+	return v
+}
+
+// serveFree hands the slots free while requests queue to the queue, at now: those
+// a reservation kept from the lower levels queued, when a request of the highest
+// level joins them. It returns how many it started. l.mu is held.
+func (l *limiter) serveFree(now time.Time) int {
+	if l.inflight >= l.limit {
+		return 0
+	}
+	_, started := l.serveQueue(now)
+	if l.adapt != nil && started > 0 {
+		l.adapt.inFlight(now, l.inflight)
+	}
+	return started
 }
 
 // predict is how long a request with ahead queued before it would wait for a slot,
@@ -345,6 +403,9 @@ func (l *limiter) serveQueue(now time.Time) (time.Time, int) {
 	need := l.need()
 	started := 0
 	for l.inflight < l.limit && l.q.Len() > 0 {
+		if l.inflight >= l.limit-l.reserve() && l.q.ws[0].level < l.top {
+			break // the reserved slots: for the highest level seen only
+		}
 		w := heap.Pop(&l.q).(*waiter)
 		if w.has {
 			if now.IsZero() {

@@ -33,7 +33,11 @@ import (
 // A slot is never taken back from a running handler, and the limit itself (static or
 // adaptive) is one for all levels: the adaptive rule learns from every request held
 // back and every handler's duration, whatever their level, so the levels change whom
-// the limit refuses, never what it learns. Requests at the lowest levels may wait as
+// the limit refuses, never what it learns. One exception, the adaptive limit's step
+// above the knee: a request let in on it waits inside the handler, in the handler's
+// order, so while the limit holds that step only the highest level seen lately (top,
+// for topSpan mean durations) may take it, and the rest wait in this queue, where a
+// higher level goes first. A request that comes for that step has its level read. Requests at the lowest levels may wait as
 // long as higher ones keep arriving: with a deadline they leave the queue when their
 // time left can no longer pay for the work (Dropped); without one they wait.
 

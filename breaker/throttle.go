@@ -148,6 +148,14 @@ func WithAdaptiveThrottling(t Throttle) Option {
 	return optionFunc(func(c *config) { c.throttle = &t })
 }
 
+// WithoutAdaptiveThrottling turns the adaptive throttle off in every circuit: calls
+// of a closed circuit are all sent, whatever the target refuses, and only the
+// circuit refuses any ([ErrOpen]). [WithAdaptiveThrottling] after it turns it back
+// on.
+func WithoutAdaptiveThrottling() Option {
+	return optionFunc(func(c *config) { c.throttle = nil })
+}
+
 // ErrThrottled is the sentinel of a call the adaptive throttle refused before
 // sending it. Match it with [errors.Is]; the concrete error is a [*ThrottledError].
 // It does not match [ErrOpen]: the circuit is closed.

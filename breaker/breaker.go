@@ -567,8 +567,8 @@ type Stats struct {
 	Successes, Failures, Neutral, Slow uint64
 	// Refused is the number of calls refused before sending ([ErrOpen]).
 	Refused uint64
-	// Throttled is the number of calls the adaptive throttle refused before
-	// sending ([ErrThrottled], [WithAdaptiveThrottling]).
+	// Throttled is the number of calls the adaptive throttle (on by default,
+	// [WithAdaptiveThrottling]) refused before sending ([ErrThrottled]).
 	Throttled uint64
 	// Probes is the number of calls let through in half-open.
 	Probes uint64
@@ -610,8 +610,8 @@ type Circuit struct {
 	Calls, Failures, Slow int
 	// RetryAfter is, while open, the time until the next probe.
 	RetryAfter time.Duration
-	// Throttle is, with [WithAdaptiveThrottling], the throttle's state for each
-	// level, the lowest first; nil without.
+	// Throttle is the adaptive throttle's state for each level ([WithAdaptiveThrottling]),
+	// the lowest first; nil with [WithoutAdaptiveThrottling].
 	Throttle []ThrottleLevel
 }
 

@@ -44,8 +44,8 @@ type Throttle struct {
 	Buckets int
 }
 
-// DefaultThrottle is the throttle of [WithAdaptiveThrottling] for the zero fields of
-// its [Throttle]: K = 2, as the SRE book advises, over 30 s moving on in 10 steps of
+// DefaultThrottle is the throttle of every circuit without an option, and of
+// [WithAdaptiveThrottling] for the zero fields of its [Throttle]: K = 2, as the SRE book advises, over 30 s moving on in 10 steps of
 // 3 s. 30 s (Envoy's admission control's window) rather than the book's 2 minutes
 // still hold 300 calls of a client that sends 10 a second, enough for a probability
 // to within a few percent, and bring back four times sooner the callers that send
@@ -91,14 +91,24 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 	return u < t.Probability(requests, accepts)
 }
 
-// WithAdaptiveThrottling turns on the adaptive throttle ([Throttle]) in every
-// circuit, the breaker's soft mode: a target that is up but refuses for load makes
-// its callers send it less, where the circuit opens only for a target that fails.
-// Off by default: it refuses calls the target never saw, on the strength of what it
-// answered others, which a client should choose (the retry layer already honours each
-// refusal's "come back in"); it pays where many clients share a server whose
-// refusals cost it work. Use [DefaultThrottle], or a Throttle whose zero fields take
-// its values.
+// WithAdaptiveThrottling sets the adaptive throttle ([Throttle]) of every circuit,
+// the breaker's soft mode: a target that is up but refuses for load makes its
+// callers send it less, where the circuit opens only for a target that fails. It is
+// on by default, with [DefaultThrottle]: this option gives other figures (a
+// Throttle whose zero fields take DefaultThrottle's), [WithoutAdaptiveThrottling]
+// turns it off. A server that refuses for load still spends work on each refusal,
+// and the retry layer's honouring of each "come back in" does not lower what its
+// clients offer it; the throttle does, as Google's clients do by default.
+//
+// It costs a target that accepts what it is sent nothing but the counting (a
+// lock and a few additions per call: BENCHMARKS.md has the closed path's figures):
+// it never refuses a call of a level the target accepts at least 1/K of. It
+// refuses calls the target never saw, on the strength of what it answered before:
+// a caller with nothing else in its window is throttled from the target's first
+// refusal (after one refused call of a level, the next is refused locally with
+// probability 1/2, requests 1 and accepts 0), so a lone call's retry after a
+// "come back in" may be refused locally, where a caller whose window holds the
+// target's accepts is not.
 //
 // The counts are per circuit (a target, or an endpoint with [BalancerName]) and per
 // level of criticality ([criticality.From] of the call's context). A refusal of one

@@ -91,7 +91,7 @@ func TestThrottleSendsLessToARefusingServer(t *testing.T) {
 	hits := map[bool]int64{}
 	for _, on := range []bool{false, true} {
 		srv := newRefuser(t, fourFifths)
-		var opts []breaker.Option
+		opts := []breaker.Option{breaker.WithoutAdaptiveThrottling()}
 		if on {
 			opts = append(opts, countOnly)
 		}

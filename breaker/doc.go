@@ -43,9 +43,9 @@
 // its work on them (all of it without the throttle), and a caller that sends it a
 // few calls a second or more is let through again within a third of the window
 // once it accepts again. A target that accepts at least half of what it is sent
-// (1/K) is never throttled; the throttle's cost on a healthy call is its counting.
-// A caller with nothing else in its window is throttled from the target's first
-// refusal (the next call of that level with probability 1/2). Turn it off with
+// (1/K) is never throttled, and its calls take no lock for the throttle. Nothing is
+// throttled before the window holds [Throttle.MinRequests] requests of the level
+// (10): a fresh caller's retry after a refusal for load is sent. Turn it off with
 // [WithoutAdaptiveThrottling]:
 //
 //	b := breaker.New(breaker.WithoutAdaptiveThrottling())

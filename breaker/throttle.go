@@ -114,15 +114,15 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 // and the retry layer's honouring of each "come back in" does not lower what its
 // clients offer it; the throttle does, as Google's clients do by default.
 //
-// It costs a target that accepts what it is sent nothing but the counting (a
-// lock and a few additions per call: BENCHMARKS.md has the closed path's figures):
-// it never refuses a call of a level the target accepts at least 1/K of. It
-// refuses calls the target never saw, on the strength of what it answered before:
-// a caller with nothing else in its window is throttled from the target's first
-// refusal (after one refused call of a level, the next is refused locally with
-// probability 1/2, requests 1 and accepts 0), so a lone call's retry after a
-// "come back in" may be refused locally, where a caller whose window holds the
-// target's accepts is not.
+// It costs a target that accepts what it is sent next to nothing: while the
+// window holds no refusal, a call reads one word and its accept is an atomic
+// addition, with no lock, no random draw (BENCHMARKS.md has the closed path's
+// figures); it never refuses a call of a level the target accepts at least 1/K
+// of. It refuses calls the target never saw, on the strength of what it answered
+// before, but not before the window holds [Throttle.MinRequests] requests of the
+// level (10): a caller with nothing else in its window sends a lone call's retry
+// after a "come back in", and is throttled once ten calls in a row were refused
+// (the next with probability 10/11).
 //
 // The counts are per circuit (a target, or an endpoint with [BalancerName]) and per
 // level of criticality ([criticality.From] of the call's context). A refusal of one
@@ -159,9 +159,9 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 // In figures (on fake time, `go test -run TestThrottleGoals -v`): a server whose
 // refusals cost a tenth of a request's work, offered 10 times its capacity, spends
 // all its work on refusals and accepts nothing; through the default throttle it is
-// sent 2.00–2.07 calls per accept and spends 9.1–9.7% of its work on refusals once a
-// window has passed (9.6–10.1% with the overload's first seconds, before the
-// throttle has anything to go on), by one client or by 100. When the load falls to
+// sent 2.03–2.08 calls per accept and spends 9.4–9.8% of its work on refusals once a
+// window has passed (9.6–10.7% with the overload's first seconds, before each client's
+// window holds MinRequests requests), by one client or by 100. When the load falls to
 // 80% of the capacity, the share of the offered calls it accepts is back at 90% or
 // more 3–5 s after the overload's end for a client sending 40 calls a second, 9 s
 // for one sending 4 (a tenth to a third of the window), where the window alone

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -278,4 +279,64 @@ func TestThrottleWaitsForEvidence(t *testing.T) {
 			})
 		})
 	}
+}
+
+// halfRefusing accepts requests to /a and refuses those to /r for load.
+type halfRefusing struct{}
+
+func (halfRefusing) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}
+	if req.URL.Path == "/r" {
+		resp.StatusCode = 503
+		resp.Header.Set(pushback.RetryAfterKey, "1")
+	}
+	return resp, nil
+}
+
+// Accepts are counted without the throttle's lock, refusals under it: from many
+// goroutines at once, the window holds every one of them, in the bucket of its
+// time, and lets them go with it.
+func TestThrottleCountsConcurrentAnswersExactly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A draw of 1 never refuses: every call is sent, whatever the goroutines' order.
+		b := breaker.New(breaker.WithRandom(func() float64 { return 1 }))
+		client := &http.Client{Transport: b.Transport(halfRefusing{})}
+		send := func(path string) {
+			req, _ := http.NewRequestWithContext(criticality.With(context.Background(), criticality.Critical), "GET", "http://a.test"+path, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		}
+		round := func(goroutines, each int, paths ...string) {
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for range each {
+						send(paths[g%len(paths)])
+					}
+				})
+			}
+			wg.Wait()
+		}
+		const target = "http://a.test:80"
+		want := func(when string, requests, accepts int) {
+			t.Helper()
+			if got := throttleLevel(t, b, target, criticality.Critical); got.Requests != requests || got.Accepts != accepts {
+				t.Fatalf("%s: %+v, want %d requests, %d accepts", when, got, requests, accepts)
+			}
+		}
+		round(8, 50, "/a", "/r")
+		want("one bucket", 400, 200)
+		time.Sleep(27 * time.Second) // the last bucket of the window
+		round(4, 25, "/a")
+		want("two buckets", 500, 300)
+		time.Sleep(3 * time.Second) // the first bucket leaves
+		want("the first gone", 100, 100)
+		time.Sleep(time.Minute) // no call: everything leaves
+		round(2, 5, "/a")
+		want("after a quiet minute", 10, 10)
+	})
 }

@@ -201,10 +201,7 @@ func TestGuardRefusalOfAWriteIsResent(t *testing.T) {
 	for ran.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	// The throttle off: this fresh client has nothing else in its window, and after
-	// the one refusal it would refuse the resend locally with probability 1/2
-	// (requests 1, accepts 0), where this test is about the resend.
-	client := stackClient(t, deadlinekit.WithBreaker(breaker.WithoutAdaptiveThrottling()))
+	client := stackClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("order"))

@@ -120,10 +120,7 @@ func TestOneLayerRule(t *testing.T) {
 	}
 }
 
-// A server's "come back in 150 ms" is waited, not the layer's own backoff. The
-// throttle is off: a fresh client has nothing else in its window, and after this
-// one refusal it would refuse the retry locally with probability 1/2 (requests 1,
-// accepts 0), where this test is about the retry's wait.
+// A server's "come back in 150 ms" is waited, not the layer's own backoff.
 func TestRetryHonoursPushback(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
@@ -141,8 +138,7 @@ func TestRetryHonoursPushback(t *testing.T) {
 				}
 				return ok(ctx, req)
 			})
-			c := client(hc, url, procGet, p.opt, connectkit.ClientOption(deadlinekit.WithRetry(fastBackoff),
-				deadlinekit.WithBreaker(breaker.WithoutAdaptiveThrottling())))
+			c := client(hc, url, procGet, p.opt, connectkit.ClientOption(deadlinekit.WithRetry(fastBackoff)))
 			if _, err := c.CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("a"))); err != nil {
 				t.Fatal(err)
 			}

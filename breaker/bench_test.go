@@ -34,7 +34,7 @@ func BenchmarkClosed(b *testing.B) {
 			}
 		})
 	}
-	// The same, from every P at once: the throttle's lock is shared by a circuit's callers.
+	// The same, from every P at once: the throttle's counters are shared by a circuit's callers.
 	for _, v := range []struct {
 		name string
 		opts []Option

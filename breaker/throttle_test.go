@@ -328,7 +328,7 @@ func TestThrottleCountsConcurrentAnswersExactly(t *testing.T) {
 				t.Fatalf("%s: %+v, want %d requests, %d accepts", when, got, requests, accepts)
 			}
 		}
-		round(8, 50, "/a", "/r") // not read until the window has moved on
+		round(8, 50, "/a", "/r")     // not read until the window has moved on
 		time.Sleep(27 * time.Second) // the last bucket of the window
 		round(4, 25, "/a")
 		want("two buckets", 500, 300)

@@ -20,7 +20,8 @@ import (
 // ([WithAdaptiveThrottling]): the client-side throttling of Google's SRE book. Over a
 // sliding window, each circuit counts per level of criticality the requests it was
 // asked to send and the ones its target accepted, and refuses a call locally, before
-// sending, with probability max(0, (requests − K·accepts) / (requests + 1)). A target
+// sending, with probability max(0, (requests − K·accepts) / (requests + 1)) once the
+// window holds MinRequests requests of the level. A target
 // that accepts what it is sent is never throttled; one that refuses more than 1 − 1/K
 // of it is sent about K times what it accepts, whatever its clients ask; once it
 // accepts again, a caller that keeps calling it is soon no longer throttled
@@ -51,11 +52,14 @@ type Throttle struct {
 }
 
 // DefaultThrottle is the throttle of every circuit without an option, and of
-// [WithAdaptiveThrottling] for the zero fields of its [Throttle]: K = 2, as the SRE book advises, over 30 s moving on in 10 steps of
-// 3 s. 30 s (Envoy's admission control's window) rather than the book's 2 minutes
-// still hold 300 calls of a client that sends 10 a second, enough for a probability
-// to within a few percent, and bring back four times sooner the callers that send
-// too little to prove a recovered target (see [Throttle.Window]).
+// [WithAdaptiveThrottling] for the zero fields of its [Throttle]: K = 2, as the SRE
+// book advises, over 30 s moving on in 10 steps of 3 s, throttling a level once the
+// window holds 10 of its requests (the run of accepts that shows a target recovered
+// with K = 2), as Envoy's admission control rejects nothing below its rps_threshold.
+// 30 s (Envoy's admission control's window) rather than the book's 2 minutes still
+// hold 300 calls of a client that sends 10 a second, enough for a probability to
+// within a few percent, and bring back four times sooner the callers that send too
+// little to prove a recovered target (see [Throttle.Window]).
 var DefaultThrottle = Throttle{K: 2, Window: 30 * time.Second, Buckets: 10, MinRequests: 10}
 
 // normalized returns t with its zero fields set to the defaults and its values

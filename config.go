@@ -180,7 +180,9 @@ func WithHedge(opts ...hedge.Option) Option {
 }
 
 // WithBreaker passes options to the breaker layer (one circuit per target, which
-// knows the deadline: see package breaker).
+// knows the deadline, and sends less to a target that refuses for load: see
+// package breaker). The adaptive throttle is on by default;
+// WithBreaker(breaker.WithoutAdaptiveThrottling()) turns it off.
 func WithBreaker(opts ...breaker.Option) Option {
 	return optionFunc(func(c *config) { c.breaker = append(c.breaker, opts...) })
 }

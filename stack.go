@@ -59,7 +59,9 @@ func NewHandler(h http.Handler, opts ...Option) http.Handler {
 }
 
 // NewTransport returns base (nil: [http.DefaultTransport]) behind the client side of
-// the stack, outermost first: retry → breaker (a circuit per host) → hedge →
+// the stack, outermost first: retry → breaker (a circuit per host, and its adaptive
+// throttle: a host that refuses for load is sent less; off with
+// WithBreaker(breaker.WithoutAdaptiveThrottling())) → hedge →
 // propagate (write the budget left when each attempt is sent, minus the reserve) →
 // base. One transport is one client: its calls share one retry budget, one set of
 // circuits and one [hedge.Hedger] unless [WithRetry], [WithSharedBreaker] and [WithSharedHedger] say otherwise. Put the user's tracing outside it

@@ -11,7 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// BenchmarkClosed is the closed path's cost per call: the core, then each adapter
+// BenchmarkClosed is the closed path's cost per call: the core with the defaults
+// (the adaptive throttle on) and without the throttle, then each adapter (defaults)
 // with a base that does nothing.
 func BenchmarkClosed(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -19,7 +20,7 @@ func BenchmarkClosed(b *testing.B) {
 	for _, v := range []struct {
 		name string
 		opts []Option
-	}{{"core", nil}, {"core-throttle", []Option{WithAdaptiveThrottling(DefaultThrottle)}}} {
+	}{{"core", nil}, {"core-nothrottle", []Option{WithoutAdaptiveThrottling()}}} {
 		b.Run(v.name, func(b *testing.B) {
 			br := New(v.opts...)
 			c := br.circuit(key{kind: keyGRPC, b: "dns:///svc:50051"})
@@ -33,11 +34,11 @@ func BenchmarkClosed(b *testing.B) {
 			}
 		})
 	}
-	// The same, from every P at once: the throttle's lock is shared by a circuit's callers.
+	// The same, from every P at once: the throttle's counters are shared by a circuit's callers.
 	for _, v := range []struct {
 		name string
 		opts []Option
-	}{{"core-parallel", nil}, {"core-throttle-parallel", []Option{WithAdaptiveThrottling(DefaultThrottle)}}} {
+	}{{"core-parallel", nil}, {"core-nothrottle-parallel", []Option{WithoutAdaptiveThrottling()}}} {
 		b.Run(v.name, func(b *testing.B) {
 			br := New(v.opts...)
 			c := br.circuit(key{kind: keyGRPC, b: "dns:///svc:50051"})

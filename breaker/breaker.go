@@ -238,9 +238,9 @@ type ticket struct {
 	stream bool
 	// unthrottled: the adaptive throttle does not decide (the endpoints' do).
 	unthrottled bool
-	// level is, when the adaptive throttle let the call through, its level's index
-	// plus one, for counting its answer; zero when the throttle does not count it.
-	level int8
+	// counted: the adaptive throttle let the call through, and counts its answer
+	// (at the level of the context the answer comes with, the call's).
+	counted bool
 }
 
 // streamTicket carries a stream from its admission to its verdict, given once. A
@@ -378,7 +378,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	samples := describe(ctx, t, r, ns, li)
 	o := b.cfg.classify(*r)
 	k := notRefusal // read only where it is needed: a success without a throttle reads nothing
-	if o == Neutral || t.level != 0 {
+	if o == Neutral || t.counted {
 		k = refusalOf(r)
 	}
 	switch {
@@ -387,8 +387,8 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	case o == Neutral && k.up():
 		noteAt(&c.shed, ns)
 	}
-	if t.level != 0 {
-		c.thr.count(ns, int(t.level-1), verdict(o, r, k))
+	if t.counted {
+		c.thr.count(ns, li, verdict(o, r, k))
 	}
 	slow := b.cfg.slow > 0 && o != Neutral && !t.stream && r.Took > b.cfg.slow
 	b.count(ctx, c, o, slow)
@@ -567,8 +567,8 @@ type Stats struct {
 	Successes, Failures, Neutral, Slow uint64
 	// Refused is the number of calls refused before sending ([ErrOpen]).
 	Refused uint64
-	// Throttled is the number of calls the adaptive throttle refused before
-	// sending ([ErrThrottled], [WithAdaptiveThrottling]).
+	// Throttled is the number of calls the adaptive throttle (on by default,
+	// [WithAdaptiveThrottling]) refused before sending ([ErrThrottled]).
 	Throttled uint64
 	// Probes is the number of calls let through in half-open.
 	Probes uint64
@@ -610,8 +610,8 @@ type Circuit struct {
 	Calls, Failures, Slow int
 	// RetryAfter is, while open, the time until the next probe.
 	RetryAfter time.Duration
-	// Throttle is, with [WithAdaptiveThrottling], the throttle's state for each
-	// level, the lowest first; nil without.
+	// Throttle is the adaptive throttle's state for each level ([WithAdaptiveThrottling]),
+	// the lowest first; nil with [WithoutAdaptiveThrottling].
 	Throttle []ThrottleLevel
 }
 

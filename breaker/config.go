@@ -77,11 +77,13 @@ type config struct {
 	classify     Classifier
 	random       func() float64
 	observers    []func(context.Context, Event)
-	throttle     *Throttle // nil: no adaptive throttling
+	throttle     *Throttle // nil: no adaptive throttling (WithoutAdaptiveThrottling)
 }
 
 func newConfig(opts []Option) *config {
+	throttle := DefaultThrottle.normalized()
 	c := &config{
+		throttle:     &throttle,
 		failureRatio: DefaultFailureRatio,
 		minCalls:     DefaultMinCalls,
 		consecutive:  DefaultConsecutiveFailures,

@@ -32,8 +32,9 @@
 // hangs most calls and answers some at the same level, opens it as before: after
 // [DefaultConsecutiveFailures] calls, or on the ratio.
 //
-// With [WithAdaptiveThrottling], the circuit's soft mode, its callers send it
-// less: the SRE book's client-side throttle, per circuit and per level of criticality
+// A target that is up but refuses for load is sent less by the circuit's soft mode,
+// the adaptive throttle, on by default ([WithAdaptiveThrottling], [DefaultThrottle]):
+// the SRE book's client-side throttle, per circuit and per level of criticality
 // (package criticality), refuses a call locally with probability
 // max(0, (requests − K·accepts) / (requests + 1)) over a window ([Throttle]), with
 // [ErrThrottled]; a sheddable call is throttled before a critical one, and a target
@@ -41,7 +42,14 @@
 // capacity, a server whose refusals cost a tenth of a request spends under 10% of
 // its work on them (all of it without the throttle), and a caller that sends it a
 // few calls a second or more is let through again within a third of the window
-// once it accepts again.
+// once it accepts again. A target that accepts at least half of what it is sent
+// (1/K) is never throttled, and its calls take no lock for the throttle. Nothing is
+// throttled before the window holds [Throttle.MinRequests] requests of the level
+// (10): a fresh caller's retry after a refusal for load is sent. Turn it off with
+// [WithoutAdaptiveThrottling]:
+//
+//	b := breaker.New(breaker.WithoutAdaptiveThrottling())
+//	opt := deadlinekit.WithBreaker(breaker.WithoutAdaptiveThrottling()) // the stack's
 //
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe

@@ -1,11 +1,9 @@
 package breaker
 
 import (
-	"context"
 	"errors"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -22,7 +20,8 @@ import (
 // ([WithAdaptiveThrottling]): the client-side throttling of Google's SRE book. Over a
 // sliding window, each circuit counts per level of criticality the requests it was
 // asked to send and the ones its target accepted, and refuses a call locally, before
-// sending, with probability max(0, (requests − K·accepts) / (requests + 1)). A target
+// sending, with probability max(0, (requests − K·accepts) / (requests + 1)) once the
+// window holds MinRequests requests of the level. A target
 // that accepts what it is sent is never throttled; one that refuses more than 1 − 1/K
 // of it is sent about K times what it accepts, whatever its clients ask; once it
 // accepts again, a caller that keeps calling it is soon no longer throttled
@@ -42,15 +41,26 @@ type Throttle struct {
 	// Buckets is the number of steps in which the window moves on, in [1,
 	// MaxWindowBuckets]; zero or less is the default.
 	Buckets int
+	// MinRequests is how many requests of a level (as the throttle weighs them:
+	// its own, and what the other levels' answers say of it) the window must hold
+	// before the throttle refuses any call of that level: below it, the window is
+	// too thin to go on. With 10, a fresh caller's call refused for load and its
+	// retry are both sent, and ten refusals in a row throttle the next call with
+	// probability 10/11. 1 is the bare formula, which throttles from the first
+	// refusal with probability 1/2. Zero or less is the default.
+	MinRequests int
 }
 
-// DefaultThrottle is the throttle of [WithAdaptiveThrottling] for the zero fields of
-// its [Throttle]: K = 2, as the SRE book advises, over 30 s moving on in 10 steps of
-// 3 s. 30 s (Envoy's admission control's window) rather than the book's 2 minutes
-// still hold 300 calls of a client that sends 10 a second, enough for a probability
-// to within a few percent, and bring back four times sooner the callers that send
-// too little to prove a recovered target (see [Throttle.Window]).
-var DefaultThrottle = Throttle{K: 2, Window: 30 * time.Second, Buckets: 10}
+// DefaultThrottle is the throttle of every circuit without an option, and of
+// [WithAdaptiveThrottling] for the zero fields of its [Throttle]: K = 2, as the SRE
+// book advises, over 30 s moving on in 10 steps of 3 s, throttling a level once the
+// window holds 10 of its requests (the run of accepts that shows a target recovered
+// with K = 2), as Envoy's admission control rejects nothing below its rps_threshold.
+// 30 s (Envoy's admission control's window) rather than the book's 2 minutes still
+// hold 300 calls of a client that sends 10 a second, enough for a probability to
+// within a few percent, and bring back four times sooner the callers that send too
+// little to prove a recovered target (see [Throttle.Window]).
+var DefaultThrottle = Throttle{K: 2, Window: 30 * time.Second, Buckets: 10, MinRequests: 10}
 
 // normalized returns t with its zero fields set to the defaults and its values
 // held to their bounds.
@@ -66,15 +76,23 @@ func (t Throttle) normalized() Throttle {
 		t.Buckets = DefaultThrottle.Buckets
 	}
 	t.Buckets = min(t.Buckets, MaxWindowBuckets)
+	if t.MinRequests <= 0 {
+		t.MinRequests = DefaultThrottle.MinRequests
+	}
 	return t
 }
 
 // Probability is the share of calls the throttle refuses locally after requests
 // were asked for and accepts accepted over its window: max(0, (requests −
-// K·accepts) / (requests + 1)), in [0, 1). A K of zero or NaN is [DefaultThrottle]'s,
-// below 1 it counts as 1; negative counts count as zero.
+// K·accepts) / (requests + 1)), in [0, 1), and 0 while requests is below
+// MinRequests. A K of zero or NaN is [DefaultThrottle]'s, below 1 it counts as 1;
+// negative counts count as zero.
 func (t Throttle) Probability(requests, accepts int) float64 {
-	k := t.normalized().K
+	t = t.normalized()
+	if requests < t.MinRequests {
+		return 0
+	}
+	k := t.K
 	r, a := float64(max(requests, 0)), float64(max(accepts, 0))
 	ka := 0.0
 	if a > 0 {
@@ -91,14 +109,24 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 	return u < t.Probability(requests, accepts)
 }
 
-// WithAdaptiveThrottling turns on the adaptive throttle ([Throttle]) in every
-// circuit, the breaker's soft mode: a target that is up but refuses for load makes
-// its callers send it less, where the circuit opens only for a target that fails.
-// Off by default: it refuses calls the target never saw, on the strength of what it
-// answered others, which a client should choose (the retry layer already honours each
-// refusal's "come back in"); it pays where many clients share a server whose
-// refusals cost it work. Use [DefaultThrottle], or a Throttle whose zero fields take
-// its values.
+// WithAdaptiveThrottling sets the adaptive throttle ([Throttle]) of every circuit,
+// the breaker's soft mode: a target that is up but refuses for load makes its
+// callers send it less, where the circuit opens only for a target that fails. It is
+// on by default, with [DefaultThrottle]: this option gives other figures (a
+// Throttle whose zero fields take DefaultThrottle's), [WithoutAdaptiveThrottling]
+// turns it off. A server that refuses for load still spends work on each refusal,
+// and the retry layer's honouring of each "come back in" does not lower what its
+// clients offer it; the throttle does, as Google's clients do by default.
+//
+// It costs a target that accepts what it is sent next to nothing: while the
+// window holds no refusal, a call reads one word and its accept is an atomic
+// addition, with no lock, no random draw (BENCHMARKS.md has the closed path's
+// figures); it never refuses a call of a level the target accepts at least 1/K
+// of. It refuses calls the target never saw, on the strength of what it answered
+// before, but not before the window holds [Throttle.MinRequests] requests of the
+// level (10): a caller with nothing else in its window sends a lone call's retry
+// after a "come back in", and is throttled once ten calls in a row were refused
+// (the next with probability 10/11).
 //
 // The counts are per circuit (a target, or an endpoint with [BalancerName]) and per
 // level of criticality ([criticality.From] of the call's context). A refusal of one
@@ -135,9 +163,9 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 // In figures (on fake time, `go test -run TestThrottleGoals -v`): a server whose
 // refusals cost a tenth of a request's work, offered 10 times its capacity, spends
 // all its work on refusals and accepts nothing; through the default throttle it is
-// sent 2.00–2.07 calls per accept and spends 9.1–9.7% of its work on refusals once a
-// window has passed (9.6–10.1% with the overload's first seconds, before the
-// throttle has anything to go on), by one client or by 100. When the load falls to
+// sent 2.03–2.08 calls per accept and spends 9.4–9.8% of its work on refusals once a
+// window has passed (9.6–10.7% with the overload's first seconds, before each client's
+// window holds MinRequests requests), by one client or by 100. When the load falls to
 // 80% of the capacity, the share of the offered calls it accepts is back at 90% or
 // more 3–5 s after the overload's end for a client sending 40 calls a second, 9 s
 // for one sending 4 (a tenth to a third of the window), where the window alone
@@ -146,6 +174,14 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 func WithAdaptiveThrottling(t Throttle) Option {
 	t = t.normalized()
 	return optionFunc(func(c *config) { c.throttle = &t })
+}
+
+// WithoutAdaptiveThrottling turns the adaptive throttle off in every circuit: calls
+// of a closed circuit are all sent, whatever the target refuses, and only the
+// circuit refuses any ([ErrOpen]). [WithAdaptiveThrottling] after it turns it back
+// on.
+func WithoutAdaptiveThrottling() Option {
+	return optionFunc(func(c *config) { c.throttle = nil })
 }
 
 // ErrThrottled is the sentinel of a call the adaptive throttle refused before
@@ -231,165 +267,6 @@ func effective(own *[levels]levelCounts, i int) (requests, accepts int) {
 	return requests, accepts
 }
 
-// throttle is one circuit's counts, over a sliding window of buckets. Times are ns
-// since the circuit's epoch.
-type throttle struct {
-	mu    sync.Mutex
-	width int64
-	head  int64
-	ring  [][levels]levelCounts
-	total [levels]levelCounts
-	// run is, per level, how many calls the target has accepted since it last
-	// refused one (as the level weighs them: accepts of it and the levels below,
-	// refusals of it and the levels above); proof is the run that shows it no longer
-	// refuses (acceptRun).
-	run   [levels]uint32
-	proof uint32
-}
-
-func newThrottle(t *Throttle) *throttle {
-	return &throttle{
-		width: max(int64(t.Window)/int64(t.Buckets), 1),
-		ring:  make([][levels]levelCounts, t.Buckets),
-		proof: acceptRun(t.K),
-	}
-}
-
-// recoveryOdds are the odds against a target that still refuses what the throttle
-// lets through passing for one that no longer refuses: acceptRun's run of accepts
-// happens by chance less than once in recoveryOdds.
-const recoveryOdds = 1000
-
-// acceptRun returns how many calls in a row a target must accept before the
-// throttle takes it as no longer refusing: a target the throttle holds back refuses
-// at least 1 − 1/k of what it is sent, so that it accepts n in a row with
-// probability at most k^−n; n is the least with k^n ≥ recoveryOdds (10 for k = 2,
-// 73 for 1.1). With k = 1 no run suffices.
-func acceptRun(k float64) uint32 {
-	if k <= 1 {
-		return math.MaxUint32
-	}
-	return uint32(min(math.Ceil(math.Log(recoveryOdds)/math.Log(k)), math.MaxUint32))
-}
-
-// advance moves the window to ns. th.mu is held.
-func (th *throttle) advance(ns int64) {
-	b := max(ns, 0) / th.width
-	if b <= th.head {
-		return
-	}
-	n := int64(len(th.ring))
-	if b-th.head >= n {
-		clear(th.ring)
-		th.total = [levels]levelCounts{}
-	} else {
-		th.closed(&th.ring[th.head%n])
-		for k := th.head + 1; k <= b; k++ {
-			c := &th.ring[k%n]
-			for i := range c {
-				th.total[i].requests -= c[i].requests
-				th.total[i].accepts -= c[i].accepts
-				th.total[i].refusals -= c[i].refusals
-			}
-			*c = [levels]levelCounts{}
-		}
-	}
-	th.head = b
-}
-
-// closed weighs bucket c, which has just ended: for each level the target has
-// stopped refusing, the throttle's own refusals of that level are dropped from the
-// window. th.mu is held. A level counts as no longer refused once the target has
-// refused none of it in a whole bucket and accepted the last acceptRun calls of it
-// in a row: a target still refusing as much as the throttle allows does both with
-// odds below 1 in recoveryOdds; one that refuses in bursts within buckets (the
-// first calls of each second accepted) never does.
-//
-// The dropped refusals were requests the target would have accepted: while it
-// refuses, they make its callers send it about K times what it accepts; once it
-// accepts all it is sent, they would keep the level throttled until its accepts
-// outweighed them, which, each accept letting about K more calls through, takes
-// longer than the window. The target's own answers stay: the calls sent over the
-// window, about K times the accepts while it refused, throttle the level no more
-// than they say.
-func (th *throttle) closed(c *[levels]levelCounts) {
-	refused := uint32(0) // refusals of the level and the levels above, in c
-	for i := levels - 1; i >= 0; i-- {
-		refused += c[i].refusals
-		if refused != 0 || th.run[i] < th.proof {
-			continue
-		}
-		t := &th.total[i]
-		if t.requests == t.accepts+t.refusals {
-			continue
-		}
-		for k := range th.ring {
-			r := &th.ring[k][i]
-			r.requests = r.accepts + r.refusals
-		}
-		t.requests = t.accepts + t.refusals
-	}
-}
-
-// decide returns the probability of a local refusal of a call of level i at ns, and
-// whether u refuses it; a refused call is counted as a request.
-func (th *throttle) decide(cfg *Throttle, ns int64, i int, u float64) (float64, bool) {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	th.advance(ns)
-	p := cfg.Probability(effective(&th.total, i))
-	if u >= p {
-		return p, false
-	}
-	th.ring[th.head%int64(len(th.ring))][i].requests++
-	th.total[i].requests++
-	return p, true
-}
-
-// verdicts of a call's answer, for the throttle.
-const (
-	uncounted = iota
-	accepted
-	refusedForLoad
-)
-
-// count adds a sent call's verdict v at level i at ns.
-func (th *throttle) count(ns int64, i, v int) {
-	if v == uncounted {
-		return
-	}
-	th.mu.Lock()
-	th.advance(ns)
-	c, t := &th.ring[th.head%int64(len(th.ring))][i], &th.total[i]
-	c.requests++
-	t.requests++
-	if v == accepted {
-		c.accepts++
-		t.accepts++
-		for j := i; j < levels; j++ {
-			th.run[j] = min(th.run[j], math.MaxUint32-1) + 1
-		}
-	} else {
-		c.refusals++
-		t.refusals++
-		clear(th.run[:i+1])
-	}
-	th.mu.Unlock()
-}
-
-// snapshot returns the effective counts and probabilities of every level at ns.
-func (th *throttle) snapshot(cfg *Throttle, ns int64) []ThrottleLevel {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	th.advance(ns)
-	out := make([]ThrottleLevel, levels)
-	for i := range out {
-		r, a := effective(&th.total, i)
-		out[i] = ThrottleLevel{Level: criticality.Sheddable + criticality.Level(i), Requests: r, Accepts: a, Probability: cfg.Probability(r, a)}
-	}
-	return out
-}
-
 // ThrottleLevel is the adaptive throttle's state for one level of a circuit: the
 // requests and accepts it weighs (the level's own, with what the other levels' answers
 // say of it) and the probability with which it refuses a call now.
@@ -416,27 +293,4 @@ func verdict(o Outcome, r *Result, k answerKind) int {
 		return accepted
 	}
 	return uncounted
-}
-
-// throttled applies the adaptive throttle of c, when it has one, to the call t
-// admitted in the closed state: a refusal (a *ThrottledError), or nil with t set to
-// count the call's answer.
-func (b *Breaker) throttled(ctx context.Context, c *circuit, t *ticket) error {
-	th := c.thr
-	if th == nil || t.unthrottled {
-		return nil
-	}
-	lvl := criticality.From(ctx)
-	i := levelIndex(lvl)
-	p, refuse := th.decide(b.cfg.throttle, t.start, i, b.cfg.random())
-	if !refuse {
-		t.level = int8(i) + 1
-		if p > 0 {
-			c.tel.RecordThrottle(ctx, lvl.String(), p, false)
-		}
-		return nil
-	}
-	b.throttledN.Add(1)
-	c.tel.RecordThrottle(ctx, lvl.String(), p, true)
-	return &ThrottledError{Target: c.name, Level: lvl, Probability: p, RetryAfter: time.Duration(th.width)}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,15 +29,18 @@ func TestThrottleProbability(t *testing.T) {
 		{"all accepted", breaker.DefaultThrottle, 100, 100, 0},
 		{"half accepted: K = 2 still sends all", breaker.DefaultThrottle, 100, 50, 0},
 		{"a third accepted", breaker.DefaultThrottle, 99, 33, 33.0 / 100},
-		{"none accepted", breaker.DefaultThrottle, 9, 0, 0.9},
-		{"one refused", breaker.DefaultThrottle, 1, 0, 0.5},
+		{"none accepted", breaker.DefaultThrottle, 10, 0, 10.0 / 11},
+		{"below MinRequests", breaker.DefaultThrottle, 9, 0, 0},
+		{"one refused", breaker.DefaultThrottle, 1, 0, 0},
+		{"one refused, MinRequests 1", breaker.Throttle{MinRequests: 1}, 1, 0, 0.5},
+		{"negative MinRequests is the default", breaker.Throttle{MinRequests: -1}, 9, 0, 0},
 		{"K = 1.1", breaker.Throttle{K: 1.1}, 110, 50, 55.0 / 111},
 		{"zero K is the default", breaker.Throttle{}, 99, 33, 33.0 / 100},
 		{"NaN K is the default", breaker.Throttle{K: math.NaN()}, 99, 33, 33.0 / 100},
 		{"K below 1 is 1", breaker.Throttle{K: 0.5}, 100, 100, 0},
 		{"K below 1 is 1, refusals", breaker.Throttle{K: 0.5}, 99, 49, 0.5},
 		{"infinite K, an accept", breaker.Throttle{K: math.Inf(1)}, 1000, 1, 0},
-		{"infinite K, no accept", breaker.Throttle{K: math.Inf(1)}, 3, 0, 0.75},
+		{"infinite K, no accept", breaker.Throttle{K: math.Inf(1), MinRequests: 1}, 3, 0, 0.75},
 		{"negative counts are zero", breaker.DefaultThrottle, -5, -5, 0},
 		{"more accepts than requests", breaker.DefaultThrottle, 1, 5, 0},
 	}
@@ -201,7 +205,7 @@ func TestThrottleForgetsItsOwnRefusalsOnceTheTargetAccepts(t *testing.T) {
 				t.Fatalf("%s: %+v, want %d requests, %d accepts", when, got, requests, accepts)
 			}
 		}
-		// One sheddable call sent and refused, 49 refused locally.
+		// Ten sheddable calls sent and refused (MinRequests), 40 refused locally.
 		send(criticality.Sheddable, 50)
 		want("overloaded", 50, 0)
 		rt.refuse, u = false, 0.9999
@@ -224,12 +228,114 @@ func TestThrottleForgetsItsOwnRefusalsOnceTheTargetAccepts(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		want("a refusal above", 71+1, 20)
 		// Critical accepts say nothing of sheddable calls; 10 sheddable in a row, the
-		// bucket clean: the 49 local refusals leave, the target's 3 refusals (one
+		// bucket clean: the 40 local refusals leave, the target's 12 refusals (one
 		// above) and 30 accepts stay.
 		send(criticality.Critical, 5)
 		send(criticality.Sheddable, 10)
 		want("before the bucket ends", 82, 30)
 		time.Sleep(3 * time.Second)
-		want("the bucket clean", 3+30, 30)
+		want("the bucket clean", 12+30, 30)
+	})
+}
+
+// A caller with nothing in its window is not throttled on the target's first
+// refusal: the retry of a lone call after "come back in" is sent whatever the draw.
+// Once the window holds MinRequests requests of the level (10 by default), all
+// refused, the throttle refuses.
+func TestThrottleWaitsForEvidence(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts []breaker.Option
+		sent int // calls sent of 20 asked, all refused by the target, with a draw of 0
+	}{
+		{"defaults", nil, 10},
+		{"MinRequests 3", []breaker.Option{breaker.WithAdaptiveThrottling(breaker.Throttle{MinRequests: 3})}, 3},
+		{"MinRequests 1: the bare formula", []breaker.Option{breaker.WithAdaptiveThrottling(breaker.Throttle{MinRequests: 1})}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := &refusing{refuse: true}
+				// A draw of 0 refuses whenever the probability is above 0.
+				b := breaker.New(append(c.opts, breaker.WithRandom(func() float64 { return 0 }))...)
+				client := &http.Client{Transport: b.Transport(rt)}
+				var throttled int
+				for range 20 {
+					resp, err := client.Get("http://a.test/")
+					switch {
+					case errors.Is(err, breaker.ErrThrottled):
+						throttled++
+					case err != nil:
+						t.Fatal(err)
+					default:
+						resp.Body.Close()
+						if throttled != 0 {
+							t.Fatalf("a call sent after %d throttled", throttled)
+						}
+					}
+				}
+				if rt.sent != c.sent || throttled != 20-c.sent {
+					t.Fatalf("%d sent, %d throttled; want %d sent, the rest throttled", rt.sent, throttled, c.sent)
+				}
+			})
+		})
+	}
+}
+
+// halfRefusing accepts requests to /a and refuses those to /r for load.
+type halfRefusing struct{}
+
+func (halfRefusing) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}
+	if req.URL.Path == "/r" {
+		resp.StatusCode = 503
+		resp.Header.Set(pushback.RetryAfterKey, "1")
+	}
+	return resp, nil
+}
+
+// Accepts are counted without the throttle's lock, refusals under it: from many
+// goroutines at once, the window holds every one of them, in the bucket of its
+// time, and lets them go with it.
+func TestThrottleCountsConcurrentAnswersExactly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A draw of 1 never refuses: every call is sent, whatever the goroutines' order.
+		b := breaker.New(breaker.WithRandom(func() float64 { return 1 }))
+		client := &http.Client{Transport: b.Transport(halfRefusing{})}
+		send := func(path string) {
+			req, _ := http.NewRequestWithContext(criticality.With(context.Background(), criticality.Critical), "GET", "http://a.test"+path, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		}
+		round := func(goroutines, each int, paths ...string) {
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for range each {
+						send(paths[g%len(paths)])
+					}
+				})
+			}
+			wg.Wait()
+		}
+		const target = "http://a.test:80"
+		want := func(when string, requests, accepts int) {
+			t.Helper()
+			if got := throttleLevel(t, b, target, criticality.Critical); got.Requests != requests || got.Accepts != accepts {
+				t.Fatalf("%s: %+v, want %d requests, %d accepts", when, got, requests, accepts)
+			}
+		}
+		round(8, 50, "/a", "/r")     // not read until the window has moved on
+		time.Sleep(27 * time.Second) // the last bucket of the window
+		round(4, 25, "/a")
+		want("two buckets", 500, 300)
+		time.Sleep(3 * time.Second) // the first bucket leaves
+		want("the first gone", 100, 100)
+		time.Sleep(time.Minute) // no call: everything leaves
+		round(2, 5, "/a")
+		want("after a quiet minute", 10, 10)
 	})
 }

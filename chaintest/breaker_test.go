@@ -162,15 +162,17 @@ func (p *payflow) payMany(t *testing.T, n int, budget time.Duration) int {
 }
 
 // closedEverywhere fails the test for each breaker among bs that counted a failure
-// or opened a circuit, or that saw no failed payment at all.
+// or opened a circuit, or that saw no failed payment at all: each payment was sent
+// and judged, or refused locally by the throttle (on by default) because the
+// target refused for load.
 func closedEverywhere(t *testing.T, payments int, names []string, bs ...*breaker.Breaker) {
 	t.Helper()
 	for i, b := range bs {
 		if s := b.Stats(); s.Failures != 0 || s.Opens != 0 {
 			t.Errorf("%s's breaker counted %d failures and opened %d times; want none (%+v)", names[i], s.Failures, s.Opens, s)
 		}
-		if s := b.Stats(); s.Neutral+s.Successes < uint64(payments) {
-			t.Errorf("%s's breaker judged %d calls; want the %d failed payments at least (%+v)", names[i], s.Neutral+s.Successes, payments, s)
+		if s := b.Stats(); s.Neutral+s.Successes+s.Throttled < uint64(payments) {
+			t.Errorf("%s's breaker judged or throttled %d calls; want the %d failed payments at least (%+v)", names[i], s.Neutral+s.Successes+s.Throttled, payments, s)
 		}
 	}
 }
@@ -212,7 +214,9 @@ func TestChainRelayedTimeoutsKeepTheCallersClosed(t *testing.T) {
 }
 
 // A payments replica sheds load: UNAVAILABLE with grpc-retry-pushback-ms. The
-// gateway's circuit on it stays closed, and so does the user's.
+// gateway's circuit on it stays closed, and so does the user's; the gateway's
+// throttle (on by default) sends the shedding replicas less, which the user's
+// breaker reads as the gateway relaying, not failing.
 func TestChainPushbackKeepsEveryBreakerClosed(t *testing.T) {
 	p := newPayflow(t)
 	for _, r := range p.replicas {
@@ -223,6 +227,12 @@ func TestChainPushbackKeepsEveryBreakerClosed(t *testing.T) {
 		t.Fatalf("%d payments answered 200 with every replica shedding", ok)
 	}
 	closedEverywhere(t, 40, []string{"gateway", "user"}, p.bGw, p.bUser)
+	if s := p.bGw.Stats(); s.Throttled == 0 {
+		t.Errorf("the gateway sent every payment to replicas refusing all of them for load: %+v", s)
+	}
+	if s := p.bUser.Stats(); s.Throttled != 0 {
+		t.Errorf("the user's client throttled a gateway that relays its replicas' refusals: %+v", s)
+	}
 }
 
 // One replica fails (UNAVAILABLE, no pushback): the gateway's circuit on that

@@ -327,13 +327,26 @@ func clientError(a rpc.Answer) error {
 
 // layerError is the error a connect handler (or a refused stream) answers for err:
 // a layer's refusal with its status (code, message, RetryInfo) and its metadata
-// (pushback), or the handler's own error unchanged.
+// (pushback), or the handler's own error unchanged. A refusal over the handler's
+// own connect error (the retry layer's "do not retry" over a failure the handler
+// relays with [Error]) keeps that error's metadata beneath the refusal's:
+// deadlinekit-relayed still tells the caller's breaker this server is up.
 func layerError(err error) error {
 	var r *rpc.Refusal
 	if !errors.As(err, &r) {
 		return err
 	}
-	return toConnect(r.Err, r.Meta)
+	out := toConnect(r.Err, r.Meta)
+	ce, own := r.Err.(*connect.Error)
+	var oe *connect.Error
+	if own && !connect.IsWireError(ce) && errors.As(out, &oe) && oe != ce {
+		for k, vs := range ce.Meta() {
+			if len(oe.Meta().Values(k)) == 0 {
+				oe.Meta()[k] = vs
+			}
+		}
+	}
+	return out
 }
 
 // toConnect is err as a *connect.Error carrying the metadata md, with err itself

@@ -75,6 +75,12 @@ func TestConnectChainRelay(t *testing.T) {
 					if v := ce.Meta().Values("Grpc-Retry-Pushback-Ms"); len(v) > 1 {
 						t.Fatalf("order %d: %d values of grpc-retry-pushback-ms: %q", i, len(v), v)
 					}
+					// The gateway is up: its failure is inventory's, and says so, so
+					// that the user's breaker (its throttle too) counts the gateway
+					// as answering.
+					if v := ce.Meta().Values("Deadlinekit-Relayed"); len(v) != 1 || v[0] != "1" {
+						t.Fatalf("order %d: deadlinekit-relayed %q; want one 1 (meta %v)", i, v, ce.Meta())
+					}
 				}
 				if n := gwRuns.Load(); n != 40 {
 					t.Errorf("the gateway's handler ran %d times for 40 writes; want 40", n)

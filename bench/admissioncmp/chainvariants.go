@@ -63,48 +63,49 @@ func edgeLevel(r *http.Request) criticality.Level {
 }
 
 // ChainVariants returns the chain cells' variants, in the order of the tables.
+// The toolkit's clients throttle by default (package breaker's adaptive throttle):
+// the "nothrottle" variants turn it off, so that the refusal work without it stays
+// measured.
 func ChainVariants() []ChainVariant {
 	return []ChainVariant{
 		{
 			Name: "dk-crit-adaptive",
-			Note: "deadlinekit.NewHandler at every hop, the gateway with WithEdge() and WithCriticality (path /critical/ critical, else sheddable), the backend with WithShortCircuit(WithAdaptiveConcurrency(DefaultAdaptiveLimit)); the gateway's and service's clients deadlinekit.NewTransport (defaults: retry, breaker, hedge, propagate)",
+			Note: "deadlinekit.NewHandler at every hop, the gateway with WithEdge() and WithCriticality (path /critical/ critical, else sheddable), the backend with WithShortCircuit(WithAdaptiveConcurrency(DefaultAdaptiveLimit)); the gateway's and service's clients deadlinekit.NewTransport (defaults: retry, breaker with its adaptive throttle (DefaultThrottle: K = 2, 30 s), hedge, propagate)",
 			Build: func(workers int, lost *losses) ChainStack {
 				return dkStack(lost, true, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))
 			},
 		},
 		{
-			Name: "dk-crit-adaptive-throttle",
-			Note: "dk-crit-adaptive, and the gateway's and service's clients with WithBreaker(breaker.WithAdaptiveThrottling(breaker.DefaultThrottle)) (K = 2, 30 s)",
+			Name: "dk-crit-adaptive-nothrottle",
+			Note: "dk-crit-adaptive with the throttle off on both clients: WithBreaker(breaker.WithoutAdaptiveThrottling())",
 			Build: func(workers int, lost *losses) ChainStack {
-				return dkStack(lost, true, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit),
-					deadlinekit.WithBreaker(breaker.WithAdaptiveThrottling(breaker.DefaultThrottle)))
+				return dkStack(lost, true, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit), noThrottle)
 			},
 		},
 		{
 			Name: "dk-crit-static",
-			Note: "dk-crit-adaptive with the backend's static limit at its capacity: WithMaxConcurrency(slots), the default queue (one per slot)",
+			Note: "dk-crit-adaptive (clients' defaults, throttle on) with the backend's static limit at its capacity: WithMaxConcurrency(slots), the default queue (one per slot)",
 			Build: func(workers int, lost *losses) ChainStack {
 				return dkStack(lost, true, shortcircuit.WithMaxConcurrency(workers))
 			},
 		},
 		{
 			Name: "dk-crit-adaptive-notrip",
-			Note: "dk-crit-adaptive with the circuits' trips off on both clients: WithBreaker(breaker.WithFailureRatio(1), breaker.WithConsecutiveFailures(0)) (admission alone, no circuit opening on timeouts)",
+			Note: "dk-crit-adaptive with the circuits' trips off on both clients: WithBreaker(breaker.WithFailureRatio(1), breaker.WithConsecutiveFailures(0)): the throttle alone, no circuit opening on timeouts",
 			Build: func(workers int, lost *losses) ChainStack {
 				return dkStack(lost, true, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit), noTrips)
 			},
 		},
 		{
-			Name: "dk-crit-adaptive-throttle-notrip",
-			Note: "dk-crit-adaptive-throttle with the circuits' trips off (as dk-crit-adaptive-notrip): the throttle alone",
+			Name: "dk-crit-adaptive-nothrottle-notrip",
+			Note: "dk-crit-adaptive with the throttle and the circuits' trips off on both clients (as dk-crit-adaptive-nothrottle and dk-crit-adaptive-notrip): admission alone",
 			Build: func(workers int, lost *losses) ChainStack {
-				return dkStack(lost, true, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit), noTrips,
-					deadlinekit.WithBreaker(breaker.WithAdaptiveThrottling(breaker.DefaultThrottle)))
+				return dkStack(lost, true, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit), noThrottle, noTrips)
 			},
 		},
 		{
 			Name: "dk-nocrit-adaptive",
-			Note: "today's limit without levels: dk-crit-adaptive without WithCriticality (every request critical)",
+			Note: "today's limit without levels: dk-crit-adaptive without WithCriticality (every request critical; clients' defaults, throttle on)",
 			Build: func(workers int, lost *losses) ChainStack {
 				return dkStack(lost, false, shortcircuit.WithAdaptiveConcurrency(shortcircuit.DefaultAdaptiveLimit))
 			},
@@ -117,8 +118,12 @@ func ChainVariants() []ChainVariant {
 	}
 }
 
-// noTrips keeps the clients' circuits closed whatever fails.
-var noTrips = deadlinekit.WithBreaker(breaker.WithFailureRatio(1), breaker.WithConsecutiveFailures(0))
+// noTrips keeps the clients' circuits closed whatever fails; noThrottle turns
+// their adaptive throttle off.
+var (
+	noTrips    = deadlinekit.WithBreaker(breaker.WithFailureRatio(1), breaker.WithConsecutiveFailures(0))
+	noThrottle = deadlinekit.WithBreaker(breaker.WithoutAdaptiveThrottling())
+)
 
 // dkStack is the toolkit's chain: crit sets the levels at the edge, limit is the
 // backend's, client adds options to both clients.

@@ -352,6 +352,7 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 	if err := s.once(ctx, "complete", key, token); err != nil {
 		return err
 	}
+	began := time.Now()
 	err := s.Store.Complete(ctx, key, token, answer, retain)
 	scope, k := splitKey(key)
 	switch {
@@ -360,7 +361,7 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 	case errors.Is(err, dedup.ErrLeaseLost):
 		s.h.leaseLost(scope, k)
 	default:
-		s.h.storeFailed(scope, k)
+		s.h.storeFailed(scope, k, began)
 	}
 	s.h.event(scope, k, "store complete (%d bytes): %v", len(answer), err)
 	return err

@@ -126,11 +126,11 @@ type recorder interface {
 	beginExec(ctx context.Context, scope, key, proto, replica string) *execution
 	endExec(e *execution, a answer, released string)
 	event(scope, key, format string, args ...any)
-	leaseLost(scope, key string)   // a completion found its lease lost
-	stored(scope, key string)      // a completion was stored
-	storeFailed(scope, key string) // the store failed a completion (not an injected fault)
-	violated(v violation)          // a store call broke an invariant
-	count(kind string)             // a fault was injected
+	leaseLost(scope, key string)                    // a completion found its lease lost
+	stored(scope, key string)                       // a completion was stored
+	storeFailed(scope, key string, began time.Time) // the store failed a completion begun then (not an injected fault)
+	violated(v violation)                           // a store call broke an invariant
+	count(kind string)                              // a fault was injected
 }
 
 // storeRestart is one restart of the store: down from Stop until Back; Lossy when
@@ -268,10 +268,13 @@ func (h *history) stored(scope, key string) {
 	h.mu.Unlock()
 }
 
-// storeFailed notes a completion the store failed.
-func (h *history) storeFailed(scope, key string) {
+// storeFailed notes a completion the store failed, at the time it began: the answer
+// was not stored if the call was made within the lease, however late it failed (a
+// Redis slow after an outage fails it at the store's timeout, which may be past the
+// lease's end).
+func (h *history) storeFailed(scope, key string, began time.Time) {
 	h.mu.Lock()
-	h.failed[sk(scope, key)] = append(h.failed[sk(scope, key)], h.since())
+	h.failed[sk(scope, key)] = append(h.failed[sk(scope, key)], began.Sub(h.start))
 	h.mu.Unlock()
 }
 

@@ -111,8 +111,11 @@ type fileRecorder struct {
 	n   int64
 }
 
+// write writes l, at the time it is written unless l.At says when it happened.
 func (r *fileRecorder) write(l logLine) {
-	l.At = time.Now().UnixNano()
+	if l.At == 0 {
+		l.At = time.Now().UnixNano()
+	}
 	b, _ := json.Marshal(l)
 	_, _ = r.f.Write(append(b, '\n'))
 }
@@ -158,8 +161,8 @@ func (r *fileRecorder) leaseLost(scope, key string) {
 func (r *fileRecorder) stored(scope, key string) {
 	r.write(logLine{T: "stored", Scope: scope, Key: key})
 }
-func (r *fileRecorder) storeFailed(scope, key string) {
-	r.write(logLine{T: "failed", Scope: scope, Key: key})
+func (r *fileRecorder) storeFailed(scope, key string, began time.Time) {
+	r.write(logLine{T: "failed", At: began.UnixNano(), Scope: scope, Key: key})
 }
 func (r *fileRecorder) count(kind string) { r.write(logLine{T: "fault", Msg: kind}) }
 func (r *fileRecorder) violated(v violation) {

@@ -328,13 +328,13 @@ func TestThrottleCountsConcurrentAnswersExactly(t *testing.T) {
 				t.Fatalf("%s: %+v, want %d requests, %d accepts", when, got, requests, accepts)
 			}
 		}
-		round(8, 50, "/a", "/r")     // not read until the window has moved on
-		time.Sleep(27 * time.Second) // the last bucket of the window
+		round(8, 50, "/a", "/r")       // not read until the window has moved on
+		<-time.After(27 * time.Second) // the last bucket of the window
 		round(4, 25, "/a")
 		want("two buckets", 500, 300)
-		time.Sleep(3 * time.Second) // the first bucket leaves
+		<-time.After(3 * time.Second) // the first bucket leaves
 		want("the first gone", 100, 100)
-		time.Sleep(time.Minute) // no call: everything leaves
+		<-time.After(time.Minute) // no call: everything leaves
 		round(2, 5, "/a")
 		want("after a quiet minute", 10, 10)
 	})

@@ -89,6 +89,7 @@ func (c *olService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type olRun struct {
 	offered, inTime, refused, late int
 	circuitOpen                    int
+	throttled                      int // B's own throttle: C refused most of what it was sent
 	refusedTook                    []time.Duration
 	c                              *olService
 	guard                          shortcircuit.Stats // C's guard's own count
@@ -127,7 +128,11 @@ func runOverload(e *env) ([]reading, error) {
 		if r.guard.Refused() == 0 {
 			return "none"
 		}
-		return fmt.Sprintf("%d; B failed %d calls on them, median %s", r.guard.Refused(), r.refused, short(median(r.refusedTook)))
+		s := fmt.Sprintf("%d; B failed %d calls on them, median %s", r.guard.Refused(), r.refused, short(median(r.refusedTook)))
+		if r.throttled > 0 {
+			s += fmt.Sprintf("; B's throttle kept %d from C", r.throttled)
+		}
+		return s
 	}
 	late := func(r olRun) string { return fmt.Sprintf("%d of %d", r.late, r.offered) }
 	open := func(r olRun) string { return fmt.Sprintf("%d of %d", r.circuitOpen, r.offered) }
@@ -190,11 +195,14 @@ func runOverloadOnce(e *env, shape olShape, guarded bool) (olRun, error) {
 			status := deadlinekit.HTTPStatus(err) // what B would answer its own caller
 			mu.Lock()
 			_, open := breaker.IsOpen(err)
+			_, throttled := breaker.IsThrottled(err)
 			switch {
 			case err == nil && took < shape.budget:
 				run.inTime++
 			case open:
 				run.circuitOpen++ // B's own breaker: C looked dead
+			case throttled:
+				run.throttled++ // B's own throttle: C refused most of what it was sent
 			case status == http.StatusServiceUnavailable:
 				// C's "come back in X": B's retry layer waited it when it fit and its
 				// retry budget allowed, then gave up.
@@ -210,6 +218,8 @@ func runOverloadOnce(e *env, shape olShape, guarded bool) (olRun, error) {
 				outcome = "answered in " + short(took)
 			case open:
 				outcome = "refused by B's open circuit in " + short(took)
+			case throttled:
+				outcome = "not sent: B's throttle (C refuses for load), in " + short(took)
 			case status == http.StatusServiceUnavailable:
 				outcome = "C refused it (503, come back later); B gave up after " + short(took)
 			default:
@@ -218,7 +228,7 @@ func runOverloadOnce(e *env, shape olShape, guarded bool) (olRun, error) {
 			root.SetName("overload, " + variant + ": " + outcome)
 			root.End()
 			switch {
-			case guarded && status == http.StatusServiceUnavailable:
+			case guarded && !throttled && status == http.StatusServiceUnavailable:
 				traced[0].Do(func() { e.trace("overload: a request C refused at once", root) })
 			case !guarded && err != nil && !open && took >= shape.budget/2:
 				traced[1].Do(func() { e.trace("overload: without a guard, a request that waited past its deadline", root) })

@@ -108,3 +108,48 @@ func TestWaitEndedReturnsTheKeptResponse(t *testing.T) {
 		resp.Body.Close()
 	})
 }
+
+// stallingBody answers nothing until it is closed.
+type stallingBody struct{ done chan struct{} }
+
+func (b *stallingBody) Read([]byte) (int, error) { <-b.done; return 0, io.ErrUnexpectedEOF }
+func (b *stallingBody) Close() error {
+	select {
+	case <-b.done:
+	default:
+		close(b.done)
+	}
+	return nil
+}
+
+// When the response to be retried could not be kept (its body stalled past the
+// bound, or its connection was cut) and the caller's context ends during the wait,
+// the layer has no response to return: its error says that the answer was received
+// and why it was not kept, so that the caller can tell it from an answer never
+// received.
+func TestWaitEndedSaysTheAnswerWasNotKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeRT{fn: func(int, *http.Request) (*http.Response, error) {
+			r := httpStatus(503)
+			r.Body = &stallingBody{done: make(chan struct{})}
+			return r, nil
+		}}
+		rt := retry.NewTransport(f, retry.WithBudget(nil), retry.WithBackoff(retry.Backoff{Base: time.Second}))
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(500*time.Millisecond, cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://svc/", nil)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("got %v; want an error: the 503's body never came", resp)
+		}
+		var se *retry.StopError
+		if !errors.As(err, &se) || !se.Unkept || !strings.Contains(err.Error(), "not kept") {
+			t.Fatalf("err = %v; want a StopError saying the 503 received was not kept", err)
+		}
+		var status *retry.StatusError
+		if !errors.As(err, &status) || status.StatusCode != 503 {
+			t.Fatalf("err = %v; want it to wrap the 503's StatusError", err)
+		}
+	})
+}

@@ -151,6 +151,10 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 			if haveKept {
 				return l.p.deliver(kept, nil, nil)
 			}
+			var se *StopError
+			if errors.As(err, &se) && action == Retry && l.p.answered(a.v) {
+				se.Unkept = true
+			}
 			return zero, l.p.stopped(ctx, err)
 		}
 		last = fail

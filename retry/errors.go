@@ -50,6 +50,12 @@ type StopError struct {
 	Floor     time.Duration // the least an attempt needs
 	Pushback  bool          // Wait was the server's pushback rather than the backoff
 
+	// Unkept: the last attempt was answered (Last is its [*StatusError]), but its
+	// response could not be kept while the layer waited to retry (its body was
+	// larger or slower than the bounds, or its connection broke), so there is no
+	// response to return in its place.
+	Unkept bool
+
 	stop record.StopReason // the stop reason recorded for it
 }
 
@@ -71,6 +77,9 @@ func (e *StopError) Error() string {
 		why = "retry budget exhausted"
 	default:
 		why = e.Reason
+	}
+	if e.Unkept {
+		why += " (the answer received was not kept: its body was beyond 64 KiB or 100 ms, or cut)"
 	}
 	verb := "not retried"
 	if e.Attempts > 1 {

@@ -219,7 +219,8 @@ func dialFailure(err error) bool {
 // Why it stopped is on the call's span (deadlinekit.retry.stop_reason) and in the
 // last [Event] (Action [Stop], Err a [*StopError] wrapping a [*StatusError]). A
 // [*StopError] is returned only when there is no response to return: the last
-// attempt failed without one, or the response waited on had a body beyond the bounds.
+// attempt failed without one, or the response waited on had a body beyond the bounds
+// or cut short (its Unkept field is then set).
 //
 // On a traced call, the spans say what a deduping server (package dedup) answered a
 // keyed request: each attempt's span and the call's carry deadlinekit.dedup.replayed,

@@ -231,7 +231,11 @@ func (r *run) sendHTTP(ctx context.Context, l *logical, key, via string, truncat
 	resp, err := client.Do(req)
 	if err != nil {
 		s := seen{Err: err.Error()}
-		if se := (*retry.StatusError)(nil); errors.As(err, &se) {
+		// An answer the retry layer could not keep while it waited (its body cut
+		// by a killed replica, or slower than the layer's bounds) was not received
+		// whole: the layer says so (StopError.Unkept) and has nothing to return.
+		var stop *retry.StopError
+		if se := (*retry.StatusError)(nil); errors.As(err, &se) && !(errors.As(err, &stop) && stop.Unkept) {
 			s.StatusAsError = se.StatusCode
 		}
 		return s

@@ -70,7 +70,7 @@ func inProcessCall(cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInte
 	handler := func(ctx context.Context, req any) (any, error) { return &testgrpc.SimpleResponse{}, nil }
 	server := chainServer(sis, handler)
 	invoker := func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
-		sctx := context.Background()
+		sctx := context.Background() //deadlinevet:detached the server side of a call joined in the process starts afresh, as grpc-go's does; it gets the client's deadline below
 		if dl, ok := ctx.Deadline(); ok {
 			var cancel context.CancelFunc
 			sctx, cancel = context.WithDeadline(sctx, dl)

@@ -467,17 +467,16 @@ func TestStackOverloadDoesNotOpenTheCircuit(t *testing.T) {
 	var refused, throttled int
 	for range calls {
 		resp, err := c.Get(srv.URL)
-		if errors.Is(err, breaker.ErrThrottled) {
+		switch {
+		case errors.Is(err, breaker.ErrThrottled):
 			throttled++ // the throttle's, on by default: the circuit is closed
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			t.Errorf("refused locally: %v", err)
-			break
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("grpc-retry-pushback-ms") != "" {
-			refused++
+		default:
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("grpc-retry-pushback-ms") != "" {
+				refused++
+			}
 		}
 	}
 	free()

@@ -55,11 +55,11 @@ func TestBudgetExpiryAndRefill(t *testing.T) {
 		if got := b.Balance(); got != 20 {
 			t.Fatalf("balance = %v; want 20", got)
 		}
-		time.Sleep(9 * time.Second)
+		<-time.After(9 * time.Second)
 		if got := b.Balance(); got != 20 {
 			t.Fatalf("after 9 s balance = %v; want 20 (deposits still live)", got)
 		}
-		time.Sleep(time.Second)
+		<-time.After(time.Second)
 		if got := b.Balance(); got != 10 {
 			t.Fatalf("after 10 s balance = %v; want 10 (deposits expired, reserve left)", got)
 		}
@@ -70,17 +70,17 @@ func TestBudgetExpiryAndRefill(t *testing.T) {
 		if n != 10 {
 			t.Fatalf("withdrew %d from the reserve; want 10", n)
 		}
-		time.Sleep(5 * time.Second)
+		<-time.After(5 * time.Second)
 		if b.TryWithdraw() {
 			t.Fatal("reserve refilled before the TTL")
 		}
-		time.Sleep(5 * time.Second)
+		<-time.After(5 * time.Second)
 		if got := b.Balance(); got != 10 {
 			t.Fatalf("after the TTL balance = %v; want the reserve (10) back", got)
 		}
 		// A long silence forgets everything at once.
 		b.Deposit()
-		time.Sleep(time.Hour)
+		<-time.After(time.Hour)
 		if got := b.Balance(); got != 10 {
 			t.Fatalf("after an hour balance = %v; want 10", got)
 		}
@@ -98,7 +98,7 @@ func TestBudgetSustainedOutage(t *testing.T) {
 				if b.TryWithdraw() { // every request fails once and wants a retry
 					retries++
 				}
-				time.Sleep(time.Second / rps)
+				<-time.After(time.Second / rps)
 			}
 		}
 		limit := retry.DefaultBudgetMinPerSecond * (seconds + 10) // floor × (outage + one TTL of reserve)

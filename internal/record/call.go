@@ -96,20 +96,8 @@ func StartCall(ctx context.Context, p Protocol, name string) (context.Context, C
 // clientSpan is the start option of a call span, made once.
 var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
-// callContext is a call's context: its parent's, with the call's state under
-// callKey. One allocation for both, where context.WithValue and the state would
-// take two.
-type callContext struct {
-	context.Context
-	st callState
-}
-
-func (c *callContext) Value(key any) any {
-	if key == (callKey{}) {
-		return &c.st
-	}
-	return c.Context.Value(key)
-}
+// callContext is a call's context, its state under callKey ([stateContext]).
+type callContext = stateContext[callKey, callState]
 
 // isClientSpan reports whether span says it is a client span. Spans of the OTel SDK
 // do (their SpanKind method); any other span is taken not to be one, so that the

@@ -276,20 +276,24 @@ var attemptStarts = func() (t [2][len(attemptKinds)][maxKeptAttempt][]trace.Span
 	return t
 }()
 
-// attemptContext is an attempt's context: its parent's, with the attempt's state
-// under attemptKey. One allocation for both, where context.WithValue and the state
-// would take two.
-type attemptContext struct {
+// stateContext is a context that carries a state S under the key K{}: its parent's,
+// with the state, in one allocation where context.WithValue and the state would take
+// two.
+type stateContext[K comparable, S any] struct {
 	context.Context
-	st attemptState
+	st S
 }
 
-func (c *attemptContext) Value(key any) any {
-	if key == (attemptKey{}) {
+func (c *stateContext[K, S]) Value(key any) any {
+	var k K
+	if key == any(k) {
 		return &c.st
 	}
 	return c.Context.Value(key)
 }
+
+// attemptContext is an attempt's context, its state under attemptKey.
+type attemptContext = stateContext[attemptKey, attemptState]
 
 // attemptSpanName is "attempt " and the kind, without building the string per call.
 func attemptSpanName(kind AttemptKind) string {

@@ -30,11 +30,13 @@ func BenchmarkStackCode(b *testing.B) {
 		{"stack/untraced", func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 			return stackInterceptors(allLayers)
 		}, false},
-		{"floor/untraced", floorInterceptors(recordNone), false},
+		{"floor/untraced", floorInterceptors(recordNone, false), false},
+		{"floor-wire/untraced", floorInterceptors(recordNone, true), false},
 		{"stack/traced", func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 			return stackInterceptors(allLayers)
 		}, true},
-		{"floor/traced", floorInterceptors(recordSpan), true},
+		{"floor/traced", floorInterceptors(recordSpan, false), true},
+		{"floor-wire/traced", floorInterceptors(recordSpan, true), true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			cis, sis := v.cis()
@@ -58,9 +60,11 @@ func BenchmarkStackCode(b *testing.B) {
 	}
 }
 
-func floorInterceptors(rec floorRecord) func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
+func floorInterceptors(rec floorRecord, wire bool) func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 	return func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
-		return []grpc.UnaryClientInterceptor{newFloorClient(rec).intercept}, []grpc.UnaryServerInterceptor{floorServer}
+		c := newFloorClient(rec)
+		c.wire = wire
+		return []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}
 	}
 }
 

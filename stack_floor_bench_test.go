@@ -2,6 +2,7 @@ package deadlinekit_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,8 +11,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
@@ -29,6 +32,10 @@ import (
 // "fused" runs the two interceptors untraced, then traced with the call's and the
 // server's attributes only (no trace of the attempt itself), with a span event per
 // attempt, and with an attempt span per attempt (what the toolkit does).
+// "fused-wire" adds what the promises put on the wire and the floor leaves out: the
+// chain rule's mark on the call's metadata (hedge) and the trailer asked for
+// (retry's pushback), each done the cheapest way (one allocation for the trailer and
+// the options).
 // "passthrough" runs five interceptors that only call the next, three on the client
 // and two on the server, as the real stack has: the price of composing layers.
 //
@@ -43,9 +50,12 @@ func BenchmarkStackFloor(b *testing.B) {
 		{"fused/traced-no-attempt", true, recordNone},
 		{"fused/traced-event", true, recordEvent},
 		{"fused/traced-span", true, recordSpan},
+		{"fused-wire/untraced", false, recordNone},
+		{"fused-wire/traced-span", true, recordSpan},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			c := newFloorClient(v.rec)
+			c.wire = strings.HasPrefix(v.name, "fused-wire/")
 			pairCall(b, []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}, v.traced, 0)
 		})
 	}
@@ -81,6 +91,7 @@ const (
 // call's attributes (otelattr). Its timer's callback sends nothing.
 type floorClient struct {
 	rec      floorRecord
+	wire     bool // the mark and the trailer, as "fused-wire"
 	w        *quantile.Window
 	armed    atomic.Bool
 	deposits atomic.Int64
@@ -102,6 +113,11 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 		return status.Error(codes.DeadlineExceeded, "no time left")
 	}
 	_, _ = c.w.Tracked(start) // the hedge delay
+	if c.wire {
+		ctx = attempts.WithMark(ctx)
+		w := &floorWire{}
+		opts = append(append(w.opts[:0], opts...), grpc.Trailer(&w.trailer))
+	}
 	span := trace.SpanFromContext(ctx)
 	recording := span.IsRecording()
 	actx, cancel := context.WithCancel(ctx)
@@ -138,6 +154,13 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	span.SetAttributes(otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("success"),
 		otelattr.HedgeCountKey.Int(0), otelattr.HedgeWonKey.Bool(false))
 	return err
+}
+
+// floorWire is the trailer a "fused-wire" call asks for and its call options, in one
+// allocation.
+type floorWire struct {
+	trailer metadata.MD
+	opts    [4]grpc.CallOption
 }
 
 // floorServer does what the server stack must do on a request that is admitted and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -205,7 +206,7 @@ func refusalOf(r *Result) answerKind {
 			return comeBack
 		case st.Code() == codes.DeadlineExceeded && refused(r.Trailer.Get(pushback.Key)):
 			return cannotFinish
-		case st.Code() == codes.ResourceExhausted:
+		case st.Code() == codes.ResourceExhausted && !sizeLimit(st.Message()):
 			return tooMany
 		}
 		return notRefusal
@@ -225,6 +226,31 @@ func refusalOf(r *Result) answerKind {
 		return tooMany
 	}
 	return notRefusal
+}
+
+// sizeLimits are the words of the RESOURCE_EXHAUSTED that gRPC and Connect
+// implementations give a message larger than the limit set for it: the client's,
+// for an answer too large to take or a request too large to send, or the server's,
+// for a request too large for it. That is the message's fault, not a refusal for
+// load: a method whose answers outgrow the limit would otherwise have the throttle
+// refuse the target's other calls.
+var sizeLimits = [...]string{
+	"larger than max",            // grpc-go: received, sent, after decompression
+	"message too large",          // grpc-go: a buffer beyond the machine's int
+	"larger than configured max", // connect-go: a message read
+	"exceeds sendMaxBytes",       // connect-go: a message sent
+	"exceeds getURLMaxBytes",     // connect-go: a GET's URL
+}
+
+// sizeLimit reports whether a RESOURCE_EXHAUSTED's message is a message size
+// limit's (sizeLimits).
+func sizeLimit(msg string) bool {
+	for _, s := range sizeLimits {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // upRefusal reports whether r is the answer of a target that is up though it did

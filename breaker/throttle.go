@@ -142,7 +142,9 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 //     refuses that level (below);
 //   - a refusal (a request, not accepted): an answer that refuses for load: HTTP 429,
 //     503 with a positive Retry-After or grpc-retry-pushback-ms, gRPC
-//     RESOURCE_EXHAUSTED, UNAVAILABLE with a positive pushback or RetryInfo;
+//     RESOURCE_EXHAUSTED (not that of a message larger than a size limit, which
+//     grpc-go and connect-go give it: the message's fault, not load), UNAVAILABLE
+//     with a positive pushback or RetryInfo;
 //   - an accept: any other answer the classifier calls a success, and a failure the
 //     target relays from its downstream (deadlinekit-relayed: 1), which it accepted.
 //

@@ -127,7 +127,8 @@ type circuit struct {
 	until atomic.Int64
 
 	// shed is when (ns since epoch) the target last refused a call through the
-	// circuit in a way that shows it up (upRefusal), and served[l] when it last
+	// circuit in a way that shows it up (upRefusal) or for load (HTTP 429, gRPC
+	// RESOURCE_EXHAUSTED), and served[l] when it last
 	// served a call of level l (criticality, from Sheddable), to a millisecond
 	// (okGrain): a timeout of a call sent before either, of a lower level for
 	// served, is not the target's failure (Result.SheddingSince).
@@ -377,15 +378,12 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	li := levelIndex(criticality.From(ctx))
 	samples := describe(ctx, t, r, ns, li)
 	o := b.cfg.classify(*r)
-	k := notRefusal // read only where it is needed: a success without a throttle reads nothing
-	if o == Neutral || t.counted {
-		k = refusalOf(r)
-	}
+	k := refusalOf(r) // of a success without an error status, a test or two
 	switch {
+	case k == tooMany || o == Neutral && k.up():
+		noteAt(&c.shed, ns)
 	case o == Success:
 		noteAt(&c.served[li], ns)
-	case o == Neutral && k.up():
-		noteAt(&c.shed, ns)
 	}
 	if t.counted {
 		c.thr.count(ns, li, verdict(o, r, k))

@@ -76,7 +76,9 @@ type Result struct {
 	// SheddingSince says that, after this call was sent, the target refused
 	// another call through the same circuit in a way that shows it up (one that
 	// says when to come back, a guard's refusal for lack of budget, a failure
-	// relayed from its downstream), or served one of a higher criticality than
+	// relayed from its downstream) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED
+	// but that of a message size limit: an overloaded guard's refusal over gRPC),
+	// or served one of a higher criticality than
 	// this call's (package criticality): the target was up and shedding its lower
 	// levels while this call waited. A success of the same level does not count: a
 	// target that hangs most calls and answers some is failing, not shedding. It
@@ -102,7 +104,8 @@ type Classifier func(r Result) Outcome
 //     less their reserve): a watch that heard nothing before the deadline its
 //     caller set is idle, not failed; a timeout of a call while the target, after
 //     it was sent, refused another call through the circuit with one of the
-//     refusals below or served one of a higher criticality ([Result.SheddingSince]):
+//     refusals below, or for load (429, RESOURCE_EXHAUSTED), or served one of a
+//     higher criticality ([Result.SheddingSince]):
 //     the target is up and shedding, and this call waited in an overloaded
 //     server's queue (a server that serves its critical calls, or refuses some
 //     calls, and lets its sheddable ones time out), which admission and the

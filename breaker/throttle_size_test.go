@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -24,19 +25,32 @@ func (sizedServer) UnaryCall(_ context.Context, r *testgrpc.SimpleRequest) (*tes
 
 // grpc-go fails a call whose message is larger than the limit set for it with
 // RESOURCE_EXHAUSTED, made by the client itself (an answer too large to receive,
-// a request too large to send) or by the server (a request too large for it): the
+// a request too large to send) or by the server (a request too large for it, sent
+// over the wire): the
 // target did not refuse anything for load, and the throttle must not hold its
 // other calls back for it.
 func TestThrottleIgnoresMessageSizeLimits(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2048))
+	testgrpc.RegisterTestServiceServer(gs, sizedServer{})
+	go gs.Serve(lis)
+	defer gs.Stop()
 	b := breaker.New()
-	client := dialGRPC(t, listenGRPC(t, sizedServer{}), b)
+	client := dialGRPC(t, lis.Addr().String(), b)
 	ctx := context.Background()
-	for i := range 40 {
+	big := &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: make([]byte, 4096)}}
+	for i := range 45 {
 		var err error
-		if i%2 == 0 { // an answer larger than the client takes
+		switch i % 3 {
+		case 0: // an answer larger than the client takes
 			_, err = client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 4096}, grpc.MaxCallRecvMsgSize(1024))
-		} else { // a request larger than the client sends
-			_, err = client.UnaryCall(ctx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: make([]byte, 4096)}}, grpc.MaxCallSendMsgSize(1024))
+		case 1: // a request larger than the client sends
+			_, err = client.UnaryCall(ctx, big, grpc.MaxCallSendMsgSize(1024))
+		default: // a request larger than the server takes
+			_, err = client.UnaryCall(ctx, big)
 		}
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("call %d: %v, want grpc-go's RESOURCE_EXHAUSTED for the message's size", i, err)

@@ -353,11 +353,21 @@ type AdaptiveLimit struct {
 }
 
 // DefaultAdaptiveLimit is the adaptive limit's default: between 1 and 1000 handlers
-// at once, from 20, tolerance 0.5, 48 samples an upper window.
+// at once, from 20, tolerance 0.5, 48 samples an upper window. A program may set it
+// for the guards it makes next; a zero field of it takes the figure above.
 var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Tolerance: 0.5, Samples: 48}
 
+// builtinAdaptiveLimit is DefaultAdaptiveLimit as the package sets it: what a zero
+// field of DefaultAdaptiveLimit takes.
+var builtinAdaptiveLimit = DefaultAdaptiveLimit
+
 func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
-	d := DefaultAdaptiveLimit
+	return a.filled(DefaultAdaptiveLimit.filled(builtinAdaptiveLimit))
+}
+
+// filled returns a with its zero (or out of range) fields set to d's, and its
+// values held to their bounds.
+func (a AdaptiveLimit) filled(d AdaptiveLimit) AdaptiveLimit {
 	if a.Min <= 0 {
 		a.Min = d.Min
 	}

@@ -132,8 +132,9 @@ type circuit struct {
 	until atomic.Int64
 
 	// shed is when (ns since epoch) the target last refused a call through the
-	// circuit in a way that shows it up (upRefusal) or for load (HTTP 429, gRPC
-	// RESOURCE_EXHAUSTED), and served[l] when it last
+	// circuit in a way that shows it up (upRefusal; for lack of budget, unless the
+	// call was starved) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED), and
+	// served[l] when it last
 	// served a call of level l (criticality, from Sheddable), to a millisecond
 	// (okGrain): a timeout of a call sent before either, of a lower level for
 	// served, is not the target's failure (Result.SheddingSince).
@@ -430,7 +431,7 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	o := b.cfg.classify(*r)
 	k := refusalOf(r) // of a success without an error status, a test or two
 	switch {
-	case k == tooMany || o == Neutral && k.up():
+	case k == tooMany || o == Neutral && k.up() && !(k == cannotFinish && starved(r)):
 		noteAt(&c.shed, ns)
 	case o == Success:
 		noteAt(&c.served[li], ns)

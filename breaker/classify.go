@@ -75,8 +75,9 @@ type Result struct {
 	ServerStreams bool
 	// SheddingSince says that, after this call was sent, the target refused
 	// another call through the same circuit in a way that shows it up (one that
-	// says when to come back, a guard's refusal for lack of budget, a failure
-	// relayed from its downstream) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED
+	// says when to come back, a guard's refusal for lack of budget of a call whose
+	// budget was at least the target's typical latency, a failure relayed from its
+	// downstream) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED
 	// but that of a message size limit: an overloaded guard's refusal over gRPC),
 	// or served one of a higher criticality than
 	// this call's (package criticality): the target was up and shedding its lower
@@ -104,8 +105,10 @@ type Classifier func(r Result) Outcome
 //     less their reserve): a watch that heard nothing before the deadline its
 //     caller set is idle, not failed; a timeout of a call while the target, after
 //     it was sent, refused another call through the circuit with one of the
-//     refusals below, or for load (429, RESOURCE_EXHAUSTED), or served one of a
-//     higher criticality ([Result.SheddingSince]):
+//     refusals below (for lack of budget, only of a call whose budget was at
+//     least the target's typical latency: a shorter one is refused by a hung
+//     target's guard too), or for load (429, RESOURCE_EXHAUSTED), or served one
+//     of a higher criticality ([Result.SheddingSince]):
 //     the target is up and shedding, and this call waited in an overloaded
 //     server's queue (a server that serves its critical calls, or refuses some
 //     calls, and lets its sheddable ones time out), which admission and the
@@ -262,6 +265,12 @@ func sizeLimit(msg string) bool {
 // DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1), or a failure it relays from
 // its downstream (deadlinekit-relayed: 1).
 func upRefusal(r *Result) bool { return refusalOf(r).up() }
+
+// starved reports whether r's call had a budget below the target's typical
+// latency. A guard's refusal of such a call for lack of budget is the caller's
+// short budget, which an idle target refuses too, and a hung one still does (the
+// guard runs before the handler): it shows the target up, not shedding load.
+func starved(r *Result) bool { return r.HasBudget && r.HasTypical && r.Budget < r.Typical }
 
 // up says the answer shows its target up: relayed, come back, or cannot finish.
 func (k answerKind) up() bool { return k == relayed || k == comeBack || k == cannotFinish }

@@ -134,10 +134,10 @@ type circuit struct {
 	// shed is when (ns since epoch) the target last refused a call through the
 	// circuit in a way that shows it up (upRefusal; for lack of budget, unless the
 	// call was starved) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED), and
-	// served[l] when it last
-	// served a call of level l (criticality, from Sheddable), to a millisecond
-	// (okGrain): a timeout of a call sent before either, of a lower level for
-	// served, is not the target's failure (Result.SheddingSince).
+	// served[l] when it last served a call of level l (criticality, from
+	// Sheddable), to a millisecond (okGrain): a timeout of a call sent before
+	// either, of a lower level for served, is not the target's failure
+	// (Result.SheddingSince).
 	shed   atomic.Int64
 	served [levels]atomic.Int64
 

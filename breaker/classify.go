@@ -77,14 +77,13 @@ type Result struct {
 	// another call through the same circuit in a way that shows it up (one that
 	// says when to come back, a guard's refusal for lack of budget of a call whose
 	// budget was at least the target's typical latency, a failure relayed from its
-	// downstream) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED
-	// but that of a message size limit: an overloaded guard's refusal over gRPC),
-	// or served one of a higher criticality than
-	// this call's (package criticality): the target was up and shedding its lower
-	// levels while this call waited. A success of the same level does not count: a
-	// target that hangs most calls and answers some is failing, not shedding. It
-	// may miss an answer that came within a millisecond of the last one the
-	// circuit noted (never the other way).
+	// downstream) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED but a message size
+	// limit's: an overloaded guard's refusal over gRPC), or served one of a higher
+	// criticality than this call's (package criticality): the target was up and
+	// shedding its lower levels while this call waited. A success of the same
+	// level does not count: a target that hangs most calls and answers some is
+	// failing, not shedding. It may miss an answer that came within a millisecond
+	// of the last one the circuit noted (never the other way).
 	SheddingSince bool
 }
 

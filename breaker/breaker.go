@@ -70,6 +70,7 @@ type Breaker struct {
 	last     atomic.Pointer[hit]              // the circuit found last: most clients call one target
 	mu       sync.Mutex                       // serialises additions
 	byName   map[string]*circuit              // under mu; at most MaxTargets
+	swept    time.Time                        // under mu: the last look for idle circuits (evictIdle)
 
 	refused, probes, untracked         atomic.Uint64
 	throttledN                         atomic.Uint64
@@ -119,6 +120,10 @@ type circuit struct {
 	// endpoints is set while the calls through this target circuit are judged by
 	// the circuits of its endpoints (BalancerName): their throttles decide, not its.
 	endpoints atomic.Bool
+	// used is when (ns since epoch) the circuit last admitted a call, to a second
+	// (usedGrain); gone is set when it is dropped for being idle (evictIdle).
+	used atomic.Int64
+	gone atomic.Bool
 
 	// sg is the state (low 2 bits) and the generation (above), which every change of
 	// state increments: an outcome counts only in the generation it was admitted in.
@@ -127,10 +132,12 @@ type circuit struct {
 	until atomic.Int64
 
 	// shed is when (ns since epoch) the target last refused a call through the
-	// circuit in a way that shows it up (upRefusal), and served[l] when it last
-	// served a call of level l (criticality, from Sheddable), to a millisecond
-	// (okGrain): a timeout of a call sent before either, of a lower level for
-	// served, is not the target's failure (Result.SheddingSince).
+	// circuit in a way that shows it up (upRefusal; for lack of budget, unless the
+	// call was starved) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED), and
+	// served[l] when it last served a call of level l (criticality, from
+	// Sheddable), to a millisecond (okGrain): a timeout of a call sent before
+	// either, of a lower level for served, is not the target's failure
+	// (Result.SheddingSince).
 	shed   atomic.Int64
 	served [levels]atomic.Int64
 
@@ -172,7 +179,7 @@ func next(sg uint64, s State) uint64 { return (sg&^3 + 4) | uint64(s) }
 // lookup returns the circuit of k, nil when there is none yet. The circuit found
 // last is compared first: a key compares in a few ns, a map lookup hashes it.
 func (b *Breaker) lookup(k key) *circuit {
-	if h := b.last.Load(); h != nil && h.k == k {
+	if h := b.last.Load(); h != nil && h.k == k && !h.c.gone.Load() {
 		return h.c
 	}
 	if m := b.circuits.Load(); m != nil {
@@ -194,38 +201,80 @@ func (b *Breaker) circuit(k key) *circuit {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	old := b.circuits.Load()
-	n := 0
-	if old != nil {
-		if c, ok := (*old)[k]; ok {
+	var old map[key]*circuit
+	if p := b.circuits.Load(); p != nil {
+		if c, ok := (*p)[k]; ok {
 			return c
 		}
-		n = len(*old)
-	}
-	if n >= maxKeys {
-		b.untracked.Add(1)
-		return nil
+		old = *p
 	}
 	nm := k.name()
 	c, ok := b.byName[nm]
-	if !ok {
-		if len(b.byName) >= MaxTargets {
+	if len(old) >= maxKeys || !ok && len(b.byName) >= MaxTargets {
+		old = b.evictIdle(old) // c among them, maybe
+		if c, ok = b.byName[nm]; len(old) >= maxKeys || !ok && len(b.byName) >= MaxTargets {
 			b.untracked.Add(1)
 			return nil
 		}
+	}
+	n := len(old)
+	if !ok {
 		c = b.newCircuit(nm)
 		c.hit = hit{k: k, c: c}
 		b.byName[nm] = c
 	}
 	m := make(map[key]*circuit, n+1)
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
+	for k, v := range old {
+		m[k] = v
 	}
 	m[k] = c
 	b.circuits.Store(&m)
 	return c
+}
+
+// usedGrain is the precision of circuit.used: it moves on at most once a second,
+// so that the calls of many goroutines seldom write it.
+const usedGrain = int64(time.Second)
+
+// idleFor is how long a closed circuit must have admitted no call to be dropped to
+// make room for a new target: twice its windows' length (the breaker's, the
+// throttle's), by which time nothing is left in them, and it is as a new one.
+func (b *Breaker) idleFor() int64 {
+	d := b.cfg.window
+	if t := b.cfg.throttle; t != nil {
+		d = max(d, t.Window)
+	}
+	return 2 * int64(d)
+}
+
+// evictIdle drops from b the circuits that are closed and idle (idleFor), at most
+// once a second, and returns old, the lookup map, without their keys (old itself
+// when none is), stored. A call to their target later makes a new circuit. b.mu is
+// held.
+func (b *Breaker) evictIdle(old map[key]*circuit) map[key]*circuit {
+	if !b.swept.IsZero() && int64(time.Since(b.swept)) < usedGrain {
+		return old // looked less than a second ago: a call beyond a full table stays cheap
+	}
+	b.swept = time.Now()
+	idle, dropped := b.idleFor(), 0
+	for nm, c := range b.byName {
+		if stateOf(c.sg.Load()) == Closed && int64(time.Since(c.epoch))-c.used.Load() >= idle {
+			c.gone.Store(true)
+			delete(b.byName, nm)
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		return old
+	}
+	m := make(map[key]*circuit, len(old))
+	for k, c := range old {
+		if !c.gone.Load() {
+			m[k] = c
+		}
+	}
+	b.circuits.Store(&m)
+	return m
 }
 
 // ticket carries one call from admit to done. It lives on the adapter's stack.
@@ -287,6 +336,9 @@ func (b *Breaker) admit(ctx context.Context, c *circuit, t *ticket) error {
 	t.c = c
 	sg := c.sg.Load()
 	t.start = int64(time.Since(c.epoch))
+	if t.start-c.used.Load() >= usedGrain {
+		c.used.Store(t.start)
+	}
 	if stateOf(sg) == Closed {
 		t.sg = sg
 		return b.throttled(ctx, c, t)
@@ -377,15 +429,12 @@ func (b *Breaker) done(ctx context.Context, t *ticket, r *Result) {
 	li := levelIndex(criticality.From(ctx))
 	samples := describe(ctx, t, r, ns, li)
 	o := b.cfg.classify(*r)
-	k := notRefusal // read only where it is needed: a success without a throttle reads nothing
-	if o == Neutral || t.counted {
-		k = refusalOf(r)
-	}
+	k := refusalOf(r) // of a success without an error status, a test or two
 	switch {
+	case k == tooMany || o == Neutral && k.up() && !(k == cannotFinish && starved(r)):
+		noteAt(&c.shed, ns)
 	case o == Success:
 		noteAt(&c.served[li], ns)
-	case o == Neutral && k.up():
-		noteAt(&c.shed, ns)
 	}
 	if t.counted {
 		c.thr.count(ns, li, verdict(o, r, k))
@@ -575,7 +624,7 @@ type Stats struct {
 	// Opens is the number of times a circuit opened (from closed or half-open).
 	Opens uint64
 	// Untracked is the number of calls sent unbroken because [MaxTargets] circuits
-	// existed already.
+	// in use existed already.
 	Untracked uint64
 	// Targets is the number of circuits.
 	Targets int

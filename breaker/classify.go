@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -74,13 +75,15 @@ type Result struct {
 	ServerStreams bool
 	// SheddingSince says that, after this call was sent, the target refused
 	// another call through the same circuit in a way that shows it up (one that
-	// says when to come back, a guard's refusal for lack of budget, a failure
-	// relayed from its downstream), or served one of a higher criticality than
-	// this call's (package criticality): the target was up and shedding its lower
-	// levels while this call waited. A success of the same level does not count: a
-	// target that hangs most calls and answers some is failing, not shedding. It
-	// may miss an answer that came within a millisecond of the last one the
-	// circuit noted (never the other way).
+	// says when to come back, a guard's refusal for lack of budget of a call whose
+	// budget was at least the target's typical latency, a failure relayed from its
+	// downstream) or for load (HTTP 429, gRPC RESOURCE_EXHAUSTED but a message size
+	// limit's: an overloaded guard's refusal over gRPC), or served one of a higher
+	// criticality than this call's (package criticality): the target was up and
+	// shedding its lower levels while this call waited. A success of the same
+	// level does not count: a target that hangs most calls and answers some is
+	// failing, not shedding. It may miss an answer that came within a millisecond
+	// of the last one the circuit noted (never the other way).
 	SheddingSince bool
 }
 
@@ -101,7 +104,10 @@ type Classifier func(r Result) Outcome
 //     less their reserve): a watch that heard nothing before the deadline its
 //     caller set is idle, not failed; a timeout of a call while the target, after
 //     it was sent, refused another call through the circuit with one of the
-//     refusals below or served one of a higher criticality ([Result.SheddingSince]):
+//     refusals below (for lack of budget, only of a call whose budget was at
+//     least the target's typical latency: a shorter one is refused by a hung
+//     target's guard too), or for load (429, RESOURCE_EXHAUSTED), or served one
+//     of a higher criticality ([Result.SheddingSince]):
 //     the target is up and shedding, and this call waited in an overloaded
 //     server's queue (a server that serves its critical calls, or refuses some
 //     calls, and lets its sheddable ones time out), which admission and the
@@ -205,7 +211,7 @@ func refusalOf(r *Result) answerKind {
 			return comeBack
 		case st.Code() == codes.DeadlineExceeded && refused(r.Trailer.Get(pushback.Key)):
 			return cannotFinish
-		case st.Code() == codes.ResourceExhausted:
+		case st.Code() == codes.ResourceExhausted && !sizeLimit(st.Message()):
 			return tooMany
 		}
 		return notRefusal
@@ -227,12 +233,43 @@ func refusalOf(r *Result) answerKind {
 	return notRefusal
 }
 
+// sizeLimits are the words of the RESOURCE_EXHAUSTED that gRPC and Connect
+// implementations give a message larger than the limit set for it: the client's,
+// for an answer too large to take or a request too large to send, or the server's,
+// for a request too large for it. That is the message's fault, not a refusal for
+// load: a method whose answers outgrow the limit would otherwise have the throttle
+// refuse the target's other calls.
+var sizeLimits = [...]string{
+	"larger than max",            // grpc-go: received, sent, after decompression
+	"message too large",          // grpc-go: a buffer beyond the machine's int
+	"larger than configured max", // connect-go: a message read
+	"exceeds sendMaxBytes",       // connect-go: a message sent
+	"exceeds getURLMaxBytes",     // connect-go: a GET's URL
+}
+
+// sizeLimit reports whether a RESOURCE_EXHAUSTED's message is a message size
+// limit's (sizeLimits).
+func sizeLimit(msg string) bool {
+	for _, s := range sizeLimits {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // upRefusal reports whether r is the answer of a target that is up though it did
 // not serve the call: a refusal that says when to come back (HTTP 503, gRPC
 // UNAVAILABLE), a guard's refusal for lack of budget (HTTP 504 or
 // DEADLINE_EXCEEDED with grpc-retry-pushback-ms -1), or a failure it relays from
 // its downstream (deadlinekit-relayed: 1).
 func upRefusal(r *Result) bool { return refusalOf(r).up() }
+
+// starved reports whether r's call had a budget below the target's typical
+// latency. A guard's refusal of such a call for lack of budget is the caller's
+// short budget, which an idle target refuses too, and a hung one still does (the
+// guard runs before the handler): it shows the target up, not shedding load.
+func starved(r *Result) bool { return r.HasBudget && r.HasTypical && r.Budget < r.Typical }
 
 // up says the answer shows its target up: relayed, come back, or cannot finish.
 func (k answerKind) up() bool { return k == relayed || k == comeBack || k == cannotFinish }

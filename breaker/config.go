@@ -43,9 +43,14 @@ const (
 	// that fails outright (refused, UNAVAILABLE, 503) re-opens it for the next,
 	// longer one. A target that hangs is thus probed once per sleep, without growth.
 	MaxLostProbes = 3
-	// MaxTargets bounds the number of targets a [Breaker] keeps a circuit for. Calls
-	// to further targets are sent unbroken and counted in [Stats].Untracked: a shared
-	// circuit for the overflow would let a dead target open a healthy one's breaker.
+	// MaxTargets bounds the number of targets a [Breaker] keeps a circuit for. When
+	// it has as many, a new target takes the place of the closed circuits that
+	// admitted no call for twice the window (the longer of [WithWindow]'s and the
+	// throttle's: nothing is left in them), so that a long-lived client whose
+	// targets change (hosts, a target's endpoints as its replicas are replaced)
+	// keeps breaking the new ones. Calls to a target beyond MaxTargets circuits in
+	// use are sent unbroken and counted in [Stats].Untracked: a shared circuit for
+	// the overflow would let a dead target open a healthy one's breaker.
 	MaxTargets = 1024
 )
 

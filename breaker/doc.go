@@ -26,7 +26,8 @@
 // their deadline (an overloaded server that serves its critical calls, or refuses
 // some calls, while its sheddable ones time out in its queue): a timeout is not a
 // failure when, while it ran, the target refused another call through the circuit
-// for load or served one of a higher level of criticality ([Result.SheddingSince]),
+// for load (or for lack of budget a call that had at least its typical latency) or
+// served one of a higher level of criticality ([Result.SheddingSince]),
 // so the circuit does not refuse the calls the target still serves. A target that
 // answers nothing (blackholed: every call times out; or refusing connections), or
 // hangs most calls and answers some at the same level, opens it as before: after

@@ -60,24 +60,38 @@ type Throttle struct {
 // hold 300 calls of a client that sends 10 a second, enough for a probability to
 // within a few percent, and bring back four times sooner the callers that send too
 // little to prove a recovered target (see [Throttle.Window]).
+//
+// A program may set it for the breakers it makes next; a zero field of it takes
+// the figure above.
 var DefaultThrottle = Throttle{K: 2, Window: 30 * time.Second, Buckets: 10, MinRequests: 10}
+
+// builtinThrottle is DefaultThrottle as the package sets it: what a zero field of
+// DefaultThrottle takes.
+var builtinThrottle = DefaultThrottle
 
 // normalized returns t with its zero fields set to the defaults and its values
 // held to their bounds.
 func (t Throttle) normalized() Throttle {
+	d := DefaultThrottle.filled(builtinThrottle)
+	return t.filled(d)
+}
+
+// filled returns t with its zero (or NaN) fields set to d's, and its values held
+// to their bounds.
+func (t Throttle) filled(d Throttle) Throttle {
 	if t.K == 0 || math.IsNaN(t.K) {
-		t.K = DefaultThrottle.K
+		t.K = d.K
 	}
 	t.K = max(t.K, 1)
 	if t.Window <= 0 {
-		t.Window = DefaultThrottle.Window
+		t.Window = d.Window
 	}
 	if t.Buckets <= 0 {
-		t.Buckets = DefaultThrottle.Buckets
+		t.Buckets = d.Buckets
 	}
 	t.Buckets = min(t.Buckets, MaxWindowBuckets)
 	if t.MinRequests <= 0 {
-		t.MinRequests = DefaultThrottle.MinRequests
+		t.MinRequests = d.MinRequests
 	}
 	return t
 }
@@ -142,7 +156,9 @@ func (t Throttle) Reject(requests, accepts int, u float64) bool {
 //     refuses that level (below);
 //   - a refusal (a request, not accepted): an answer that refuses for load: HTTP 429,
 //     503 with a positive Retry-After or grpc-retry-pushback-ms, gRPC
-//     RESOURCE_EXHAUSTED, UNAVAILABLE with a positive pushback or RetryInfo;
+//     RESOURCE_EXHAUSTED (not that of a message larger than a size limit, which
+//     grpc-go and connect-go give it: the message's fault, not load), UNAVAILABLE
+//     with a positive pushback or RetryInfo;
 //   - an accept: any other answer the classifier calls a success, and a failure the
 //     target relays from its downstream (deadlinekit-relayed: 1), which it accepted.
 //

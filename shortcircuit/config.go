@@ -42,7 +42,7 @@ func newConfig(opts []Option) config {
 		}
 	}
 	if c.adaptive == nil && c.learned && !c.stream {
-		a := DefaultAdaptive
+		a := defaultAdaptive()
 		c.adaptive = &a
 	}
 	return c
@@ -142,7 +142,8 @@ type Adaptive struct {
 // DefaultAdaptive is the adaptive floor's default, and the floor of a guard given no
 // [WithFloor]: the 5th percentile (P5) of the successful durations of the last 10 s
 // (10 buckets of 1 s), once 20 are known (of 20, P5 is the shortest), between 1 ms
-// ([deadline.MinFloor]) and 1 s, for at most 256 routes.
+// ([deadline.MinFloor]) and 1 s, for at most 256 routes. A program may set it for
+// the guards it makes next; a zero field of it takes the figure above.
 var DefaultAdaptive = Adaptive{
 	Quantile:   0.05,
 	Window:     10 * time.Second,
@@ -153,8 +154,25 @@ var DefaultAdaptive = Adaptive{
 	MaxRoutes:  256,
 }
 
-func (a Adaptive) withDefaults() Adaptive {
+// builtinAdaptive is DefaultAdaptive as the package sets it: what a zero field of
+// DefaultAdaptive takes.
+var builtinAdaptive = DefaultAdaptive
+
+func (a Adaptive) withDefaults() Adaptive { return a.filled(defaultAdaptive()) }
+
+// defaultAdaptive is DefaultAdaptive with its zero fields, Min included, set to
+// builtinAdaptive's.
+func defaultAdaptive() Adaptive {
 	d := DefaultAdaptive
+	if d.Min == 0 {
+		d.Min = builtinAdaptive.Min
+	}
+	return d.filled(builtinAdaptive)
+}
+
+// filled returns a with its zero (or out of range) fields set to d's, and its
+// values held to their bounds.
+func (a Adaptive) filled(d Adaptive) Adaptive {
 	if a.Quantile <= 0 || math.IsNaN(a.Quantile) {
 		a.Quantile = d.Quantile
 	}
@@ -353,11 +371,21 @@ type AdaptiveLimit struct {
 }
 
 // DefaultAdaptiveLimit is the adaptive limit's default: between 1 and 1000 handlers
-// at once, from 20, tolerance 0.5, 48 samples an upper window.
+// at once, from 20, tolerance 0.5, 48 samples an upper window. A program may set it
+// for the guards it makes next; a zero field of it takes the figure above.
 var DefaultAdaptiveLimit = AdaptiveLimit{Min: 1, Max: 1000, Initial: 20, Tolerance: 0.5, Samples: 48}
 
+// builtinAdaptiveLimit is DefaultAdaptiveLimit as the package sets it: what a zero
+// field of DefaultAdaptiveLimit takes.
+var builtinAdaptiveLimit = DefaultAdaptiveLimit
+
 func (a AdaptiveLimit) withDefaults() AdaptiveLimit {
-	d := DefaultAdaptiveLimit
+	return a.filled(DefaultAdaptiveLimit.filled(builtinAdaptiveLimit))
+}
+
+// filled returns a with its zero (or out of range) fields set to d's, and its
+// values held to their bounds.
+func (a AdaptiveLimit) filled(d AdaptiveLimit) AdaptiveLimit {
 	if a.Min <= 0 {
 		a.Min = d.Min
 	}

@@ -37,9 +37,11 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // Idempotency-Key header that is not blank (keyed writes) under [WithKeyedWrites];
 // when they have a body, only if GetBody can replay it, every attempt getting its
 // own body. Other requests are sent once through base, unchanged. Each
-// hedge is a copy of the request with its own context and header map, carrying
-// Grpc-Previous-Rpc-Attempts (added to the count of a retry layer above); the
-// caller's request is never modified.
+// hedge is a copy of the request with its own context, URL and header map, carrying
+// Grpc-Previous-Rpc-Attempts (added to the count of a retry layer above), taken
+// while the call is undecided: a loser still running once the call has returned
+// never reads the caller's request, which the caller may change and send again
+// once the answer's body is closed. The caller's request is never modified.
 //
 // An answer is a status below 400 (a success) or another 4xx but 408 and 429; a
 // failure is a transport error, a 5xx, 408 or 429. A refusal for lack of budget is a

@@ -273,8 +273,8 @@ func (p *grpcAttempts) trailer(n int) metadata.MD {
 
 // hedgeCall is what one hedge sends and writes to instead of the caller's variables.
 type hedgeCall struct {
-	req     any // a copy of the caller's request
-	reply   proto.Message
+	req     any           // a copy of the caller's request
+	reply   proto.Message // made as the hedge is sent
 	opts    []grpc.CallOption
 	header  metadata.MD
 	trailer metadata.MD
@@ -289,17 +289,19 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (struc
 		return struct{}{}, p.invoker(ctx, p.method, p.req, p.reply, p.cc, p.opts...)
 	}
 	hc := p.hedges[n]
+	// Made here, not under the call's lock: New is the reply type's code.
+	hc.reply = p.replyType.New().Interface()
 	return struct{}{}, p.invoker(withAttempt(ctx, n, p.cfg.markOf(n, p.keyedWrite)), p.method, hc.req, hc.reply, p.cc, hc.opts...)
 }
 
-// ready makes what hedge n sends: its own reply and call options, and a copy of the
-// caller's request message (a request that is no proto.Message is shared). It runs
-// under the call's lock while the call is undecided ([readier]): a hedge still
-// running once the call has returned (a loser, its interceptors, grpc-go's
-// marshalling) reads its own copy, not the message the caller may change and send
-// again by then.
+// ready makes what hedge n sends of the caller's: its own call options, and a copy
+// of the caller's request message (a request that is no proto.Message is shared).
+// It runs under the call's lock while the call is undecided ([readier]): a hedge
+// still running once the call has returned (a loser, its interceptors, grpc-go's
+// marshalling) reads its own copies, not the message or options the caller may
+// change and send again by then. Its reply is made as it is sent.
 func (p *grpcAttempts) ready(_ context.Context, n int) {
-	hc := newHedgeCall(p.replyType, p.opts)
+	hc := newHedgeCall(p.opts)
 	hc.req = p.req
 	if m, ok := p.req.(proto.Message); ok {
 		hc.req = proto.Clone(m)
@@ -307,11 +309,11 @@ func (p *grpcAttempts) ready(_ context.Context, n int) {
 	p.hedges[n] = hc
 }
 
-// newHedgeCall returns a hedge's own reply, and its call options: the caller's, with
-// the header, trailer and peer written into the hedge's instead. A hedge always asks
-// for the trailer: it says whether the server refused the hedge for lack of budget.
-func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *hedgeCall {
-	hc := &hedgeCall{reply: replyType.New().Interface()}
+// newHedgeCall returns a hedge's own call options: the caller's, with the header,
+// trailer and peer written into the hedge's instead. A hedge always asks for the
+// trailer: it says whether the server refused the hedge for lack of budget.
+func newHedgeCall(opts []grpc.CallOption) *hedgeCall {
+	hc := &hedgeCall{}
 	hc.opts = make([]grpc.CallOption, len(opts), len(opts)+1)
 	trailer := false
 	for i, o := range opts {

@@ -261,10 +261,23 @@ func (c *call[T]) sendHedge(ctx context.Context, n int) {
 	c.hedger.hedges.Add(1)
 	ctx, span := record.StartAttempt(ctx, c.protocol, record.KindHedge, n+1)
 	c.spans[n] = span
+	if r, ok := c.adapter.(readier); ok {
+		r.ready(ctx, n)
+	}
 	c.mu.Unlock()
 	start := time.Now()
 	v, err := sendRecovered(ctx, c.adapter, n, span)
 	c.take(result[T]{n: n, value: v, err: err, start: start, end: time.Now()})
+}
+
+// readier is an adapter that reads what a hedge sends of the caller's request
+// (the HTTP adapter: its URL and header) before the hedge goes out: [call.sendHedge]
+// calls ready under the call's lock, while the call is undecided, so that no hedge
+// reads the caller's request once the call may have returned to the caller, who
+// may then change it and send it again (http.RoundTripper's contract).
+type readier interface {
+	// ready makes what hedge n sends under ctx, its context. It must not block.
+	ready(ctx context.Context, n int)
 }
 
 // unsendable gives up hedge n, which could not be prepared: it gives its token back,

@@ -38,8 +38,10 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // generated code) declares idempotency_level NO_SIDE_EFFECTS or IDEMPOTENT; a call
 // of another method whose outgoing metadata has an idempotency-key (a keyed write)
 // is hedged under [WithKeyedWrites]; other calls go through once, unchanged.
-// Each hedge decodes into a reply of its own (the reply must be a proto.Message) and
-// carries grpc-previous-rpc-attempts in its metadata (added to the count of a retry
+// Each hedge sends a copy of the request (taken while the call is undecided, so that
+// a loser still running once the call has returned never reads the caller's message,
+// which the caller may change and send again), decodes into a reply of its own (the
+// reply must be a proto.Message) and carries grpc-previous-rpc-attempts in its metadata (added to the count of a retry
 // layer above). A hedgeable call carries deadlinekit-hedged-above, and a call made
 // under the context of a request a layer above may send again is sent once (the
 // chain rule: see the package documentation). When it wins, its reply is copied into the caller's, as are the
@@ -229,8 +231,9 @@ type grpcAttempts struct {
 	cc        *grpc.ClientConn
 	invoker   grpc.UnaryInvoker
 	opts      []grpc.CallOption
-	// Each hedge's own reply and call options; element n is written by attempt n
-	// only, and read by the caller once attempt n's result has reached it.
+	// Each hedge's own request, reply and call options; element n is written by
+	// ready under the call's lock, used by attempt n, and read by the caller once
+	// attempt n's result has reached it.
 	hedges [MaxAttempts]*hedgeCall
 	// keyed: the call carries an idempotency key, and primaryTrailer is where the
 	// primary's trailer is written (the caller's, or ownTrailer), so that a copy
@@ -268,9 +271,10 @@ func (p *grpcAttempts) trailer(n int) metadata.MD {
 	return nil
 }
 
-// hedgeCall is what one hedge writes to instead of the caller's variables.
+// hedgeCall is what one hedge sends and writes to instead of the caller's variables.
 type hedgeCall struct {
-	reply   proto.Message
+	req     any           // a copy of the caller's request
+	reply   proto.Message // made as the hedge is sent
 	opts    []grpc.CallOption
 	header  metadata.MD
 	trailer metadata.MD
@@ -284,16 +288,32 @@ func (p *grpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (struc
 	if n == 0 {
 		return struct{}{}, p.invoker(ctx, p.method, p.req, p.reply, p.cc, p.opts...)
 	}
-	hc := newHedgeCall(p.replyType, p.opts)
-	p.hedges[n] = hc
-	return struct{}{}, p.invoker(withAttempt(ctx, n, p.cfg.markOf(n, p.keyedWrite)), p.method, p.req, hc.reply, p.cc, hc.opts...)
+	hc := p.hedges[n]
+	// Made here, not under the call's lock: New is the reply type's code.
+	hc.reply = p.replyType.New().Interface()
+	return struct{}{}, p.invoker(withAttempt(ctx, n, p.cfg.markOf(n, p.keyedWrite)), p.method, hc.req, hc.reply, p.cc, hc.opts...)
 }
 
-// newHedgeCall returns a hedge's own reply, and its call options: the caller's, with
-// the header, trailer and peer written into the hedge's instead. A hedge always asks
-// for the trailer: it says whether the server refused the hedge for lack of budget.
-func newHedgeCall(replyType protoreflect.MessageType, opts []grpc.CallOption) *hedgeCall {
-	hc := &hedgeCall{reply: replyType.New().Interface()}
+// ready makes what hedge n sends of the caller's: its own call options, and a copy
+// of the caller's request message (a request that is no proto.Message is shared).
+// It runs under the call's lock while the call is undecided ([readier]): a hedge
+// still running once the call has returned (a loser, its interceptors, grpc-go's
+// marshalling) reads its own copies, not the message or options the caller may
+// change and send again by then. Its reply is made as it is sent.
+func (p *grpcAttempts) ready(_ context.Context, n int) {
+	hc := newHedgeCall(p.opts)
+	hc.req = p.req
+	if m, ok := p.req.(proto.Message); ok {
+		hc.req = proto.Clone(m)
+	}
+	p.hedges[n] = hc
+}
+
+// newHedgeCall returns a hedge's own call options: the caller's, with the header,
+// trailer and peer written into the hedge's instead. A hedge always asks for the
+// trailer: it says whether the server refused the hedge for lack of budget.
+func newHedgeCall(opts []grpc.CallOption) *hedgeCall {
+	hc := &hedgeCall{}
 	hc.opts = make([]grpc.CallOption, len(opts), len(opts)+1)
 	trailer := false
 	for i, o := range opts {

@@ -37,9 +37,11 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // Idempotency-Key header that is not blank (keyed writes) under [WithKeyedWrites];
 // when they have a body, only if GetBody can replay it, every attempt getting its
 // own body. Other requests are sent once through base, unchanged. Each
-// hedge is a copy of the request with its own context and header map, carrying
-// Grpc-Previous-Rpc-Attempts (added to the count of a retry layer above); the
-// caller's request is never modified.
+// hedge is a copy of the request with its own context, URL and header map, carrying
+// Grpc-Previous-Rpc-Attempts (added to the count of a retry layer above), taken
+// while the call is undecided: a loser still running once the call has returned
+// never reads the caller's request, which the caller may change and send again
+// once the answer's body is closed. The caller's request is never modified.
 //
 // An answer is a status below 400 (a success) or another 4xx but 408 and 429; a
 // failure is a transport error, a 5xx, 408 or 429. A refusal for lack of budget is a
@@ -242,7 +244,7 @@ func (hc *httpCall) release() {
 func (t *transport) hedged(ctx context.Context, req *http.Request, target string, p plan, keyedWrite, mark bool) (*http.Response, error) {
 	hc := httpCalls.Get().(*httpCall)
 	hc.event = Event{Target: target, Attempts: 1, Delay: p.delay}
-	hc.attempts = httpAttempts{t: t, req: req, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header]), keyedWrite: keyedWrite,
+	hc.attempts = httpAttempts{t: t, req: req, getBody: req.GetBody, hasBody: hasBody(req), keyed: idempotency.Keyed(req.Header[idempotency.Header]), keyedWrite: keyedWrite,
 		markPrimary: mark && !marked(req.Header)}
 	hc.call.callSetup = callSetup[*http.Response]{hedger: t.h, protocol: record.HTTP, plan: p, adapter: &hc.attempts, event: &hc.event}
 	r, cancel, ok := hc.call.run(ctx)
@@ -307,15 +309,19 @@ type httpAttempts struct {
 	// derived: the primary's context has the deadline the propagate transport
 	// below would derive (primaryContext).
 	derived bool
+	// getBody is the caller's req.GetBody, read on the caller's goroutine.
+	getBody func() (io.ReadCloser, error)
 	// The body of each hedge, from GetBody; element n is used by attempt n only.
 	bodies [MaxAttempts]io.ReadCloser
+	// The request of each hedge, made by ready; element n is used by attempt n only.
+	hedges [MaxAttempts]*http.Request
 }
 
 func (p *httpAttempts) prepare(n int) error {
 	if !p.hasBody {
 		return nil
 	}
-	body, err := p.req.GetBody()
+	body, err := p.getBody()
 	if err != nil {
 		return &replayError{err}
 	}
@@ -349,22 +355,31 @@ func (p *httpAttempts) send(ctx context.Context, n int, span record.Attempt) (*h
 		r, owned := p.primary(ctx, span.Recording())
 		return p.roundTrip(r, handoff.Attempt{Derived: p.derived, OwnsHeader: owned})
 	}
-	r := p.req.WithContext(ctx)
-	r.Header = p.req.Header.Clone()
+	r := p.hedges[n]
+	p.hedges[n] = nil
+	// The downstream's span is a child of this attempt's span.
+	record.InjectHTTP(ctx, r.Header)
+	if p.hasBody {
+		r.Body, p.bodies[n] = p.bodies[n], nil
+	}
+	return p.roundTrip(r, handoff.Attempt{OwnsHeader: true})
+}
+
+// ready makes hedge n's request under ctx, a deep copy of the caller's (its URL
+// and header are its own) carrying the attempt count and the mark. It runs under
+// the call's lock while the call is undecided ([readier]): the caller's request is
+// not read once the call may have returned.
+func (p *httpAttempts) ready(ctx context.Context, n int) {
+	r := p.req.Clone(ctx)
 	if r.Header == nil {
 		r.Header = make(http.Header, 2)
 	}
-	// The downstream's span is a child of this attempt's span.
-	record.InjectHTTP(ctx, r.Header)
 	// A layer above (retry) may have counted attempts already: add to its count.
 	r.Header[attempts.Header] = []string{attempts.Format(attempts.Parse(p.req.Header.Get(attempts.Header)) + n)}
 	if mark := p.t.h.cfg.markOf(n, p.keyedWrite); mark != "" {
 		r.Header[attempts.CoveredHeader] = []string{mark}
 	}
-	if p.hasBody {
-		r.Body, p.bodies[n] = p.bodies[n], nil
-	}
-	return p.roundTrip(r, handoff.Attempt{OwnsHeader: true})
+	p.hedges[n] = r
 }
 
 // roundTrip sends one copy through the base transport, handing the propagate

@@ -104,8 +104,9 @@ type MemoryStore struct {
 // A shard holds its records without a pointer for the garbage collector to follow,
 // however many it holds: the records are numbers in chunks of a slice, found by
 // their key's hash in a map of numbers, and their keys, fingerprints, tokens and
-// answers are bytes in chunks ([memBytes]). Bytes once written are never written
-// again, so an [Entry] may hold them after the shard's lock is released.
+// answers are bytes in chunks ([memBytes]). Bytes an [Entry] may hold (a
+// fingerprint, an answer) are never written again, so it may hold them after the
+// shard's lock is released.
 type memShard struct {
 	mu sync.Mutex
 	// idx holds the records by their key's hash, as indices in recs. A record whose
@@ -523,6 +524,12 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 			s.bytes.Add(-size)
 			return ErrAnswerTooLarge
 		}
+	}
+	if r := sh.rec(i); sh.b.unwrite(r.v, r.vlen) {
+		// The token was the last bytes written (no other record came to the shard
+		// while the request ran, the common case): the answer takes its place,
+		// and the shard keeps no dead token for the whole retention.
+		r.v, r.vlen = memRef{}, 0
 	}
 	ref, dst := sh.grow(len(answer))
 	copy(dst, answer)

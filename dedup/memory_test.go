@@ -632,3 +632,30 @@ func TestMemoryStoreKeepsLeasesWhileItsBuffersMove(t *testing.T) {
 		t.Fatalf("stats %+v, want 1000 entries", st)
 	}
 }
+
+// TestMemoryStoreKeepsNoTokenOfACompletedRequest completes each request before the
+// next comes, as on a quiet server: the store keeps no byte of their tokens, only
+// their keys, fingerprints and answers, and gives every answer back whole.
+func TestMemoryStoreKeepsNoTokenOfACompletedRequest(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore()
+	const n = 1000
+	for i := range n {
+		k, tok := "key-"+strconv.Itoa(i), fmt.Sprintf("%032d", i)
+		if got, _, err := s.Acquire(ctx, k, dedup.Lease{Token: tok, Fingerprint: "fp", TTL: time.Hour}); err != nil || !got {
+			t.Fatalf("key %d: acquired %v, %v", i, got, err)
+		}
+		if err := s.Complete(ctx, k, tok, []byte("answer "+k), time.Hour); err != nil {
+			t.Fatalf("complete %d: %v", i, err)
+		}
+	}
+	if written, held := dedup.WrittenBytes(s); written != held {
+		t.Errorf("the store wrote %d bytes and holds %d: %d dead", written, held, written-held)
+	}
+	for i := range n {
+		k := "key-" + strconv.Itoa(i)
+		if e, err := s.Get(ctx, k); err != nil || e.State != dedup.Done || e.Fingerprint != "fp" || string(e.Answer) != "answer "+k {
+			t.Fatalf("key %d: %v %q %q, %v", i, e.State, e.Fingerprint, e.Answer, err)
+		}
+	}
+}

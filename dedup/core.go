@@ -118,7 +118,7 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 	for tries := 0; tries < 8; tries++ {
 		start := time.Now()
 		ttl := c.leaseTTL(ctx, start)
-		got, e, err := c.store.Acquire(ctx, t.key, Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl})
+		got, e, err := c.acquire(ctx, t, ttl, start)
 		if record.DedupStoreEnabled(ctx) {
 			record.DedupStore(ctx, "acquire", time.Since(start))
 		}
@@ -148,6 +148,16 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 		}
 	}
 	return c.failed(ctx, t, errors.New("dedup: the key changed hands too often"))
+}
+
+// acquire asks the store for t's lease of ttl, computed at now: the memory store
+// takes that reading as its own (one clock read fewer on every keyed request).
+func (c *core) acquire(ctx context.Context, t *ticket, ttl time.Duration, now time.Time) (bool, Entry, error) {
+	l := Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl}
+	if ms, ok := c.store.(*MemoryStore); ok {
+		return ms.acquireAt(t.key, l, now)
+	}
+	return c.store.Acquire(ctx, t.key, l)
 }
 
 // waitForStore waits until the store, which failed with err, says it tries its

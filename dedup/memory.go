@@ -193,6 +193,9 @@ func (s *MemoryStore) Stats() MemoryStats {
 // a pointer): smaller records for the whole retention.
 func (s *MemoryStore) clock() int64 { return int64(time.Since(s.epoch)) }
 
+// at is t, read from the monotonic clock, on the store's clock.
+func (s *MemoryStore) at(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
+
 // after is d after now on the store's clock, at most the clock's end.
 func after(now int64, d time.Duration) int64 {
 	switch {
@@ -465,9 +468,20 @@ func (s *MemoryStore) leaseEnds(n int64) {
 // Acquire implements [Store]. A new key evicts the oldest answer when the store
 // holds its bound of records.
 func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Entry, error) {
+	return s.acquire(key, l, s.clock())
+}
+
+// acquireAt is Acquire for a caller that read the clock when it computed the
+// lease's TTL: the lease then ends exactly TTL after that reading, and the store
+// spares a clock read of its own.
+func (s *MemoryStore) acquireAt(key string, l Lease, now time.Time) (bool, Entry, error) {
+	return s.acquire(key, l, s.at(now))
+}
+
+// acquire is Acquire at now, on the store's clock.
+func (s *MemoryStore) acquire(key string, l Lease, now int64) (bool, Entry, error) {
 	h := s.hash(key)
 	sh := s.shard(h)
-	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {

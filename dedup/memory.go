@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,17 +102,13 @@ type MemoryStore struct {
 
 // A shard holds its records without a pointer for the garbage collector to follow,
 // however many it holds: the records are numbers in chunks of a slice, found by
-// their key's hash in a map of numbers, and their keys, fingerprints, tokens and
+// their key's hash in a table of numbers ([memIndex]), and their keys, fingerprints, tokens and
 // answers are bytes in chunks ([memBytes]). Bytes an [Entry] may hold (a
 // fingerprint, an answer) are never written again, so it may hold them after the
 // shard's lock is released.
 type memShard struct {
-	mu sync.Mutex
-	// idx holds the records by their key's hash, as indices in recs. A record whose
-	// hash another key's record holds in idx is in over, by its key (nil until
-	// there is one).
-	idx   map[uint64]uint32
-	over  map[string]uint32
+	mu    sync.Mutex
+	idx   memIndex               // the records by their key's hash, as indices in recs
 	recs  []*[memRecChunk]memRec // record i is recs[i/memRecChunk][i%memRecChunk]
 	nrecs uint32                 // indices given out; 0 is no record ("none" in the lists)
 	free  []uint32               // indices of no record, for the next one
@@ -158,7 +153,6 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	}
 	s.reapAfter.Store(math.MinInt64) // the clock may read before 0: a clock of another bubble (testing/synctest)
 	for i := range s.shards {
-		s.shards[i].idx = map[uint64]uint32{}
 		s.shards[i].nrecs = 1
 		s.shards[i].b.fill = -1
 		s.shards[i].oldest.Store(math.MaxUint64)
@@ -181,7 +175,7 @@ func (s *MemoryStore) Stats() MemoryStats {
 	st := MemoryStats{Evicted: int(s.evicted.Load())}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		st.Entries += len(sh.idx) + len(sh.over)
+		st.Entries += sh.idx.n
 		st.Bytes += int(sh.bytes)
 		sh.mu.Unlock()
 	}
@@ -230,10 +224,20 @@ func (sh *memShard) value(i uint32) []byte {
 // get returns the index of key's record, whose hash is h, expired or not; 0 for
 // none.
 func (sh *memShard) get(h uint64, key string) uint32 {
-	if i := sh.idx[h]; i != 0 && string(sh.key(i)) == key {
-		return i
+	x := &sh.idx
+	if x.n == 0 {
+		return 0
 	}
-	return sh.over[key]
+	mask := len(x.slots) - 1
+	for p := x.home(h); ; p = (p + 1) & mask {
+		s := x.slots[p]
+		if s == 0 {
+			return 0
+		}
+		if i := uint32(s); s>>32 == h>>32 && sh.rec(i).hash == h && string(sh.key(i)) == key {
+			return i
+		}
+	}
 }
 
 // grow adds n bytes, which the caller writes into dst; first, when a new chunk is
@@ -284,14 +288,7 @@ func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
 		}
 	}
 	*sh.rec(i) = r
-	if _, taken := sh.idx[h]; !taken {
-		sh.idx[h] = i
-		return i
-	}
-	if sh.over == nil {
-		sh.over = map[string]uint32{}
-	}
-	sh.over[strings.Clone(key)] = i
+	sh.idx.insert(h, i)
 	return i
 }
 
@@ -312,11 +309,7 @@ func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) uint32
 // remove takes the record at i out of sh and out of the store's counts.
 func (s *MemoryStore) remove(sh *memShard, i uint32) {
 	r := sh.rec(i)
-	if sh.idx[r.hash] == i {
-		delete(sh.idx, r.hash)
-	} else {
-		delete(sh.over, string(sh.key(i)))
-	}
+	sh.idx.remove(r.hash, i)
 	s.entries.Add(-1)
 	if r.state == Done {
 		sh.unlink(i)

@@ -160,6 +160,14 @@ func (c *core) acquire(ctx context.Context, t *ticket, ttl time.Duration, now ti
 	return c.store.Acquire(ctx, t.key, l)
 }
 
+// wait waits in ctx for the record of t's key to stop running.
+func (c *core) wait(ctx context.Context, t *ticket) (Entry, error) {
+	if ms, ok := c.store.(*MemoryStore); ok {
+		return ms.wait(ctx, t.key, t.fp)
+	}
+	return c.store.Wait(ctx, t.key)
+}
+
 // waitForStore waits until the store, which failed with err, says it tries its
 // backend again, when that fits in the request's budget (less its refusal's
 // reserve) and in [WithStoreWait] counted from *since (set on the first wait). It
@@ -225,7 +233,7 @@ func (c *core) awaitFirst(ctx context.Context, t *ticket, start time.Time, left 
 	wctx, cancel := context.WithDeadline(ctx, until)
 	idle(ctx)
 	from := time.Now()
-	e, err := c.store.Wait(wctx, t.key)
+	e, err := c.wait(wctx, t)
 	cancel()
 	record.DedupWaited(ctx, time.Since(from))
 	t.waited = time.Since(*waitStart)

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Defaults of a [MemoryStore]'s bounds.
@@ -135,6 +134,7 @@ type memRec struct {
 	vlen       uint32
 	prev, next uint32 // done records, as indices
 	state      State  // Absent: no record (its index is free)
+	packed     bool   // the fingerprint's flen bytes are its hex digits' ([packedLen])
 }
 
 const memRecChunk = 256
@@ -271,10 +271,12 @@ func (sh *memShard) compact() {
 // put adds a running record of key, whose hash is h and which sh does not hold,
 // and returns its index.
 func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
-	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(len(l.Fingerprint)), vlen: uint32(len(l.Token)), state: Running}
-	ref, dst := sh.grow(len(key) + len(l.Fingerprint) + len(l.Token)) // one place: a move in between would leave one behind
+	flen, packed := packedLen(l.Fingerprint)
+	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(flen), vlen: uint32(len(l.Token)), state: Running, packed: packed}
+	ref, dst := sh.grow(len(key) + flen + len(l.Token)) // one place: a move in between would leave one behind
 	n := copy(dst, key)
-	n += copy(dst[n:], l.Fingerprint)
+	pack(dst[n:n+flen], l.Fingerprint, packed)
+	n += flen
 	copy(dst[n:], l.Token)
 	r.k, r.v = ref, memRef{ref.chunk, ref.off + uint32(n)}
 	var i uint32
@@ -371,13 +373,14 @@ func (s *MemoryStore) sweep(sh *memShard, now int64) {
 	}
 }
 
-// entry is the record at i as an [Entry]: its fingerprint and answer are data's
-// bytes, which are never written again.
-func (sh *memShard) entry(i uint32, now int64) Entry {
+// entry is the record at i as an [Entry]: its answer is the shard's bytes, which
+// are never written again, and so is its fingerprint, or want when that is the
+// fingerprint and the record keeps it packed ([unpack]).
+func (sh *memShard) entry(i uint32, now int64, want string) Entry {
 	r := sh.rec(i)
 	e := Entry{State: r.state, Left: time.Duration(r.expires - now)}
 	if r.flen > 0 {
-		e.Fingerprint = unsafe.String(&sh.b.at(r.k, r.klen+r.flen)[r.klen], r.flen)
+		e.Fingerprint = unpack(sh.b.at(r.k, r.klen+r.flen)[r.klen:], r.packed, want)
 	}
 	if r.state == Done {
 		e.Answer = sh.value(i)
@@ -478,7 +481,7 @@ func (s *MemoryStore) acquire(key string, l Lease, now int64) (bool, Entry, erro
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {
-		return false, sh.entry(i, now), nil
+		return false, sh.entry(i, now, l.Fingerprint), nil
 	}
 	s.sweep(sh, now)
 	if s.entries.Add(1) > s.maxEntries {
@@ -490,7 +493,7 @@ func (s *MemoryStore) acquire(key string, l Lease, now int64) (bool, Entry, erro
 		if i := s.live(sh, h, key, now); i != 0 || !room {
 			s.entries.Add(-1)
 			if i != 0 {
-				return false, sh.entry(i, now), nil
+				return false, sh.entry(i, now, l.Fingerprint), nil
 			}
 			return false, Entry{}, ErrStoreFull
 		}
@@ -584,7 +587,7 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {
-		return sh.entry(i, now), nil
+		return sh.entry(i, now, ""), nil
 	}
 	return Entry{}, nil
 }
@@ -592,6 +595,12 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 // Wait implements [Store]: it is woken when the record completes or is released,
 // or when its lease ends.
 func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
+	return s.wait(ctx, key, "")
+}
+
+// wait is Wait for a caller that expects the fingerprint fp: an entry with it
+// carries fp itself, not a copy ([unpack]).
+func (s *MemoryStore) wait(ctx context.Context, key, fp string) (Entry, error) {
 	h := s.hash(key)
 	sh := s.shard(h)
 	for {
@@ -601,7 +610,7 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 		if i == 0 || sh.rec(i).state != Running {
 			var cur Entry
 			if i != 0 {
-				cur = sh.entry(i, now)
+				cur = sh.entry(i, now, fp)
 			}
 			sh.mu.Unlock()
 			return cur, nil

@@ -659,3 +659,53 @@ func TestMemoryStoreKeepsNoTokenOfACompletedRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryStoreGivesFingerprintsBackAsGiven stores fingerprints of every shape
+// (the middleware's hex digits, which the store keeps packed, and others, which it
+// keeps as they are) and reads each back, through Acquire with the same and with
+// another fingerprint, Get and Wait, as it was given; a repeat with the same hex
+// fingerprint reads it without an allocation, and a packed one takes half its bytes.
+func TestMemoryStoreGivesFingerprintsBackAsGiven(t *testing.T) {
+	ctx := context.Background()
+	hexFP := strings.Repeat("0123456789abcdef", 4)
+	fps := []string{hexFP, "", "a", "ab", "0f", "ABCDEF", "abcdeg", "fp-1", hexFP + "0", strings.ToUpper(hexFP)}
+	s := dedup.NewMemoryStore()
+	for i, fp := range fps {
+		k := "key-" + strconv.Itoa(i)
+		if got, _, err := s.Acquire(ctx, k, dedup.Lease{Token: "tok", Fingerprint: fp, TTL: time.Hour}); err != nil || !got {
+			t.Fatalf("%q: acquired %v, %v", fp, got, err)
+		}
+		check := func(how string, e dedup.Entry, err error, state dedup.State) {
+			t.Helper()
+			if err != nil || e.State != state || e.Fingerprint != fp {
+				t.Fatalf("%q, %s: %v %q, %v", fp, how, e.State, e.Fingerprint, err)
+			}
+		}
+		_, e, err := s.Acquire(ctx, k, dedup.Lease{Token: "other", Fingerprint: fp, TTL: time.Hour})
+		check("acquired again", e, err, dedup.Running)
+		_, e, err = s.Acquire(ctx, k, dedup.Lease{Token: "other", Fingerprint: fp + "00", TTL: time.Hour})
+		check("acquired with another", e, err, dedup.Running)
+		e, err = s.Get(ctx, k)
+		check("got", e, err, dedup.Running)
+		if err := s.Complete(ctx, k, "tok", []byte("answer"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		e, err = s.Wait(ctx, k)
+		check("waited", e, err, dedup.Done)
+	}
+	repeat := dedup.Lease{Token: "other", Fingerprint: strings.Clone(hexFP), TTL: time.Hour}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, e, _ := s.Acquire(ctx, "key-0", repeat); e.Fingerprint != hexFP {
+			t.Fatalf("%q", e.Fingerprint)
+		}
+	}); n != 0 {
+		t.Errorf("a repeat's Acquire allocates %v times, want 0", n)
+	}
+	one := dedup.NewMemoryStore()
+	if _, _, err := one.Acquire(ctx, "k", dedup.Lease{Token: "t", Fingerprint: hexFP, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if written, _ := dedup.WrittenBytes(one); written != len("k")+len(hexFP)/2+len("t") {
+		t.Errorf("a lease with a hex fingerprint of %d digits took %d bytes", len(hexFP), written)
+	}
+}

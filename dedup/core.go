@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
@@ -51,6 +52,7 @@ type ticket struct {
 	inbound  string // as the caller sent it, parsed
 	token    string
 	fp       string
+	sum      [sha256.Size]byte // the bytes fp's hex digits spell
 	leaseEnd time.Time
 	answer   []byte
 	comeBack time.Duration
@@ -155,7 +157,7 @@ func (c *core) begin(ctx context.Context, t *ticket) verdict {
 func (c *core) acquire(ctx context.Context, t *ticket, ttl time.Duration, now time.Time) (bool, Entry, error) {
 	l := Lease{Token: t.token, Fingerprint: t.fp, TTL: ttl}
 	if ms, ok := c.store.(*MemoryStore); ok {
-		return ms.acquireAt(t.key, l, now)
+		return ms.acquireAt(t.key, l, now, t.sum[:])
 	}
 	return c.store.Acquire(ctx, t.key, l)
 }

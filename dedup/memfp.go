@@ -49,12 +49,16 @@ func pack(dst []byte, fp string, packed bool) {
 }
 
 // unpack is the fingerprint kept in b, as it was given: want itself when it is
-// that fingerprint. An unpacked one is b's bytes, which are never written again.
-func unpack(b []byte, packed bool, want string) string {
+// that fingerprint (told by its bytes, sum, when the caller has them). An unpacked
+// one is b's bytes, which are never written again.
+func unpack(b []byte, packed bool, want string, sum []byte) string {
 	if !packed {
 		return unsafe.String(unsafe.SliceData(b), len(b))
 	}
-	if len(want) == 2*len(b) {
+	if sum != nil && string(sum) == string(b) {
+		return want
+	}
+	if sum == nil && len(want) == 2*len(b) {
 		same := true
 		for i, c := range b {
 			if want[2*i] != hexDigits[c>>4] || want[2*i+1] != hexDigits[c&0xf] {

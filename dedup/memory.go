@@ -270,12 +270,19 @@ func (sh *memShard) compact() {
 
 // put adds a running record of key, whose hash is h and which sh does not hold,
 // and returns its index.
-func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
-	flen, packed := packedLen(l.Fingerprint)
+func (sh *memShard) put(h uint64, key string, l Lease, expires int64, sum []byte) uint32 {
+	flen, packed := len(sum), true
+	if sum == nil {
+		flen, packed = packedLen(l.Fingerprint)
+	}
 	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(flen), vlen: uint32(len(l.Token)), state: Running, packed: packed}
 	ref, dst := sh.grow(len(key) + flen + len(l.Token)) // one place: a move in between would leave one behind
 	n := copy(dst, key)
-	pack(dst[n:n+flen], l.Fingerprint, packed)
+	if sum != nil {
+		copy(dst[n:], sum)
+	} else {
+		pack(dst[n:n+flen], l.Fingerprint, packed)
+	}
 	n += flen
 	copy(dst[n:], l.Token)
 	r.k, r.v = ref, memRef{ref.chunk, ref.off + uint32(n)}
@@ -375,12 +382,13 @@ func (s *MemoryStore) sweep(sh *memShard, now int64) {
 
 // entry is the record at i as an [Entry]: its answer is the shard's bytes, which
 // are never written again, and so is its fingerprint, or want when that is the
-// fingerprint and the record keeps it packed ([unpack]).
-func (sh *memShard) entry(i uint32, now int64, want string) Entry {
+// fingerprint and the record keeps it packed ([unpack]): sum, when given, is the
+// bytes want spells.
+func (sh *memShard) entry(i uint32, now int64, want string, sum []byte) Entry {
 	r := sh.rec(i)
 	e := Entry{State: r.state, Left: time.Duration(r.expires - now)}
 	if r.flen > 0 {
-		e.Fingerprint = unpack(sh.b.at(r.k, r.klen+r.flen)[r.klen:], r.packed, want)
+		e.Fingerprint = unpack(sh.b.at(r.k, r.klen+r.flen)[r.klen:], r.packed, want, sum)
 	}
 	if r.state == Done {
 		e.Answer = sh.value(i)
@@ -464,24 +472,27 @@ func (s *MemoryStore) leaseEnds(n int64) {
 // Acquire implements [Store]. A new key evicts the oldest answer when the store
 // holds its bound of records.
 func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Entry, error) {
-	return s.acquire(key, l, s.clock())
+	return s.acquire(key, l, s.clock(), nil)
 }
 
 // acquireAt is Acquire for a caller that read the clock when it computed the
 // lease's TTL: the lease then ends exactly TTL after that reading, and the store
-// spares a clock read of its own.
-func (s *MemoryStore) acquireAt(key string, l Lease, now time.Time) (bool, Entry, error) {
-	return s.acquire(key, l, s.at(now))
+// spares a clock read of its own. sum is the bytes l.Fingerprint's lowercase hex
+// digits spell (the middleware's SHA-256), which the store keeps as they are
+// instead of decoding the digits.
+func (s *MemoryStore) acquireAt(key string, l Lease, now time.Time, sum []byte) (bool, Entry, error) {
+	return s.acquire(key, l, s.at(now), sum)
 }
 
-// acquire is Acquire at now, on the store's clock.
-func (s *MemoryStore) acquire(key string, l Lease, now int64) (bool, Entry, error) {
+// acquire is Acquire at now, on the store's clock, with the fingerprint's bytes
+// when the caller has them (nil otherwise: [MemoryStore.acquireAt]).
+func (s *MemoryStore) acquire(key string, l Lease, now int64, sum []byte) (bool, Entry, error) {
 	h := s.hash(key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {
-		return false, sh.entry(i, now, l.Fingerprint), nil
+		return false, sh.entry(i, now, l.Fingerprint, sum), nil
 	}
 	s.sweep(sh, now)
 	if s.entries.Add(1) > s.maxEntries {
@@ -493,13 +504,13 @@ func (s *MemoryStore) acquire(key string, l Lease, now int64) (bool, Entry, erro
 		if i := s.live(sh, h, key, now); i != 0 || !room {
 			s.entries.Add(-1)
 			if i != 0 {
-				return false, sh.entry(i, now, l.Fingerprint), nil
+				return false, sh.entry(i, now, l.Fingerprint, sum), nil
 			}
 			return false, Entry{}, ErrStoreFull
 		}
 	}
 	expires := after(now, l.TTL)
-	sh.put(h, key, l, expires)
+	sh.put(h, key, l, expires, sum)
 	s.leaseEnds(expires)
 	return true, Entry{}, nil
 }
@@ -587,7 +598,7 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {
-		return sh.entry(i, now, ""), nil
+		return sh.entry(i, now, "", nil), nil
 	}
 	return Entry{}, nil
 }
@@ -610,7 +621,7 @@ func (s *MemoryStore) wait(ctx context.Context, key, fp string) (Entry, error) {
 		if i == 0 || sh.rec(i).state != Running {
 			var cur Entry
 			if i != 0 {
-				cur = sh.entry(i, now, fp)
+				cur = sh.entry(i, now, fp, nil)
 			}
 			sh.mu.Unlock()
 			return cur, nil

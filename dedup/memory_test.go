@@ -709,3 +709,33 @@ func TestMemoryStoreGivesFingerprintsBackAsGiven(t *testing.T) {
 		t.Errorf("a lease with a hex fingerprint of %d digits took %d bytes", len(hexFP), written)
 	}
 }
+
+// TestMiddlewareFingerprintKeptAsItsBytes: the memory store keeps the fingerprint
+// of a request the middleware ran as the 32 bytes of its SHA-256, and still tells a
+// repeat (replayed) from another request with the key (refused).
+func TestMiddlewareFingerprintKeptAsItsBytes(t *testing.T) {
+	s := dedup.NewMemoryStore()
+	h := dedup.NewMiddleware(s)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("done"))
+	}))
+	post := func(body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "k")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post("100"); rec.Code != http.StatusOK || rec.Header().Get(dedup.ReplayedHeader) != "" {
+		t.Fatalf("first: %d, replayed %q", rec.Code, rec.Header().Get(dedup.ReplayedHeader))
+	}
+	written, _ := dedup.WrittenBytes(s)
+	if fp := written - s.Stats().Bytes; fp != 32 {
+		t.Errorf("the fingerprint took %d bytes, want 32", fp)
+	}
+	if rec := post("100"); rec.Code != http.StatusOK || rec.Header().Get(dedup.ReplayedHeader) != "true" {
+		t.Errorf("repeat: %d, replayed %q", rec.Code, rec.Header().Get(dedup.ReplayedHeader))
+	}
+	if rec := post("200"); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("another body with the key: %d, want 422", rec.Code)
+	}
+}

@@ -8,12 +8,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
@@ -55,7 +57,8 @@ var errBodyTooLarge = errors.New("request body too large")
 
 // httpRunning is what a keyed HTTP request that runs its handler needs, in one
 // allocation (a replay needs none of it): its run's context, the body read for its
-// fingerprint, the recorder of its answer and the request its handler gets.
+// fingerprint, the recorder of its answer and the request its handler gets. It is
+// 480 bytes, the allocator's size class below 512: keep it within.
 type httpRunning struct {
 	run  runContext
 	body bodyReader
@@ -77,10 +80,10 @@ const (
 func handlerBody(r *http.Request, b []byte, how readBody, br *bodyReader) io.ReadCloser {
 	switch how {
 	case bodyWhole:
-		*br = bodyReader{b: b}
+		*br = bodyReader{b: bytesString(b)}
 		return br
 	case bodyFirst:
-		return &streamBody{first: bodyReader{b: b}, rest: r.Body}
+		return &streamBody{first: bodyReader{b: bytesString(b)}, rest: r.Body}
 	}
 	return r.Body
 }
@@ -255,11 +258,15 @@ func (s *streamBody) Read(p []byte) (int, error) {
 
 func (s *streamBody) Close() error { return s.rest.Close() }
 
-// bodyReader gives the handler the body that was read.
+// bodyReader gives the handler the body that was read: bytes nothing writes again,
+// as a string (a word smaller than a slice).
 type bodyReader struct {
-	b []byte
+	b string
 	i int
 }
+
+// bytesString is b as a string, without a copy: nothing may write b again.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 func (r *bodyReader) Read(p []byte) (int, error) {
 	if r.i >= len(r.b) {
@@ -274,7 +281,7 @@ func (r *bodyReader) Close() error { return nil }
 
 func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, b []byte, how readBody, t *ticket, next http.Handler) {
 	ctx := r.Context()
-	run := &httpRunning{rec: recorder{ResponseWriter: w, max: c.c.maxResponse}}
+	run := &httpRunning{rec: recorder{ResponseWriter: w, max: int32(min(c.c.maxResponse, math.MaxInt32))}}
 	run.req = *r.WithContext(c.runCtx(ctx, t, &run.run)) // the copy WithContext makes stays on the stack
 	rec, r2 := &run.rec, &run.req
 	body := handlerBody(r, b, how, &run.body)
@@ -293,7 +300,7 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, b []byte, how rea
 	if sb, ok := body.(*streamBody); ok {
 		streamed = sb.more.Load()
 	}
-	status := rec.status
+	status := int(rec.status)
 	if status == 0 {
 		status = http.StatusOK
 	}
@@ -315,7 +322,7 @@ func (c *core) runHTTP(w http.ResponseWriter, r *http.Request, b []byte, how rea
 	ans, total, keepable := rec.answer(r.Method == http.MethodHead, copies)
 	var notKept func() []byte // on the stack: complete does not keep it
 	if keepable {
-		notKept = func() []byte { return encodeNotKept(rec.status, total) }
+		notKept = func() []byte { return encodeNotKept(int(rec.status), total) }
 	}
 	c.complete(ctx, t, ans, notKept)
 	rec.seal() // the answer lent to a store that copies it
@@ -438,18 +445,21 @@ var notStored = map[string]bool{
 // keeps every byte the handler wrote, also those the connection did not take (the
 // caller left): the answer is what the handler produced, and whether it is whole is
 // decided when the handler returns ([recorder.answer]).
+//
+// Its limit and lengths within it are 32 bits (no store keeps an answer of 2 GiB),
+// so that it takes 80 bytes ([httpRunning]).
 type recorder struct {
 	http.ResponseWriter
-	max      int
-	status   int     // 0 until the header is written
 	ans      []byte  // the stored answer: status and header, then the body written so far
-	head     int     // the length of the status and header at the start of the answer
 	size     int     // the body's size, as the handler wrote it
 	declared int64   // the Content-Length the handler set; -1 for none
-	over     bool    // the answer passed the limit: ans is nil
-	failed   bool    // a write to the caller failed: it did not get the whole answer
-	upgraded bool    // 101 Switching Protocols, or the connection was hijacked
 	buf      *[]byte // the pooled buffer ans is in; nil once it is not
+	max      int32
+	status   int32 // 0 until the header is written
+	head     int32 // the length of the status and header at the start of the answer, within max
+	over     bool  // the answer passed the limit: ans is nil
+	failed   bool  // a write to the caller failed: it did not get the whole answer
+	upgraded bool  // 101 Switching Protocols, or the connection was hijacked
 }
 
 // answerBufs are the buffers a recorder keeps the answer in while the handler
@@ -476,7 +486,7 @@ func (w *recorder) seal() {
 
 // snapshot starts the stored answer with the status and the header as they are sent.
 func (w *recorder) snapshot(code int) {
-	w.status = code
+	w.status = int32(code)
 	h := w.ResponseWriter.Header()
 	w.declared = -1
 	if v, ok := h["Content-Length"]; ok && len(v) == 1 {
@@ -486,8 +496,8 @@ func (w *recorder) snapshot(code int) {
 	}
 	w.buf = answerBufs.Get().(*[]byte)
 	w.ans = appendHTTPHead((*w.buf)[:0], code, h)
-	w.head = len(w.ans)
-	if w.head > w.max {
+	w.head = int32(min(len(w.ans), math.MaxInt32))
+	if len(w.ans) > int(w.max) {
 		w.seal()
 	} else if cap(w.ans) != answerBufCap { // a head larger than the buffer
 		w.putBuf()
@@ -516,7 +526,7 @@ func (w *recorder) Write(b []byte) (int, error) {
 	}
 	w.size += len(b)
 	if !w.over {
-		if len(w.ans)+len(b) > w.max {
+		if len(w.ans)+len(b) > int(w.max) {
 			w.seal()
 		} else {
 			grows := len(w.ans)+len(b) > cap(w.ans)
@@ -543,22 +553,22 @@ func (w *recorder) Write(b []byte) (int, error) {
 // seals it when the store has its copy.
 func (w *recorder) answer(head, lend bool) (ans []byte, total int, keepable bool) {
 	whole := !w.failed
-	if w.declared >= 0 && !head && bodyAllowed(w.status) {
+	if w.declared >= 0 && !head && bodyAllowed(int(w.status)) {
 		whole = int64(w.size) == w.declared
 	}
 	trailer := trailersOf(w.ResponseWriter.Header())
-	total = w.head + w.size
+	total = int(w.head) + w.size
 	ans = w.ans
 	if len(trailer) > 0 && !w.over {
-		ans = withTrailers(ans, w.head, trailer)
+		ans = withTrailers(ans, int(w.head), trailer)
 		total = len(ans)
 	}
 	over := w.over
 	switch {
 	case !whole:
-		ans, keepable = encodeNotKeptWhy(w.status, w.size, whyIncomplete), false
-	case over || total > w.max:
-		ans, keepable = encodeNotKept(w.status, total), false
+		ans, keepable = encodeNotKeptWhy(int(w.status), w.size, whyIncomplete), false
+	case over || total > int(w.max):
+		ans, keepable = encodeNotKept(int(w.status), total), false
 	case !lend && (cap(ans) != len(ans) || w.buf != nil):
 		// Its own (not the pooled buffer's, which seal gives back, even when the
 		// answer fills it exactly), of its own length: a store may keep it for the

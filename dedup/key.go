@@ -137,7 +137,8 @@ func quotedKey(v string) (string, error) {
 
 // setFingerprint sets t.key (t.inbound in ctx's scope, as [core.storeKey] writes
 // it), t.fp (sum in hex) and t.token (a new lease token) in one string: one
-// allocation for the three. The formats are [newToken]'s and a SHA-256 in hex, as
+// allocation for the three; and t.sum, which the memory store keeps instead of
+// decoding t.fp. The formats are [newToken]'s and a SHA-256 in hex, as
 // ever (a shared Redis holds records of older versions).
 func (c *core) setFingerprint(ctx context.Context, t *ticket, sum *[sha256.Size]byte) {
 	scope := c.scope(ctx)
@@ -159,6 +160,7 @@ func (c *core) setFingerprint(ctx context.Context, t *ticket, sum *[sha256.Size]
 	b.Write(token[:])
 	s := b.String()
 	t.key, t.fp, t.token = s[:k], s[k:k+len(fp)], s[k+len(fp):]
+	t.sum = *sum
 }
 
 // badChar names the character that starts at byte i of v, as the user typed it: the

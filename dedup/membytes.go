@@ -15,7 +15,9 @@ type memRef struct{ chunk, off uint32 }
 // nothing is moved as the shard grows. A chunk whose bytes no record holds any
 // longer is dropped; when the chunks hold more than twice the bytes records hold,
 // the shard moves those to new chunks ([memShard.compact]). Bytes once written are
-// never written again.
+// never written again, but for a lease's token, which nothing reads outside the
+// shard's lock: when they are the last bytes written, its answer takes their place
+// ([memBytes.unwrite]).
 type memBytes struct {
 	chunks [][]byte // nil: a dropped chunk, whose index is in spare
 	live   []int    // the bytes records hold in each chunk
@@ -63,6 +65,21 @@ func (m *memBytes) newChunk(size int) int {
 	m.chunks = append(m.chunks, b)
 	m.live = append(m.live, 0)
 	return len(m.chunks) - 1
+}
+
+// unwrite gives back the n bytes at ref, and reports whether it could: only when
+// they are the last bytes written in the chunk being filled, which the next grow
+// then writes again. The caller must know that nothing outside the shard's lock
+// holds them.
+func (m *memBytes) unwrite(ref memRef, n uint32) bool {
+	c := int(ref.chunk)
+	if n == 0 || c != m.fill || len(m.chunks[c]) != int(ref.off+n) {
+		return false
+	}
+	m.chunks[c] = m.chunks[c][:ref.off]
+	m.live[c] -= int(n)
+	m.used -= int(n)
+	return true
 }
 
 // at returns the n bytes at ref (nil for 0), capped: an append to them cannot reach the next.

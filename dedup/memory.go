@@ -5,11 +5,9 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Defaults of a [MemoryStore]'s bounds.
@@ -103,16 +101,13 @@ type MemoryStore struct {
 
 // A shard holds its records without a pointer for the garbage collector to follow,
 // however many it holds: the records are numbers in chunks of a slice, found by
-// their key's hash in a map of numbers, and their keys, fingerprints, tokens and
-// answers are bytes in chunks ([memBytes]). Bytes once written are never written
-// again, so an [Entry] may hold them after the shard's lock is released.
+// their key's hash in a table of numbers ([memIndex]), and their keys, fingerprints, tokens and
+// answers are bytes in chunks ([memBytes]). Bytes an [Entry] may hold (a
+// fingerprint, an answer) are never written again, so it may hold them after the
+// shard's lock is released.
 type memShard struct {
-	mu sync.Mutex
-	// idx holds the records by their key's hash, as indices in recs. A record whose
-	// hash another key's record holds in idx is in over, by its key (nil until
-	// there is one).
-	idx   map[uint64]uint32
-	over  map[string]uint32
+	mu    sync.Mutex
+	idx   memIndex               // the records by their key's hash, as indices in recs
 	recs  []*[memRecChunk]memRec // record i is recs[i/memRecChunk][i%memRecChunk]
 	nrecs uint32                 // indices given out; 0 is no record ("none" in the lists)
 	free  []uint32               // indices of no record, for the next one
@@ -139,6 +134,7 @@ type memRec struct {
 	vlen       uint32
 	prev, next uint32 // done records, as indices
 	state      State  // Absent: no record (its index is free)
+	packed     bool   // the fingerprint's flen bytes are its hex digits' ([packedLen])
 }
 
 const memRecChunk = 256
@@ -157,7 +153,6 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	}
 	s.reapAfter.Store(math.MinInt64) // the clock may read before 0: a clock of another bubble (testing/synctest)
 	for i := range s.shards {
-		s.shards[i].idx = map[uint64]uint32{}
 		s.shards[i].nrecs = 1
 		s.shards[i].b.fill = -1
 		s.shards[i].oldest.Store(math.MaxUint64)
@@ -180,7 +175,7 @@ func (s *MemoryStore) Stats() MemoryStats {
 	st := MemoryStats{Evicted: int(s.evicted.Load())}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		st.Entries += len(sh.idx) + len(sh.over)
+		st.Entries += sh.idx.n
 		st.Bytes += int(sh.bytes)
 		sh.mu.Unlock()
 	}
@@ -191,6 +186,9 @@ func (s *MemoryStore) Stats() MemoryStats {
 // the monotonic clock. A record's end is one int64, not a time.Time (24 bytes, with
 // a pointer): smaller records for the whole retention.
 func (s *MemoryStore) clock() int64 { return int64(time.Since(s.epoch)) }
+
+// at is t, read from the monotonic clock, on the store's clock.
+func (s *MemoryStore) at(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
 
 // after is d after now on the store's clock, at most the clock's end.
 func after(now int64, d time.Duration) int64 {
@@ -226,10 +224,20 @@ func (sh *memShard) value(i uint32) []byte {
 // get returns the index of key's record, whose hash is h, expired or not; 0 for
 // none.
 func (sh *memShard) get(h uint64, key string) uint32 {
-	if i := sh.idx[h]; i != 0 && string(sh.key(i)) == key {
-		return i
+	x := &sh.idx
+	if x.n == 0 {
+		return 0
 	}
-	return sh.over[key]
+	mask := len(x.slots) - 1
+	for p := x.home(h); ; p = (p + 1) & mask {
+		s := x.slots[p]
+		if s == 0 {
+			return 0
+		}
+		if i := uint32(s); s>>32 == h>>32 && sh.rec(i).hash == h && string(sh.key(i)) == key {
+			return i
+		}
+	}
 }
 
 // grow adds n bytes, which the caller writes into dst; first, when a new chunk is
@@ -262,11 +270,20 @@ func (sh *memShard) compact() {
 
 // put adds a running record of key, whose hash is h and which sh does not hold,
 // and returns its index.
-func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
-	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(len(l.Fingerprint)), vlen: uint32(len(l.Token)), state: Running}
-	ref, dst := sh.grow(len(key) + len(l.Fingerprint) + len(l.Token)) // one place: a move in between would leave one behind
+func (sh *memShard) put(h uint64, key string, l Lease, expires int64, sum []byte) uint32 {
+	flen, packed := len(sum), true
+	if sum == nil {
+		flen, packed = packedLen(l.Fingerprint)
+	}
+	r := memRec{hash: h, expires: expires, klen: uint32(len(key)), flen: uint32(flen), vlen: uint32(len(l.Token)), state: Running, packed: packed}
+	ref, dst := sh.grow(len(key) + flen + len(l.Token)) // one place: a move in between would leave one behind
 	n := copy(dst, key)
-	n += copy(dst[n:], l.Fingerprint)
+	if sum != nil {
+		copy(dst[n:], sum)
+	} else {
+		pack(dst[n:n+flen], l.Fingerprint, packed)
+	}
+	n += flen
 	copy(dst[n:], l.Token)
 	r.k, r.v = ref, memRef{ref.chunk, ref.off + uint32(n)}
 	var i uint32
@@ -280,14 +297,7 @@ func (sh *memShard) put(h uint64, key string, l Lease, expires int64) uint32 {
 		}
 	}
 	*sh.rec(i) = r
-	if _, taken := sh.idx[h]; !taken {
-		sh.idx[h] = i
-		return i
-	}
-	if sh.over == nil {
-		sh.over = map[string]uint32{}
-	}
-	sh.over[strings.Clone(key)] = i
+	sh.idx.insert(h, i)
 	return i
 }
 
@@ -308,11 +318,7 @@ func (s *MemoryStore) live(sh *memShard, h uint64, key string, now int64) uint32
 // remove takes the record at i out of sh and out of the store's counts.
 func (s *MemoryStore) remove(sh *memShard, i uint32) {
 	r := sh.rec(i)
-	if sh.idx[r.hash] == i {
-		delete(sh.idx, r.hash)
-	} else {
-		delete(sh.over, string(sh.key(i)))
-	}
+	sh.idx.remove(r.hash, i)
 	s.entries.Add(-1)
 	if r.state == Done {
 		sh.unlink(i)
@@ -374,13 +380,15 @@ func (s *MemoryStore) sweep(sh *memShard, now int64) {
 	}
 }
 
-// entry is the record at i as an [Entry]: its fingerprint and answer are data's
-// bytes, which are never written again.
-func (sh *memShard) entry(i uint32, now int64) Entry {
+// entry is the record at i as an [Entry]: its answer is the shard's bytes, which
+// are never written again, and so is its fingerprint, or want when that is the
+// fingerprint and the record keeps it packed ([unpack]): sum, when given, is the
+// bytes want spells.
+func (sh *memShard) entry(i uint32, now int64, want string, sum []byte) Entry {
 	r := sh.rec(i)
 	e := Entry{State: r.state, Left: time.Duration(r.expires - now)}
 	if r.flen > 0 {
-		e.Fingerprint = unsafe.String(&sh.b.at(r.k, r.klen+r.flen)[r.klen], r.flen)
+		e.Fingerprint = unpack(sh.b.at(r.k, r.klen+r.flen)[r.klen:], r.packed, want, sum)
 	}
 	if r.state == Done {
 		e.Answer = sh.value(i)
@@ -464,13 +472,27 @@ func (s *MemoryStore) leaseEnds(n int64) {
 // Acquire implements [Store]. A new key evicts the oldest answer when the store
 // holds its bound of records.
 func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Entry, error) {
+	return s.acquire(key, l, s.clock(), nil)
+}
+
+// acquireAt is Acquire for a caller that read the clock when it computed the
+// lease's TTL: the lease then ends exactly TTL after that reading, and the store
+// spares a clock read of its own. sum is the bytes l.Fingerprint's lowercase hex
+// digits spell (the middleware's SHA-256), which the store keeps as they are
+// instead of decoding the digits.
+func (s *MemoryStore) acquireAt(key string, l Lease, now time.Time, sum []byte) (bool, Entry, error) {
+	return s.acquire(key, l, s.at(now), sum)
+}
+
+// acquire is Acquire at now, on the store's clock, with the fingerprint's bytes
+// when the caller has them (nil otherwise: [MemoryStore.acquireAt]).
+func (s *MemoryStore) acquire(key string, l Lease, now int64, sum []byte) (bool, Entry, error) {
 	h := s.hash(key)
 	sh := s.shard(h)
-	now := s.clock()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {
-		return false, sh.entry(i, now), nil
+		return false, sh.entry(i, now, l.Fingerprint, sum), nil
 	}
 	s.sweep(sh, now)
 	if s.entries.Add(1) > s.maxEntries {
@@ -482,13 +504,13 @@ func (s *MemoryStore) Acquire(_ context.Context, key string, l Lease) (bool, Ent
 		if i := s.live(sh, h, key, now); i != 0 || !room {
 			s.entries.Add(-1)
 			if i != 0 {
-				return false, sh.entry(i, now), nil
+				return false, sh.entry(i, now, l.Fingerprint, sum), nil
 			}
 			return false, Entry{}, ErrStoreFull
 		}
 	}
 	expires := after(now, l.TTL)
-	sh.put(h, key, l, expires)
+	sh.put(h, key, l, expires, sum)
 	s.leaseEnds(expires)
 	return true, Entry{}, nil
 }
@@ -523,6 +545,12 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, answer []by
 			s.bytes.Add(-size)
 			return ErrAnswerTooLarge
 		}
+	}
+	if r := sh.rec(i); sh.b.unwrite(r.v, r.vlen) {
+		// The token was the last bytes written (no other record came to the shard
+		// while the request ran, the common case): the answer takes its place,
+		// and the shard keeps no dead token for the whole retention.
+		r.v, r.vlen = memRef{}, 0
 	}
 	ref, dst := sh.grow(len(answer))
 	copy(dst, answer)
@@ -570,7 +598,7 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := s.live(sh, h, key, now); i != 0 {
-		return sh.entry(i, now), nil
+		return sh.entry(i, now, "", nil), nil
 	}
 	return Entry{}, nil
 }
@@ -578,6 +606,12 @@ func (s *MemoryStore) Get(_ context.Context, key string) (Entry, error) {
 // Wait implements [Store]: it is woken when the record completes or is released,
 // or when its lease ends.
 func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
+	return s.wait(ctx, key, "")
+}
+
+// wait is Wait for a caller that expects the fingerprint fp: an entry with it
+// carries fp itself, not a copy ([unpack]).
+func (s *MemoryStore) wait(ctx context.Context, key, fp string) (Entry, error) {
 	h := s.hash(key)
 	sh := s.shard(h)
 	for {
@@ -587,7 +621,7 @@ func (s *MemoryStore) Wait(ctx context.Context, key string) (Entry, error) {
 		if i == 0 || sh.rec(i).state != Running {
 			var cur Entry
 			if i != 0 {
-				cur = sh.entry(i, now)
+				cur = sh.entry(i, now, fp, nil)
 			}
 			sh.mu.Unlock()
 			return cur, nil

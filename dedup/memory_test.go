@@ -632,3 +632,110 @@ func TestMemoryStoreKeepsLeasesWhileItsBuffersMove(t *testing.T) {
 		t.Fatalf("stats %+v, want 1000 entries", st)
 	}
 }
+
+// TestMemoryStoreKeepsNoTokenOfACompletedRequest completes each request before the
+// next comes, as on a quiet server: the store keeps no byte of their tokens, only
+// their keys, fingerprints and answers, and gives every answer back whole.
+func TestMemoryStoreKeepsNoTokenOfACompletedRequest(t *testing.T) {
+	ctx := context.Background()
+	s := dedup.NewMemoryStore()
+	const n = 1000
+	for i := range n {
+		k, tok := "key-"+strconv.Itoa(i), fmt.Sprintf("%032d", i)
+		if got, _, err := s.Acquire(ctx, k, dedup.Lease{Token: tok, Fingerprint: "fp", TTL: time.Hour}); err != nil || !got {
+			t.Fatalf("key %d: acquired %v, %v", i, got, err)
+		}
+		if err := s.Complete(ctx, k, tok, []byte("answer "+k), time.Hour); err != nil {
+			t.Fatalf("complete %d: %v", i, err)
+		}
+	}
+	if written, held := dedup.WrittenBytes(s); written != held {
+		t.Errorf("the store wrote %d bytes and holds %d: %d dead", written, held, written-held)
+	}
+	for i := range n {
+		k := "key-" + strconv.Itoa(i)
+		if e, err := s.Get(ctx, k); err != nil || e.State != dedup.Done || e.Fingerprint != "fp" || string(e.Answer) != "answer "+k {
+			t.Fatalf("key %d: %v %q %q, %v", i, e.State, e.Fingerprint, e.Answer, err)
+		}
+	}
+}
+
+// TestMemoryStoreGivesFingerprintsBackAsGiven stores fingerprints of every shape
+// (the middleware's hex digits, which the store keeps packed, and others, which it
+// keeps as they are) and reads each back, through Acquire with the same and with
+// another fingerprint, Get and Wait, as it was given; a repeat with the same hex
+// fingerprint reads it without an allocation, and a packed one takes half its bytes.
+func TestMemoryStoreGivesFingerprintsBackAsGiven(t *testing.T) {
+	ctx := context.Background()
+	hexFP := strings.Repeat("0123456789abcdef", 4)
+	fps := []string{hexFP, "", "a", "ab", "0f", "ABCDEF", "abcdeg", "fp-1", hexFP + "0", strings.ToUpper(hexFP)}
+	s := dedup.NewMemoryStore()
+	for i, fp := range fps {
+		k := "key-" + strconv.Itoa(i)
+		if got, _, err := s.Acquire(ctx, k, dedup.Lease{Token: "tok", Fingerprint: fp, TTL: time.Hour}); err != nil || !got {
+			t.Fatalf("%q: acquired %v, %v", fp, got, err)
+		}
+		check := func(how string, e dedup.Entry, err error, state dedup.State) {
+			t.Helper()
+			if err != nil || e.State != state || e.Fingerprint != fp {
+				t.Fatalf("%q, %s: %v %q, %v", fp, how, e.State, e.Fingerprint, err)
+			}
+		}
+		_, e, err := s.Acquire(ctx, k, dedup.Lease{Token: "other", Fingerprint: fp, TTL: time.Hour})
+		check("acquired again", e, err, dedup.Running)
+		_, e, err = s.Acquire(ctx, k, dedup.Lease{Token: "other", Fingerprint: fp + "00", TTL: time.Hour})
+		check("acquired with another", e, err, dedup.Running)
+		e, err = s.Get(ctx, k)
+		check("got", e, err, dedup.Running)
+		if err := s.Complete(ctx, k, "tok", []byte("answer"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		e, err = s.Wait(ctx, k)
+		check("waited", e, err, dedup.Done)
+	}
+	repeat := dedup.Lease{Token: "other", Fingerprint: strings.Clone(hexFP), TTL: time.Hour}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, e, _ := s.Acquire(ctx, "key-0", repeat); e.Fingerprint != hexFP {
+			t.Fatalf("%q", e.Fingerprint)
+		}
+	}); n != 0 {
+		t.Errorf("a repeat's Acquire allocates %v times, want 0", n)
+	}
+	one := dedup.NewMemoryStore()
+	if _, _, err := one.Acquire(ctx, "k", dedup.Lease{Token: "t", Fingerprint: hexFP, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if written, _ := dedup.WrittenBytes(one); written != len("k")+len(hexFP)/2+len("t") {
+		t.Errorf("a lease with a hex fingerprint of %d digits took %d bytes", len(hexFP), written)
+	}
+}
+
+// TestMiddlewareFingerprintKeptAsItsBytes: the memory store keeps the fingerprint
+// of a request the middleware ran as the 32 bytes of its SHA-256, and still tells a
+// repeat (replayed) from another request with the key (refused).
+func TestMiddlewareFingerprintKeptAsItsBytes(t *testing.T) {
+	s := dedup.NewMemoryStore()
+	h := dedup.NewMiddleware(s)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("done"))
+	}))
+	post := func(body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "k")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post("100"); rec.Code != http.StatusOK || rec.Header().Get(dedup.ReplayedHeader) != "" {
+		t.Fatalf("first: %d, replayed %q", rec.Code, rec.Header().Get(dedup.ReplayedHeader))
+	}
+	written, _ := dedup.WrittenBytes(s)
+	if fp := written - s.Stats().Bytes; fp != 32 {
+		t.Errorf("the fingerprint took %d bytes, want 32", fp)
+	}
+	if rec := post("100"); rec.Code != http.StatusOK || rec.Header().Get(dedup.ReplayedHeader) != "true" {
+		t.Errorf("repeat: %d, replayed %q", rec.Code, rec.Header().Get(dedup.ReplayedHeader))
+	}
+	if rec := post("200"); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("another body with the key: %d, want 422", rec.Code)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
@@ -57,41 +58,67 @@ func (i *interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 
 func (i *interceptor) unaryClient(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
 	spec := req.Spec()
-	call := rpc.Call{
-		Procedure:  spec.Procedure,
-		Target:     req.Peer().Addr,
-		Idempotent: spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent,
-	}
+	idem := spec.IdempotencyLevel == connect.IdempotencyNoSideEffects || spec.IdempotencyLevel == connect.IdempotencyIdempotent
 	// A call that may not run twice is resent only when an attempt provably never
 	// left the client: its HTTP request's header was not written.
-	traced := !call.Idempotent
-	send := func(actx context.Context) rpc.Answer {
-		req := stamp(actx, req, i.stamps)
-		if traced {
-			return sendTraced(actx, req, next)
-		}
-		resp, err := next(actx, req)
-		return answer(resp, err)
-	}
+	c := &clientCall{call: rpc.Call{Procedure: spec.Procedure, Target: req.Peer().Addr, Idempotent: idem},
+		req: req, next: next, stamps: i.stamps, traced: !idem}
+	var send rpc.Send
 	if i.resends {
-		// Every attempt sends a copy of its own; req itself, a copy nobody sends,
-		// is what they are copied from. A layer that sends once passes on the
-		// request it was given: a copy already, when a layer above resends.
-		req = shallowCopy(req)
-		send = func(actx context.Context) rpc.Answer {
-			if traced {
-				return sendTraced(actx, attempt(actx, req), next)
-			}
-			resp, err := next(actx, attempt(actx, req))
-			return answer(resp, err)
-		}
+		// Every attempt sends a copy of its own; c.req, a copy nobody sends, is
+		// what they are copied from. A layer that sends once passes on the request
+		// it was given: a copy already, when a layer above resends.
+		c.req = shallowCopy(req)
+		send = c.resend
+		c.call.Copy = c.copy
+	} else {
+		send = c.send
 	}
-	a := i.client(withHeaderKey(ctx, req.Header()), &call, send)
+	a := i.client(withHeaderKey(ctx, req.Header()), &c.call, send)
 	if a.Err != nil {
 		return nil, clientError(a)
 	}
 	resp, _ := a.Resp.(connect.AnyResponse)
 	return resp, nil
+}
+
+// clientCall is one unary call through a layer's client side: the sends it gives
+// the layer.
+type clientCall struct {
+	call rpc.Call
+	// req is the caller's request; for a layer that resends, a shallow copy of it
+	// that nobody sends (sharing the caller's header and message).
+	req    connect.AnyRequest
+	next   connect.UnaryFunc
+	stamps []string // the layer's rpc.Layer.Stamps
+	traced bool     // each send says whether its request never left the client
+}
+
+// send is the send of a layer that sends once: the request it was given, stamped.
+func (c *clientCall) send(ctx context.Context) rpc.Answer {
+	return c.sendRequest(ctx, stamp(ctx, c.req, c.stamps))
+}
+
+// resend is the send of a layer that resends: each attempt a copy of its own,
+// made as it is sent, which reads the caller's header.
+func (c *clientCall) resend(ctx context.Context) rpc.Answer {
+	return c.sendRequest(ctx, attempt(ctx, c.req))
+}
+
+// copy is the call's [rpc.Call.Copy]: the request is copied now, its header and
+// message included ([detached]), and the send it returns writes into that copy
+// what the layers added, as [attempt] does, and sends it.
+func (c *clientCall) copy() rpc.Send {
+	own := detached(c.req)
+	return func(ctx context.Context) rpc.Answer { return c.sendRequest(ctx, stamped(ctx, own)) }
+}
+
+func (c *clientCall) sendRequest(ctx context.Context, req connect.AnyRequest) rpc.Answer {
+	if c.traced {
+		return sendTraced(ctx, req, c.next)
+	}
+	resp, err := c.next(ctx, req)
+	return answer(resp, err)
 }
 
 // withHeaderKey returns ctx with the idempotency key the caller set in the request's
@@ -167,7 +194,9 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // idempotency key) and the attempt span's trace context. connect-go writes each
 // send's timeout header into the header it sends, and each send's HTTP method into
 // the request, so attempts in flight at once (hedges) must not share them; the
-// message is shared, and only read.
+// message is shared, and only read. It reads the caller's header as it is sent: a
+// hedge's copy, which may still be sent once the call has returned, is taken
+// earlier instead ([clientCall.copy]).
 //
 // The outgoing metadata may hold more than the layers wrote: a handler that forwards
 // its incoming metadata puts the caller's there. As grpc-go does, the protocol's own
@@ -175,7 +204,13 @@ func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 // encodings, pseudo-headers), and grpc-previous-rpc-attempts is sent once, with
 // the value the nearest layer appended last.
 func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
-	h := req.Header().Clone()
+	return stamped(ctx, &attemptRequest{AnyRequest: shallowCopy(req), header: req.Header().Clone()})
+}
+
+// stamped writes into r's header, its own, what [attempt] adds to a copy's, and
+// returns r.
+func stamped(ctx context.Context, r *attemptRequest) *attemptRequest {
+	h := r.header
 	if md, ok := metadata.FromOutgoingContext(ctx); ok {
 		for k, vs := range md {
 			switch {
@@ -190,7 +225,21 @@ func attempt(ctx context.Context, req connect.AnyRequest) connect.AnyRequest {
 	// The attempt's span is the downstream's parent, not the call's that otelconnect
 	// wrote into the caller's header.
 	record.InjectHTTP(ctx, h)
-	return &attemptRequest{AnyRequest: shallowCopy(req), header: h}
+	return r
+}
+
+// detached returns a copy of req that shares nothing the caller may change: a
+// header of its own, and a copy of its message when that is a proto.Message
+// (another is shared, and only read).
+func detached(req connect.AnyRequest) *attemptRequest {
+	r := &attemptRequest{AnyRequest: shallowCopy(req), header: req.Header().Clone()}
+	if r.header == nil {
+		r.header = make(http.Header)
+	}
+	if m, ok := req.Any().(proto.Message); ok {
+		r.msg, r.ownMsg = proto.Clone(m), true
+	}
+	return r
 }
 
 // stamp returns req, or a copy of it with a header of its own when its header
@@ -242,16 +291,27 @@ func reservedHeader(k string) bool {
 type attemptRequest struct {
 	connect.AnyRequest
 	header http.Header
+	// msg is the copy's own message when ownMsg ([detached]); else the message is
+	// the request's.
+	msg    any
+	ownMsg bool
 }
 
 func (r *attemptRequest) Header() http.Header { return r.header }
+
+func (r *attemptRequest) Any() any {
+	if r.ownMsg {
+		return r.msg
+	}
+	return r.AnyRequest.Any()
+}
 
 // shallowCopy returns a copy of the *connect.Request[T] behind req, sharing its
 // message, so that what connect-go writes into one attempt's request (its HTTP
 // method) does not race with another's.
 func shallowCopy(req connect.AnyRequest) connect.AnyRequest {
 	if a, ok := req.(*attemptRequest); ok {
-		return &attemptRequest{AnyRequest: shallowCopy(a.AnyRequest), header: a.header.Clone()}
+		return &attemptRequest{AnyRequest: shallowCopy(a.AnyRequest), header: a.header.Clone(), msg: a.msg, ownMsg: a.ownMsg}
 	}
 	v := reflect.ValueOf(req)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {

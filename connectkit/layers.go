@@ -104,8 +104,10 @@ func Retry(opts ...retry.Option) connect.Interceptor {
 // made from opts: an idempotent unary call (as for [Retry]; a call made idempotent
 // by its idempotency-key alone only under [hedge.WithKeyedWrites]) still running
 // after the observed latency percentile of its procedure gets a hedge, a request of
-// its own; the first answer wins and the others are cancelled. On a handler it does
-// nothing.
+// its own (its header and message, a proto.Message, copied from the caller's while
+// the call is undecided: a hedge still running once the call has returned never
+// reads the request the caller may change and send again); the first answer wins
+// and the others are cancelled. On a handler it does nothing.
 func Hedge(opts ...hedge.Option) connect.Interceptor {
 	return layer(rpc.Lookup[func(*hedge.Hedger) rpc.Layer]("hedge")(hedge.New(opts...)))
 }

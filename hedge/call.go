@@ -271,7 +271,9 @@ func (c *call[T]) sendHedge(ctx context.Context, n int) {
 }
 
 // readier is an adapter that reads what a hedge sends of the caller's request
-// (the HTTP adapter: its URL and header) before the hedge goes out: [call.sendHedge]
+// (the HTTP adapter: its URL and header; the gRPC adapter: its message and call
+// options; the framework adapter: a copy of the framework's request, through
+// [rpc.Call.Copy]) before the hedge goes out: [call.sendHedge]
 // calls ready under the call's lock, while the call is undecided, so that no hedge
 // reads the caller's request once the call may have returned to the caller, who
 // may then change it and send it again (http.RoundTripper's contract).

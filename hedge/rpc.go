@@ -82,7 +82,7 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 	ev.Delay = p.delay
 	cl := &call[rpc.Answer]{}
 	keyed := idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))
-	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send, keyed: keyed, keyedWrite: keyedWrite}, event: &ev}
+	cl.callSetup = callSetup[rpc.Answer]{hedger: h, protocol: record.GRPC, plan: p, adapter: &rpcAttempts{cfg: h.cfg, next: send, copy: c.Copy, keyed: keyed, keyedWrite: keyedWrite}, event: &ev}
 	r, cancel, ok := cl.run(ctx)
 	if !ok {
 		h.observe(ctx, &ev)
@@ -95,22 +95,42 @@ func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.A
 
 // rpcAttempts sends the copies of one call, each a send of its own.
 type rpcAttempts struct {
-	cfg   *config
-	next  rpc.Send
+	cfg  *config
+	next rpc.Send
+	// copy is the call's [rpc.Call.Copy]: nil, every copy sends through next.
+	copy  func() rpc.Send
 	keyed bool // the call carries an idempotency key: see grpcDedupConflict
 	// keyedWrite: the call is hedged for its key alone: every copy is marked covered.
 	keyedWrite bool
+	// The send of each hedge, made by ready; element n is used by attempt n only.
+	hedges [MaxAttempts]rpc.Send
 }
 
 func (p *rpcAttempts) prepare(int) error { return nil }
 func (p *rpcAttempts) abandon(int)       {}
 
 func (p *rpcAttempts) send(ctx context.Context, n int, _ record.Attempt) (rpc.Answer, error) {
+	send := p.next
 	if n > 0 {
 		ctx = withAttempt(ctx, n, p.cfg.markOf(n, p.keyedWrite))
+		if s := p.hedges[n]; s != nil {
+			send, p.hedges[n] = s, nil
+		}
 	}
-	a := p.next(ctx)
+	a := send(ctx)
 	return a, a.Err
+}
+
+// ready takes hedge n's copy of the caller's request ([rpc.Call.Copy]: connectkit's
+// copies its header and message). It runs under the call's lock while the call is
+// undecided ([readier]): a hedge still running once the call has returned (a
+// loser, the interceptors beneath it, connect-go marshalling its message) reads
+// its own copy, not the request the caller may change and send again by then. The
+// primary sends the caller's request, on the caller's goroutine.
+func (p *rpcAttempts) ready(_ context.Context, n int) {
+	if p.copy != nil {
+		p.hedges[n] = p.copy()
+	}
 }
 
 // verdict is [grpcAttempts.verdict] on an answer's metadata.

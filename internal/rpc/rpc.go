@@ -30,6 +30,15 @@ type Call struct {
 	// ServerStreams is true for a stream on which the server sends a stream of
 	// messages (server streaming, bidi).
 	ServerStreams bool
+	// Copy, when not nil, returns a send of a copy of the call's request taken as
+	// Copy is called, which reads nothing the caller may change (connectkit: the
+	// request's header and message) when it is called, once, later. The send a
+	// layer is given reads the caller's request as it sends: a layer that sends a
+	// copy on a goroutine of its own, which may still run once the call has
+	// returned (hedge: a loser), takes the copy with Copy while the call is
+	// undecided, since the caller may change its request and send it again once
+	// the call has returned.
+	Copy func() Send
 }
 
 // Answer is what an attempt, or a whole call, came back with.

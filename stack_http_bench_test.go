@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/deadlinekit/deadlinekit"
+	"github.com/deadlinekit/deadlinekit/internal/attempts"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/propagate"
@@ -43,16 +45,18 @@ func BenchmarkStackHTTP(b *testing.B) {
 // BenchmarkStackFloorHTTP is [BenchmarkStackFloor]'s "fused" on the call of
 // [BenchmarkStackHTTP]: the least work the promises need, in one transport and one
 // middleware (floorTransport, floorHandler), untraced and traced with an attempt
-// span per attempt.
+// span per attempt; "fused-wire" adds the chain rule's mark to the request's header,
+// as [BenchmarkStackFloor]'s does to the call's metadata.
 //
 //	go test -run '^$' -bench 'StackFloorHTTP' -benchtime 20000x -count 3 .
 func BenchmarkStackFloorHTTP(b *testing.B) {
 	for _, v := range []struct {
 		name   string
 		traced bool
-	}{{"fused/untraced", false}, {"fused/traced-span", true}} {
+	}{{"fused/untraced", false}, {"fused/traced-span", true}, {"fused-wire/untraced", false}, {"fused-wire/traced-span", true}} {
 		b.Run(v.name, func(b *testing.B) {
 			c := newFloorClient(recordSpan)
+			c.wire = strings.HasPrefix(v.name, "fused-wire/")
 			bare := startHTTPCall(b, nil, nil, v.traced)
 			with := startHTTPCall(b, func(rt http.RoundTripper) http.RoundTripper { return &floorTransport{c: c, base: rt} }, floorHandler, v.traced)
 			b.ReportAllocs()
@@ -140,6 +144,9 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := make(http.Header, len(req.Header)+2)
 	maps.Copy(h, req.Header)
 	h[propagate.HeaderGRPCTimeout] = []string{propagate.EncodeGRPCTimeout(left)}
+	if c.wire {
+		h[attempts.CoveredHeader] = floorMark
+	}
 	var attempt trace.Span
 	if recording {
 		actx, attempt = span.TracerProvider().Tracer(otelattr.ScopeName).Start(actx, "attempt primary", trace.WithAttributes(
@@ -168,6 +175,10 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil
 }
+
+// floorMark is the chain rule's mark as a header's values, shared by every request
+// of a "fused-wire" floor (a transport below reads the header, never writes it).
+var floorMark = []string{attempts.CoveredValue}
 
 // cancelOnClose cancels the primary's context once its answer's body is closed.
 type cancelOnClose struct {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/deadlinekit/deadlinekit/criticality"
 )
 
 // The budget of a retry layer without [WithBudget]: retries may be 10% of the
@@ -28,7 +30,13 @@ const milli = 1000
 //
 //	minPerSecond × TTL + ratio × successes in the last TTL − retries in the last TTL
 //
-// and a retry is allowed only while it is at least one token. The reserve
+// and a retry is allowed only while it is at least one token, plus a headroom for
+// each higher criticality level (package criticality) whose calls have used the
+// budget within the TTL: a lower level's retries stop first, and leave that much to
+// the levels above (the SRE book's rule that a level is refused only once every
+// lower one is). The headroom is a tenth of the reserve, at least one token: 10
+// retries with the defaults. A client whose calls are all of one level (the
+// default's, say) has none. The reserve
 // (minPerSecond × TTL) is there from the start: a new client may retry at once, and a
 // client with little traffic may still retry minPerSecond times per second on
 // average. In a sustained outage there are no successes, and retries fall to the
@@ -46,11 +54,28 @@ type Budget struct {
 	// from the monotonic clock alone (time.Since), at half the price of time.Now.
 	origin time.Time
 
+	headroom int64         // milli-tokens a retry leaves for each higher level in use
+	ttl      time.Duration // how long a level stays in use after its last call
+
 	mu    sync.Mutex
 	slots [budgetSlots]int64 // milli-tokens deposited (positive) and withdrawn (negative) per slice
 	cur   int                // index of the current slice
 	start time.Duration      // start of the current slice, since origin
 	sum   int64              // sum of slots
+	// used is, per level (Sheddable first), when a call of it last deposited or asked
+	// for a retry, since origin; zero: never.
+	used [levels]time.Duration
+}
+
+// levels is the number of criticality levels, Sheddable to CriticalPlus.
+const levels = int(criticality.CriticalPlus-criticality.Sheddable) + 1
+
+// levelIndex is l's index in Budget.used; a level outside the four is the default's.
+func levelIndex(l criticality.Level) int {
+	if !l.Valid() {
+		l = criticality.Critical
+	}
+	return int(l - criticality.Sheddable)
 }
 
 // NewBudget returns a budget that allows retries up to ratio × the successes of the
@@ -74,20 +99,24 @@ func NewBudget(ratio, minPerSecond float64, ttl time.Duration) *Budget {
 	}
 	ttl = min(ttl, 100*365*24*time.Hour)
 	slot := max(ttl/budgetSlots, 1)
+	reserve := int64(math.Round(minPerSecond * ttl.Seconds() * milli))
 	return &Budget{
 		perSuccess: int64(math.Round(ratio * milli)),
-		reserve:    int64(math.Round(minPerSecond * ttl.Seconds() * milli)),
+		reserve:    reserve,
+		headroom:   max(reserve/budgetSlots, milli),
+		ttl:        ttl,
 		slot:       slot,
 		origin:     time.Now(),
 	}
 }
 
-// advance moves the ring to the present, forgetting the slices older than the TTL.
-// b.mu held.
-func (b *Budget) advance() {
-	elapsed := time.Since(b.origin) - b.start
+// advance moves the ring to the present, forgetting the slices older than the TTL,
+// and returns the present, since origin (at least 1 ns). b.mu held.
+func (b *Budget) advance() time.Duration {
+	now := max(time.Since(b.origin), 1)
+	elapsed := now - b.start
 	if elapsed < b.slot {
-		return
+		return now
 	}
 	k := elapsed / b.slot
 	if k >= budgetSlots {
@@ -102,33 +131,44 @@ func (b *Budget) advance() {
 		}
 	}
 	b.start += k * b.slot
+	return now
 }
 
-// deposit records one success: it adds ratio of a token, for the TTL. The retry
-// layers call it for every attempt that the downstream answered ([Answered]).
-func (b *Budget) deposit() {
-	if b == nil || b.perSuccess == 0 {
+// deposit records one success of a call of level l: it adds ratio of a token, for
+// the TTL. The retry layers call it for every attempt that the downstream answered
+// ([Answered]).
+func (b *Budget) deposit(l criticality.Level) {
+	if b == nil {
 		return
 	}
 	b.mu.Lock()
-	b.advance()
+	b.used[levelIndex(l)] = b.advance()
 	b.slots[b.cur] += b.perSuccess
 	b.sum += b.perSuccess
 	b.mu.Unlock()
 }
 
-// tryWithdraw takes one token for a retry and reports whether there was one. A false
+// tryWithdraw takes one token for a retry of a call of level l and reports whether
+// there was one, with the headroom of the higher levels in use left over. A false
 // result means the retry must not be made. A nil *Budget always allows. The retry
 // layers call it before waiting for a retry, and give the token back (refund) when
 // the retry is not sent after all.
-func (b *Budget) tryWithdraw() bool {
+func (b *Budget) tryWithdraw(l criticality.Level) bool {
 	if b == nil {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.advance()
-	if b.reserve+b.sum < milli {
+	now := b.advance()
+	i := levelIndex(l)
+	b.used[i] = now
+	need := int64(milli)
+	for _, t := range b.used[i+1:] {
+		if t > 0 && now-t < b.ttl {
+			need += b.headroom
+		}
+	}
+	if b.reserve+b.sum < need {
 		return false
 	}
 	b.slots[b.cur] -= milli

@@ -10,4 +10,7 @@
 // outermost deadlinekit layer of a client (tracing → retry → breaker → hedge →
 // propagate → transport): each attempt goes through the layers beneath again, and
 // shows as a child span of the call's (package otelattr names its attributes).
+//
+// The budget reads each call's level (package criticality): a lower level's retries
+// stop first, leaving a headroom to the higher levels in use ([Budget]).
 package retry

@@ -1,5 +1,7 @@
 package retry
 
+import "github.com/deadlinekit/deadlinekit/criticality"
+
 // Names for the tests of package retry_test only.
 
 const (
@@ -11,5 +13,8 @@ const (
 // WithRandom sets the source of the jitter (see withRandom).
 var WithRandom = withRandom
 
-func (b *Budget) Deposit()          { b.deposit() }
-func (b *Budget) TryWithdraw() bool { return b.tryWithdraw() }
+func (b *Budget) Deposit()          { b.deposit(criticality.Critical) }
+func (b *Budget) TryWithdraw() bool { return b.tryWithdraw(criticality.Critical) }
+
+func (b *Budget) DepositAt(l criticality.Level)          { b.deposit(l) }
+func (b *Budget) TryWithdrawAt(l criticality.Level) bool { return b.tryWithdraw(l) }

@@ -145,7 +145,7 @@ func TestBackoffSequenceSeeded(t *testing.T) {
 func TestDeadlineRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeRT{fn: func(int, *http.Request) (*http.Response, error) {
-			time.Sleep(30 * time.Millisecond)
+			<-time.After(30 * time.Millisecond)
 			return httpStatus(503), nil
 		}}
 		var last retry.Event

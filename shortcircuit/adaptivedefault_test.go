@@ -44,7 +44,7 @@ func TestDefaultAdaptiveSetInPart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var c shortcircuit.Counter
 		h := shortcircuit.NewMiddleware(shortcircuit.WithObserver(c.Observe))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
-			time.Sleep(10 * time.Millisecond) // the work
+			<-time.After(10 * time.Millisecond) // the work
 		}))
 		serve := func(budget time.Duration) int {
 			ctx, cancel := context.WithTimeout(context.Background(), budget)

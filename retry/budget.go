@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"math"
 	"sync"
 	"time"
@@ -134,33 +135,34 @@ func (b *Budget) advance() time.Duration {
 	return now
 }
 
-// deposit records one success of a call of level l: it adds ratio of a token, for
-// the TTL. The retry layers call it for every attempt that the downstream answered
-// ([Answered]).
-func (b *Budget) deposit(l criticality.Level) {
+// deposit records one success of a call under ctx, at ctx's level: it adds ratio of
+// a token, for the TTL. The retry layers call it for every attempt that the
+// downstream answered ([Answered]).
+func (b *Budget) deposit(ctx context.Context) {
 	if b == nil {
 		return
 	}
+	i := levelIndex(criticality.From(ctx))
 	b.mu.Lock()
-	b.used[levelIndex(l)] = b.advance()
+	b.used[i] = b.advance()
 	b.slots[b.cur] += b.perSuccess
 	b.sum += b.perSuccess
 	b.mu.Unlock()
 }
 
-// tryWithdraw takes one token for a retry of a call of level l and reports whether
-// there was one, with the headroom of the higher levels in use left over. A false
+// tryWithdraw takes one token for a retry of a call under ctx, at ctx's level, and
+// reports whether there was one, with the headroom of the higher levels in use left over. A false
 // result means the retry must not be made. A nil *Budget always allows. The retry
 // layers call it before waiting for a retry, and give the token back (refund) when
 // the retry is not sent after all.
-func (b *Budget) tryWithdraw(l criticality.Level) bool {
+func (b *Budget) tryWithdraw(ctx context.Context) bool {
 	if b == nil {
 		return true
 	}
+	i := levelIndex(criticality.From(ctx))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.advance()
-	i := levelIndex(l)
 	b.used[i] = now
 	need := int64(milli)
 	for _, t := range b.used[i+1:] {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/deadlinekit/deadlinekit/criticality"
 	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
@@ -228,7 +227,7 @@ func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d decision) (
 	e.Verdict, e.Reason = d.verdict, d.reason
 	if d.verdict != Retryable {
 		if d.verdict == Answered {
-			c.budget.deposit(criticality.From(ctx))
+			c.budget.deposit(ctx)
 		}
 		c.report(ctx, a.span, e, d, l.max, l.single)
 		if d.doNotRetry {
@@ -300,7 +299,7 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d decision, last 
 		return Stop, 0, &StopError{Attempts: n, Reason: "no time for another attempt", Cause: errNoTime, Last: last,
 			Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, stop: record.StopDeadline}
 	}
-	if !c.budget.tryWithdraw(criticality.From(ctx)) {
+	if !c.budget.tryWithdraw(ctx) {
 		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: record.StopBudgetEmpty}
 	}
 	return Retry, wait, nil

@@ -1,6 +1,10 @@
 package retry
 
-import "github.com/deadlinekit/deadlinekit/criticality"
+import (
+	"context"
+
+	"github.com/deadlinekit/deadlinekit/criticality"
+)
 
 // Names for the tests of package retry_test only.
 
@@ -13,8 +17,10 @@ const (
 // WithRandom sets the source of the jitter (see withRandom).
 var WithRandom = withRandom
 
-func (b *Budget) Deposit()          { b.deposit(criticality.Critical) }
-func (b *Budget) TryWithdraw() bool { return b.tryWithdraw(criticality.Critical) }
+func (b *Budget) Deposit()          { b.deposit(context.Background()) }
+func (b *Budget) TryWithdraw() bool { return b.tryWithdraw(context.Background()) }
 
-func (b *Budget) DepositAt(l criticality.Level)          { b.deposit(l) }
-func (b *Budget) TryWithdrawAt(l criticality.Level) bool { return b.tryWithdraw(l) }
+func (b *Budget) DepositAt(l criticality.Level) { b.deposit(criticality.With(context.Background(), l)) }
+func (b *Budget) TryWithdrawAt(l criticality.Level) bool {
+	return b.tryWithdraw(criticality.With(context.Background(), l))
+}

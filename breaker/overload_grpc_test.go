@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
@@ -60,23 +59,9 @@ func TestGRPCOverloadedTargetRefusingForLoadStaysClosed(t *testing.T) {
 	addr := lis.Addr().String()
 
 	h := newHeld()
-	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method != testgrpc.TestService_EmptyCall_FullMethodName {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
-		h.sent <- struct{}{}
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		<-h.release
-		return err
-	}
-	b := breaker.New()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor(), hold))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := testgrpc.NewTestServiceClient(cc)
+	b, client := holdingGRPCClient(t, addr, h, func(_ context.Context, method string) bool {
+		return method == testgrpc.TestService_EmptyCall_FullMethodName
+	})
 	ctx := criticality.With(bg, criticality.Sheddable)
 	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
 		t.Fatal(err) // the slot free

@@ -43,6 +43,30 @@ type held struct{ sent, release chan struct{} }
 
 func newHeld() held { return held{make(chan struct{}, sheddableCalls), make(chan struct{})} }
 
+// holdingGRPCClient returns a new breaker and a client of the gRPC server at addr
+// through it; beneath the breaker, a call for which hold reports true is counted on
+// h.sent once sent and answered only once h.release is closed.
+func holdingGRPCClient(t *testing.T, addr string, h held, hold func(ctx context.Context, method string) bool) (*breaker.Breaker, testgrpc.TestServiceClient) {
+	t.Helper()
+	holder := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if !hold(ctx, method) {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		h.sent <- struct{}{}
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		<-h.release
+		return err
+	}
+	b := breaker.New()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor(), holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return b, testgrpc.NewTestServiceClient(cc)
+}
+
 // burst sends sheddableCalls calls with send at level, each with fairBudget, waits
 // until the breaker let every one through, calls answered criticalCalls times
 // meanwhile (each must succeed), then lets the held calls end and returns their
@@ -239,23 +263,7 @@ func TestGRPCOverloadedTargetAnsweringCriticalCallsStaysClosed(t *testing.T) {
 	s := &overloadedGRPC{}
 	addr := listenGRPC(t, s)
 	h := newHeld()
-	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if criticality.From(ctx) >= criticality.Critical {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
-		h.sent <- struct{}{}
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		<-h.release
-		return err
-	}
-	b := breaker.New()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(b.UnaryClientInterceptor(), hold))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := testgrpc.NewTestServiceClient(cc)
+	b, client := holdingGRPCClient(t, addr, h, func(ctx context.Context, _ string) bool { return criticality.From(ctx) < criticality.Critical })
 	critical := func() error {
 		_, err := client.UnaryCall(criticality.With(bg, criticality.Critical), &testgrpc.SimpleRequest{})
 		return err

@@ -1,7 +1,6 @@
 package breaker_test
 
 import (
-	"errors"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -21,18 +20,7 @@ func TestDefaultThrottleSetInPart(t *testing.T) {
 		rt := &refusing{refuse: true}
 		b := breaker.New(breaker.WithRandom(func() float64 { return 0 })) // a draw of 0 refuses when it may
 		client := &http.Client{Transport: b.Transport(rt)}
-		throttled := 0
-		for range 20 {
-			resp, err := client.Get("http://a.test/")
-			switch {
-			case errors.Is(err, breaker.ErrThrottled):
-				throttled++
-			case err != nil:
-				t.Fatal(err)
-			default:
-				resp.Body.Close()
-			}
-		}
+		throttled, _ := getThrottled(t, client, 20)
 		// MinRequests 10, the package's: ten sent and refused, the rest throttled.
 		if rt.sent != 10 || throttled != 10 {
 			t.Fatalf("%d sent, %d throttled; want 10 and 10", rt.sent, throttled)

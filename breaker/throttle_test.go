@@ -258,20 +258,9 @@ func TestThrottleWaitsForEvidence(t *testing.T) {
 				// A draw of 0 refuses whenever the probability is above 0.
 				b := breaker.New(append(c.opts, breaker.WithRandom(func() float64 { return 0 }))...)
 				client := &http.Client{Transport: b.Transport(rt)}
-				var throttled int
-				for range 20 {
-					resp, err := client.Get("http://a.test/")
-					switch {
-					case errors.Is(err, breaker.ErrThrottled):
-						throttled++
-					case err != nil:
-						t.Fatal(err)
-					default:
-						resp.Body.Close()
-						if throttled != 0 {
-							t.Fatalf("a call sent after %d throttled", throttled)
-						}
-					}
+				throttled, sentAfter := getThrottled(t, client, 20)
+				if sentAfter != 0 {
+					t.Fatalf("%d calls sent after the first throttled", sentAfter)
 				}
 				if rt.sent != c.sent || throttled != 20-c.sent {
 					t.Fatalf("%d sent, %d throttled; want %d sent, the rest throttled", rt.sent, throttled, c.sent)
@@ -279,6 +268,27 @@ func TestThrottleWaitsForEvidence(t *testing.T) {
 			})
 		})
 	}
+}
+
+// getThrottled sends n GETs through client, one after another, and returns how
+// many the throttle refused and how many were sent after its first refusal.
+func getThrottled(t *testing.T, client *http.Client, n int) (throttled, sentAfter int) {
+	t.Helper()
+	for range n {
+		resp, err := client.Get("http://a.test/")
+		switch {
+		case errors.Is(err, breaker.ErrThrottled):
+			throttled++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			resp.Body.Close()
+			if throttled != 0 {
+				sentAfter++
+			}
+		}
+	}
+	return throttled, sentAfter
 }
 
 // halfRefusing accepts requests to /a and refuses those to /r for load.

@@ -1,6 +1,9 @@
 package dedup
 
-import "unsafe"
+import (
+	"encoding/hex"
+	"unsafe"
+)
 
 // A fingerprint of lowercase hex digits (the middleware's: a SHA-256 in hex) is
 // kept in a [MemoryStore] as the bytes they spell, half its length, and given back
@@ -10,29 +13,16 @@ import "unsafe"
 // hexDigits are the lowercase hex digits, by value.
 const hexDigits = "0123456789abcdef"
 
-// unhex is the value of each lowercase hex digit, and 0xff for every other byte.
-var unhex = func() (t [256]byte) {
-	for i := range t {
-		t[i] = 0xff
-	}
-	for v := range len(hexDigits) {
-		t[hexDigits[v]] = byte(v)
-	}
-	return t
-}()
-
 // packedLen is the bytes fp is kept in: half its length when it is lowercase hex
-// digits (packed), its length otherwise.
+// digits (packed: encoding/hex gives them back as they were), its length otherwise.
 func packedLen(fp string) (n int, packed bool) {
 	if len(fp) == 0 || len(fp)%2 != 0 {
 		return len(fp), false
 	}
-	var bad byte
 	for i := 0; i < len(fp); i++ {
-		bad |= unhex[fp[i]] & 0xf0
-	}
-	if bad != 0 {
-		return len(fp), false
+		if c := fp[i]; c-'0' > 9 && c-'a' > 5 {
+			return len(fp), false
+		}
 	}
 	return len(fp) / 2, true
 }
@@ -43,9 +33,7 @@ func pack(dst []byte, fp string, packed bool) {
 		copy(dst, fp)
 		return
 	}
-	for i := range dst {
-		dst[i] = unhex[fp[2*i]]<<4 | unhex[fp[2*i+1]]
-	}
+	hex.Decode(dst, unsafe.Slice(unsafe.StringData(fp), len(fp))) // read only; valid digits
 }
 
 // unpack is the fingerprint kept in b, as it was given: want itself when it is
@@ -70,9 +58,7 @@ func unpack(b []byte, packed bool, want string, sum []byte) string {
 			return want
 		}
 	}
-	s := make([]byte, 2*len(b))
-	for i, c := range b {
-		s[2*i], s[2*i+1] = hexDigits[c>>4], hexDigits[c&0xf]
-	}
+	s := make([]byte, hex.EncodedLen(len(b)))
+	hex.Encode(s, b)
 	return unsafe.String(unsafe.SliceData(s), len(s))
 }

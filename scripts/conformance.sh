@@ -51,9 +51,17 @@ run() {
 }
 
 # check MODE VARIANT [flags]: run, noting a failure in failed instead of stopping.
+# The bare reference (VARIANT off: no deadlinekit code in it) is run once more when
+# it fails: it checks the suite itself, whose HTTP/1 gRPC-Web bidi case once failed
+# there alone ("invalid Read on closed Body"); a second failure is the suite's.
 check() {
   printf -- '-- %s\n' "$*"
-  run "$@" || failed+=("$*")
+  if run "$@"; then return 0; fi
+  if [ "${2:-}" = off ]; then
+    printf -- '-- %s (again: the bare reference failed once)\n' "$*"
+    run "$@" && return 0
+  fi
+  failed+=("$*")
 }
 
 # ci: the checks .ci/run makes. The bare reference must pass every case in both

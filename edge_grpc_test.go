@@ -32,7 +32,7 @@ func TestEdgeGRPC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := []deadlinekit.Option{deadlinekit.WithFloor(50 * time.Millisecond), deadlinekit.WithDedup(dedup.NewMemoryStore())}
+			opts := []deadlinekit.Option{deadlinekit.WithFloor(time.Second), deadlinekit.WithDedup(dedup.NewMemoryStore())}
 			if edge {
 				opts = append(opts, deadlinekit.WithEdge())
 			}
@@ -66,7 +66,7 @@ func TestEdgeGRPC(t *testing.T) {
 				public   string
 				internal string
 			}{
-				{"too little time", 20 * time.Millisecond, "100", nil, codes.DeadlineExceeded, "not enough time left to serve the request", "shortcircuit: "},
+				{"too little time", 500 * time.Millisecond, "100", nil, codes.DeadlineExceeded, "not enough time left to serve the request", "shortcircuit: "},
 				{"two keys", 5 * time.Second, "100", []string{"a", "b"}, codes.InvalidArgument, "malformed Idempotency-Key: 2 values, want one", "idempotency-key: malformed Idempotency-Key: 2 values"},
 				{"a space in the key", 5 * time.Second, "100", []string{"a b"}, codes.InvalidArgument, "malformed Idempotency-Key: character ' ' (U+0020) at position 1 is not visible ASCII", "idempotency-key: malformed"},
 				{"a decline", 5 * time.Second, "decline", []string{"order-1"}, codes.FailedPrecondition, "card declined", "card declined"},

@@ -151,13 +151,14 @@ func (b *Budget) deposit(ctx context.Context) {
 }
 
 // tryWithdraw takes one token for a retry of a call under ctx, at ctx's level, and
-// reports whether there was one, with the headroom of the higher levels in use left over. A false
-// result means the retry must not be made. A nil *Budget always allows. The retry
-// layers call it before waiting for a retry, and give the token back (refund) when
-// the retry is not sent after all.
-func (b *Budget) tryWithdraw(ctx context.Context) bool {
+// reports whether there was one, with the headroom of the higher levels in use left
+// over, and when it was taken (since origin: the receipt [Budget.refund] needs). A
+// false result means the retry must not be made. A nil *Budget always allows. The
+// retry layers call it before waiting for a retry, and give the token back (refund)
+// when the retry is not sent after all.
+func (b *Budget) tryWithdraw(ctx context.Context) (at time.Duration, ok bool) {
 	if b == nil {
-		return true
+		return 0, true
 	}
 	i := levelIndex(criticality.From(ctx))
 	b.mu.Lock()
@@ -171,23 +172,30 @@ func (b *Budget) tryWithdraw(ctx context.Context) bool {
 		}
 	}
 	if b.reserve+b.sum < need {
-		return false
+		return 0, false
 	}
 	b.slots[b.cur] -= milli
 	b.sum -= milli
-	return true
+	return now, true
 }
 
-// refund gives back the token of a retry that was never sent (its call's context
-// ended during the wait, or a layer beneath refused it before sending).
-func (b *Budget) refund() {
+// refund gives back the token taken at at (tryWithdraw's receipt) for a retry that
+// was never sent (its call's context ended during the wait, or a layer beneath
+// refused it before sending). The token goes back to the slice it was taken from,
+// to expire with it, and not at all once that slice has: a wait can outlast a
+// slice, or the whole TTL (a server's pushback), and a token given back to the
+// present slice would outlive the withdrawal it cancels.
+func (b *Budget) refund(at time.Duration) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	b.advance()
-	b.slots[b.cur] += milli
-	b.sum += milli
+	if back := b.start/b.slot - at/b.slot; back < budgetSlots {
+		i := (b.cur - int(back) + budgetSlots) % budgetSlots
+		b.slots[i] += milli
+		b.sum += milli
+	}
 	b.mu.Unlock()
 }
 

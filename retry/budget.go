@@ -33,11 +33,18 @@ const milli = 1000
 //
 // and a retry is allowed only while it is at least one token, plus a headroom for
 // each higher criticality level (package criticality) whose calls have used the
-// budget within the TTL: a lower level's retries stop first, and leave that much to
-// the levels above (the SRE book's rule that a level is refused only once every
-// lower one is). The headroom is a tenth of the reserve, at least one token: 10
-// retries with the defaults. A client whose calls are all of one level (the
-// default's, say) has none. The reserve
+// budget within the TTL (one was answered, or asked for a retry): a lower level's
+// retries stop first, and leave that much to the levels above (the SRE book's rule
+// that a level is refused only once every lower one is). The headroom is a tenth of
+// the reserve, at least one token: 10 retries with the defaults. A client whose
+// calls are all of one level (the default's, say) has none. A level that has not
+// used the budget for a TTL has no headroom kept for it: its first retry after
+// that finds what the lower levels left. A level with k higher levels in use needs
+// 1 + k tokens under a reserve of less than 10 (whose headroom is one token): a
+// reserve under that leaves it only what successes deposit. With NewBudget(0, 0.1,
+// 10*time.Second), a reserve of one retry per 10 s, a call of the default level
+// does not retry while a CriticalPlus call has used the budget in the last 10 s.
+// The reserve
 // (minPerSecond × TTL) is there from the start: a new client may retry at once, and a
 // client with little traffic may still retry minPerSecond times per second on
 // average. In a sustained outage there are no successes, and retries fall to the
@@ -200,7 +207,9 @@ func (b *Budget) refund(at time.Duration) {
 }
 
 // Balance returns the number of retries the budget would allow now (possibly
-// fractional). A nil *Budget reports +Inf.
+// fractional) to a call of a level with no higher level in use; a lower level's
+// retries stop with the headroom of the levels above it left. A nil *Budget reports
+// +Inf.
 func (b *Budget) Balance() float64 {
 	if b == nil {
 		return math.Inf(1)

@@ -44,11 +44,11 @@ const milli = 1000
 // reserve under that leaves it only what successes deposit. With NewBudget(0, 0.1,
 // 10*time.Second), a reserve of one retry per 10 s, a call of the default level
 // does not retry while a CriticalPlus call has used the budget in the last 10 s.
-// The reserve
-// (minPerSecond × TTL) is there from the start: a new client may retry at once, and a
-// client with little traffic may still retry minPerSecond times per second on
-// average. In a sustained outage there are no successes, and retries fall to the
-// floor. This is Finagle's RetryBudget.
+//
+// The reserve (minPerSecond × TTL) is there from the start: a new client may retry
+// at once, and a client with little traffic may still retry minPerSecond times per
+// second on average. In a sustained outage there are no successes, and retries fall
+// to the floor. This is Finagle's RetryBudget.
 //
 // A Budget is safe for concurrent use. Build one with [NewBudget]; a nil *Budget
 // allows every retry (no budget), which is what [WithBudget](nil) means.

@@ -198,6 +198,11 @@ func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
 			return decision{verdict: Failed, reason: "refused before sending, for lack of budget"}
 		}
 		if d, ok := l.c.localPushback(a.err, e.Attempt); ok && !l.p.replied(a.v) {
+			// Refused beneath before anything was sent, too (an open circuit): a
+			// retry's token comes back, and another is taken should the call retry.
+			if e.Attempt > 1 {
+				l.c.budget.refund(l.token)
+			}
 			return d
 		}
 	}

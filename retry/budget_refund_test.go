@@ -2,6 +2,7 @@ package retry_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -67,6 +68,25 @@ func TestBudgetRefundGoesBackWhereTheTokenWasTaken(t *testing.T) {
 		<-time.After(9*time.Second + 450*time.Millisecond) // the slice of the withdrawals has expired, not the next one
 		if got := budget.Balance(); got != 10 {
 			t.Errorf("once the slice the tokens were taken from expired: balance %v, want the reserve (10)", got)
+		}
+	})
+}
+
+// A retry whose request body cannot be replayed (the request's GetBody fails) is
+// not sent, and gives its token back: the call stops, having spent none. The token
+// was kept.
+func TestBudgetRetryNotReplayableGivesItsTokenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget := retry.NewBudget(0, 1, 10*time.Second) // a reserve of 10 retries
+		base := &fakeRT{fn: always(http.StatusServiceUnavailable)}
+		req, _ := http.NewRequest(http.MethodPut, "http://svc/doc", strings.NewReader("v2"))
+		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("the document was closed") }
+		resp, err := retry.NewTransport(base, retry.WithBudget(budget)).RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if got := base.attempts(); got != 1 || budget.Balance() != 10 {
+			t.Errorf("%d attempts sent, %v tokens left; want 1 and the reserve (10): the retry never left", got, budget.Balance())
 		}
 	})
 }

@@ -257,10 +257,14 @@ func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d decision) (
 	return action, wait, stopErr
 }
 
-// unsent ends attempt n, which could not be sent (a.err says why): the call stops.
+// unsent ends attempt n, which could not be sent (a.err says why): the call stops,
+// and a retry's token comes back.
 func (l *loop[T, P]) unsent(ctx context.Context, a try[T], n int, last error) error {
 	if a.cancel != nil {
 		a.cancel()
+	}
+	if n > 1 {
+		l.c.budget.refund(l.token)
 	}
 	a.span.End(record.OutcomeFailure, a.err)
 	record.RetryCall(ctx, n-1, record.StopNotRetryable)

@@ -33,15 +33,22 @@ const milli = 1000
 //
 // and a retry is allowed only while it is at least one token, plus a headroom for
 // each higher criticality level (package criticality) whose calls have used the
-// budget within the TTL: a lower level's retries stop first, and leave that much to
-// the levels above (the SRE book's rule that a level is refused only once every
-// lower one is). The headroom is a tenth of the reserve, at least one token: 10
-// retries with the defaults. A client whose calls are all of one level (the
-// default's, say) has none. The reserve
-// (minPerSecond × TTL) is there from the start: a new client may retry at once, and a
-// client with little traffic may still retry minPerSecond times per second on
-// average. In a sustained outage there are no successes, and retries fall to the
-// floor. This is Finagle's RetryBudget.
+// budget within the TTL (one was answered, or asked for a retry): a lower level's
+// retries stop first, and leave that much to the levels above (the SRE book's rule
+// that a level is refused only once every lower one is). The headroom is a tenth of
+// the reserve, at least one token: 10 retries with the defaults. A client whose
+// calls are all of one level (the default's, say) has none. A level that has not
+// used the budget for a TTL has no headroom kept for it: its first retry after
+// that finds what the lower levels left. A level with k higher levels in use needs
+// 1 + k tokens under a reserve of less than 10 (whose headroom is one token): a
+// reserve under that leaves it only what successes deposit. With NewBudget(0, 0.1,
+// 10*time.Second), a reserve of one retry per 10 s, a call of the default level
+// does not retry while a CriticalPlus call has used the budget in the last 10 s.
+//
+// The reserve (minPerSecond × TTL) is there from the start: a new client may retry
+// at once, and a client with little traffic may still retry minPerSecond times per
+// second on average. In a sustained outage there are no successes, and retries fall
+// to the floor. This is Finagle's RetryBudget.
 //
 // A Budget is safe for concurrent use. Build one with [NewBudget]; a nil *Budget
 // allows every retry (no budget), which is what [WithBudget](nil) means.
@@ -151,13 +158,14 @@ func (b *Budget) deposit(ctx context.Context) {
 }
 
 // tryWithdraw takes one token for a retry of a call under ctx, at ctx's level, and
-// reports whether there was one, with the headroom of the higher levels in use left over. A false
-// result means the retry must not be made. A nil *Budget always allows. The retry
-// layers call it before waiting for a retry, and give the token back (refund) when
-// the retry is not sent after all.
-func (b *Budget) tryWithdraw(ctx context.Context) bool {
+// reports whether there was one, with the headroom of the higher levels in use left
+// over, and when it was taken (since origin: the receipt [Budget.refund] needs). A
+// false result means the retry must not be made. A nil *Budget always allows. The
+// retry layers call it before waiting for a retry, and give the token back (refund)
+// when the retry is not sent after all.
+func (b *Budget) tryWithdraw(ctx context.Context) (at time.Duration, ok bool) {
 	if b == nil {
-		return true
+		return 0, true
 	}
 	i := levelIndex(criticality.From(ctx))
 	b.mu.Lock()
@@ -171,28 +179,37 @@ func (b *Budget) tryWithdraw(ctx context.Context) bool {
 		}
 	}
 	if b.reserve+b.sum < need {
-		return false
+		return 0, false
 	}
 	b.slots[b.cur] -= milli
 	b.sum -= milli
-	return true
+	return now, true
 }
 
-// refund gives back the token of a retry that was never sent (its call's context
-// ended during the wait, or a layer beneath refused it before sending).
-func (b *Budget) refund() {
+// refund gives back the token taken at at (tryWithdraw's receipt) for a retry that
+// was never sent (its call's context ended during the wait, or a layer beneath
+// refused it before sending). The token goes back to the slice it was taken from,
+// to expire with it, and not at all once that slice has: a wait can outlast a
+// slice, or the whole TTL (a server's pushback), and a token given back to the
+// present slice would outlive the withdrawal it cancels.
+func (b *Budget) refund(at time.Duration) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	b.advance()
-	b.slots[b.cur] += milli
-	b.sum += milli
+	if back := b.start/b.slot - at/b.slot; back < budgetSlots {
+		i := (b.cur - int(back) + budgetSlots) % budgetSlots
+		b.slots[i] += milli
+		b.sum += milli
+	}
 	b.mu.Unlock()
 }
 
 // Balance returns the number of retries the budget would allow now (possibly
-// fractional). A nil *Budget reports +Inf.
+// fractional) to a call of a level with no higher level in use; a lower level's
+// retries stop with the headroom of the levels above it left. A nil *Budget reports
+// +Inf.
 func (b *Budget) Balance() float64 {
 	if b == nil {
 		return math.Inf(1)

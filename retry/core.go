@@ -67,6 +67,7 @@ type loop[T any, P protocol[T]] struct {
 	max    int               // attempts allowed
 	single record.StopReason // why max was cut to one, when it was
 	in     *inbound          // the server-side state of the request being served, if any
+	token  time.Duration     // when the budget gave the latest retry its token: its refund's receipt
 }
 
 // begin sets the attempts of a call under ctx: one only when the request being
@@ -146,7 +147,7 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 		if action == Stop {
 			return zero, stopErr
 		}
-		if err := l.c.waitToRetry(ctx, n, wait, fail); err != nil {
+		if err := l.c.waitToRetry(ctx, n, wait, fail, l.token); err != nil {
 			l.gaveUp()
 			if haveKept {
 				return l.p.deliver(kept, nil, nil)
@@ -192,11 +193,16 @@ func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
 			// Refused beneath before anything was sent: not a transport failure, and
 			// another attempt would have less time still. A retry's token comes back.
 			if e.Attempt > 1 {
-				l.c.budget.refund()
+				l.c.budget.refund(l.token)
 			}
 			return decision{verdict: Failed, reason: "refused before sending, for lack of budget"}
 		}
 		if d, ok := l.c.localPushback(a.err, e.Attempt); ok && !l.p.replied(a.v) {
+			// Refused beneath before anything was sent, too (an open circuit): a
+			// retry's token comes back, and another is taken should the call retry.
+			if e.Attempt > 1 {
+				l.c.budget.refund(l.token)
+			}
 			return d
 		}
 	}
@@ -236,6 +242,9 @@ func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d decision) (
 		return Return, 0, nil
 	}
 	action, wait, stopErr := c.plan(ctx, e.Attempt, l.max, d, e.Err)
+	if action == Retry {
+		action, wait, stopErr = l.withdraw(ctx, e.Attempt, wait, e.Err)
+	}
 	e.Action, e.Wait = action, wait
 	if action == Stop {
 		stopErr = l.p.stopped(ctx, stopErr)
@@ -248,10 +257,14 @@ func (l *loop[T, P]) after(ctx context.Context, a try[T], e Event, d decision) (
 	return action, wait, stopErr
 }
 
-// unsent ends attempt n, which could not be sent (a.err says why): the call stops.
+// unsent ends attempt n, which could not be sent (a.err says why): the call stops,
+// and a retry's token comes back.
 func (l *loop[T, P]) unsent(ctx context.Context, a try[T], n int, last error) error {
 	if a.cancel != nil {
 		a.cancel()
+	}
+	if n > 1 {
+		l.c.budget.refund(l.token)
 	}
 	a.span.End(record.OutcomeFailure, a.err)
 	record.RetryCall(ctx, n-1, record.StopNotRetryable)
@@ -267,12 +280,9 @@ func (l *loop[T, P]) gaveUp() {
 }
 
 // plan decides what follows a retryable failure of attempt n (1-based) of a call that
-// may make max attempts. It returns the action, the wait before the next attempt, and
-// the error to return on Stop. last is the attempt's failure, wrapped by stop errors.
-//
-// A Retry takes the retry's token; it is given back when the retry is not sent after
-// all (the context ends during the wait, or a layer beneath refuses it before
-// sending), so that such a call spends none.
+// may make max attempts, the budget aside ([loop.withdraw] asks it for a Retry). It
+// returns the action, the wait before the next attempt, and the error to return on
+// Stop. last is the attempt's failure, wrapped by stop errors.
 func (c *config) plan(ctx context.Context, n, maxAttempts int, d decision, last error) (Action, time.Duration, error) {
 	if n >= maxAttempts {
 		return Return, 0, nil
@@ -299,18 +309,29 @@ func (c *config) plan(ctx context.Context, n, maxAttempts int, d decision, last 
 		return Stop, 0, &StopError{Attempts: n, Reason: "no time for another attempt", Cause: errNoTime, Last: last,
 			Remaining: left, Wait: wait, Floor: c.floor, Pushback: pushback, stop: record.StopDeadline}
 	}
-	if !c.budget.tryWithdraw(ctx) {
-		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: record.StopBudgetEmpty}
-	}
 	return Retry, wait, nil
 }
 
-// waitToRetry waits d before retry n+1, whose token plan took. It returns nil when
-// the retry may be sent; otherwise the context ended during the wait: the token is
-// given back, and the call's stop reason recorded.
-func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error) error {
+// withdraw takes the token of the retry that follows attempt n after wait, or stops
+// the call when the budget has none for it. The token is given back when the retry
+// is not sent after all (the context ends during the wait, or a layer beneath
+// refuses it before sending), so that such a call spends none: l.token is the
+// receipt for that.
+func (l *loop[T, P]) withdraw(ctx context.Context, n int, wait time.Duration, last error) (Action, time.Duration, error) {
+	at, ok := l.c.budget.tryWithdraw(ctx)
+	if !ok {
+		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: record.StopBudgetEmpty}
+	}
+	l.token = at
+	return Retry, wait, nil
+}
+
+// waitToRetry waits d before retry n+1, whose token was taken at token. It returns
+// nil when the retry may be sent; otherwise the context ended during the wait: the
+// token is given back, and the call's stop reason recorded.
+func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error, token time.Duration) error {
 	if err := sleep(ctx, d); err != nil {
-		c.budget.refund()
+		c.budget.refund(token)
 		stop := ctxStop(ctx)
 		record.RetryCall(ctx, n, stop)
 		return &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last, stop: stop}

@@ -104,3 +104,69 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 		})
 	}
 }
+
+// A retry that a layer beneath refuses before sending (an open circuit) gives its
+// token back, as one whose caller gives up during the wait does: nothing was sent.
+// Whether the call then retries after the refusal's time (its next probe before the
+// deadline: that retry is sent and spends one) or stops, it spends only the tokens
+// of the retries that went out. The refused retry's token was kept, so that a
+// circuit opening under calls that had failed once drained the client's budget
+// with retries that never left it.
+func TestRetryRefusedBeneathGivesItsTokenBack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		budget   time.Duration
+		attempts int     // made by the layer, the refused one included
+		want     float64 // tokens left of the reserve of 10
+	}{
+		{"next probe before the deadline", time.Second, 3, 9},
+		{"next probe after the deadline", 50 * time.Millisecond, 2, 10},
+	} {
+		t.Run(tc.name+"/HTTP", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &fakeRT{fn: func(n int, _ *http.Request) (*http.Response, error) {
+					switch n {
+					case 1:
+						return httpStatus(http.StatusServiceUnavailable), nil
+					case 2:
+						return nil, errRefusedLocally
+					}
+					return httpStatus(http.StatusOK), nil
+				}}
+				b := retry.NewBudget(0, 1, 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://backend.test/orders", nil)
+				resp, err := retry.NewTransport(base, retry.WithBudget(b), retry.WithRandom(half)).RoundTrip(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				if got := base.attempts(); got != tc.attempts || b.Balance() != tc.want {
+					t.Errorf("%d attempts, %v tokens left; want %d, %v", got, b.Balance(), tc.attempts, tc.want)
+				}
+			})
+		})
+		t.Run(tc.name+"/gRPC", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := 0
+				invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+					n++
+					switch n {
+					case 1:
+						return status.Error(codes.Unavailable, "busy")
+					case 2:
+						return errRefusedLocally
+					}
+					return nil
+				}
+				b := retry.NewBudget(0, 1, 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+				defer cancel()
+				_ = retry.UnaryClientInterceptor(idem, retry.WithBudget(b), retry.WithRandom(half))(ctx, "/svc/Get", nil, nil, nil, invoker)
+				if n != tc.attempts || b.Balance() != tc.want {
+					t.Errorf("%d attempts, %v tokens left; want %d, %v", n, b.Balance(), tc.attempts, tc.want)
+				}
+			})
+		})
+	}
+}

@@ -149,7 +149,8 @@ func WithIdempotentMethods(methods ...string) Option {
 // WithSharedHedger makes the client's hedging layer use h, so that several clients share
 // one latency window per target, one extra-load cap and one set of statistics
 // ([hedge.Hedger.Stats]). Options given with [WithHedge] are then ignored: h has its
-// own. Default: each [NewTransport] and [DialOptions] makes a Hedger of its own.
+// own; the methods of [WithIdempotentMethods] are still hedged on this client's
+// calls. Default: each [NewTransport] and [DialOptions] makes a Hedger of its own.
 func WithSharedHedger(h *hedge.Hedger) Option {
 	return optionFunc(func(c *config) { c.hedger = h })
 }
@@ -241,6 +242,16 @@ func (c *config) newHedger() *hedge.Hedger {
 		o = append(o, hedge.WithIdempotentMethods(c.idempotent...))
 	}
 	return hedge.New(append(o, c.hedge...)...)
+}
+
+// sharedIdempotent is what the client declares idempotent that its Hedger does not
+// know: the methods of [WithIdempotentMethods] when the Hedger is shared
+// ([WithSharedHedger]), which has options of its own; nil otherwise.
+func (c *config) sharedIdempotent() []string {
+	if c.hedger == nil {
+		return nil
+	}
+	return c.idempotent
 }
 
 // dedupConfig is the server's deduplication ([WithDedup]): off without a store.

@@ -24,7 +24,7 @@ func init() {
 			layers = append(layers, rpc.Lookup[func(*breaker.Breaker) rpc.Layer]("breaker")(c.newBreaker()))
 		}
 		if c.has(Hedge) {
-			layers = append(layers, rpc.Lookup[func(*hedge.Hedger) rpc.Layer]("hedge")(c.newHedger()))
+			layers = append(layers, rpc.Lookup[func(*hedge.Hedger, []string) rpc.Layer]("hedge")(c.newHedger(), c.sharedIdempotent()))
 		}
 		if c.has(Propagate) {
 			layers = append(layers, rpc.Lookup[func([]propagate.Option) rpc.Layer]("propagate")(c.propagateOptions()))

@@ -7,6 +7,8 @@ import (
 
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/dedup"
+	"github.com/deadlinekit/deadlinekit/hedge"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
 	"github.com/deadlinekit/deadlinekit/shortcircuit"
@@ -170,7 +172,7 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 		stream = append(stream, b.StreamClientInterceptor())
 	}
 	if c.has(Hedge) {
-		unary = append(unary, c.newHedger().UnaryClientInterceptor())
+		unary = append(unary, c.hedgeInterceptor())
 	}
 	if c.has(Propagate) {
 		po := c.propagateOptions()
@@ -182,4 +184,12 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 		do = append(do, grpc.WithDefaultServiceConfig(breaker.ServiceConfig))
 	}
 	return do
+}
+
+// hedgeInterceptor is the gRPC client's hedging layer.
+func (c *config) hedgeInterceptor() grpc.UnaryClientInterceptor {
+	if also := c.sharedIdempotent(); len(also) > 0 {
+		return rpc.Lookup[func(*hedge.Hedger, []string) grpc.UnaryClientInterceptor]("hedge.grpc")(c.hedger, also)
+	}
+	return c.newHedger().UnaryClientInterceptor()
 }

@@ -191,3 +191,19 @@ func TestBreakerOpensOnADeadTarget(t *testing.T) {
 		})
 	}
 }
+
+// A procedure declared idempotent with WithIdempotentMethods is hedged by a shared
+// Hedger too: the declaration is the client's, whichever Hedger it uses.
+func TestSharedHedgerKeepsTheStacksIdempotentMethods(t *testing.T) {
+	url, hc := serve(t, ok)
+	h := hedge.New()
+	post := client(hc, url, procPost, connectkit.ClientOption(deadlinekit.WithIdempotentMethods(procPost), deadlinekit.WithSharedHedger(h)))
+	for range 3 {
+		if _, err := post.CallUnary(context.Background(), connect.NewRequest(wrapperspb.String("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := h.Stats(); s.Primaries != 3 || s.NotIdempotent != 0 {
+		t.Errorf("shared Hedger's stats %+v; want Post, declared idempotent by the stack's option, hedgeable 3 times", s)
+	}
+}

@@ -109,7 +109,7 @@ func Retry(opts ...retry.Option) connect.Interceptor {
 // reads the request the caller may change and send again); the first answer wins
 // and the others are cancelled. On a handler it does nothing.
 func Hedge(opts ...hedge.Option) connect.Interceptor {
-	return layer(rpc.Lookup[func(*hedge.Hedger) rpc.Layer]("hedge")(hedge.New(opts...)))
+	return layer(rpc.Lookup[func(*hedge.Hedger, []string) rpc.Layer]("hedge")(hedge.New(opts...), nil))
 }
 
 // Breaker returns the circuit breaker (package breaker), with a [breaker.Breaker] of

@@ -20,6 +20,7 @@ import (
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
 	"github.com/deadlinekit/deadlinekit/internal/record"
+	"github.com/deadlinekit/deadlinekit/internal/rpc"
 )
 
 // UnaryClientInterceptor returns [Hedger.UnaryClientInterceptor] of a [Hedger] of its
@@ -64,19 +65,48 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // for it with grpc.Trailer, or where the layer asks for it), so that the copy that
 // runs brings the answer.
 func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return h.unaryInterceptor(nil)
+}
+
+// The interceptor of a Hedger shared by a stack (deadlinekit.WithSharedHedger) that
+// declares methods idempotent of its own (deadlinekit.WithIdempotentMethods): the
+// declaration is the client's, whichever Hedger it uses.
+func init() {
+	rpc.Register("hedge.grpc", func(h *Hedger, idempotent []string) grpc.UnaryClientInterceptor {
+		return h.unaryInterceptor(methodSet(idempotent))
+	})
+}
+
+// methodSet returns the set of methods, nil when there are none.
+func methodSet(methods []string) map[string]bool {
+	if len(methods) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(methods))
+	for _, m := range methods {
+		set[m] = true
+	}
+	return set
+}
+
+// unaryInterceptor is [Hedger.UnaryClientInterceptor], with the methods in also
+// declared idempotent beside h's own.
+func (h *Hedger) unaryInterceptor(also map[string]bool) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The call's span: a layer above (retry) started it, or grpc-go's
 		// OpenTelemetry plugin did, or it is started here.
 		ctx, call := record.StartCall(ctx, record.GRPC, method)
-		return call.Unary(func() error { return h.unary(ctx, method, req, reply, cc, invoker, opts) })
+		declared := also[method]
+		return call.Unary(func() error { return h.unary(ctx, method, req, reply, cc, invoker, opts, declared) })
 	}
 }
 
-func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+// unary hedges one call; declared says the client declared method idempotent.
+func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, declared bool) error {
 	ev := Event{Target: method, Attempts: 1}
 	msg, isMsg := reply.(proto.Message)
 	t := h.target(method, grpcMethod)
-	idem, keyedWrite := h.grpcIdempotent(ctx, t, method)
+	idem, keyedWrite := h.grpcIdempotent(ctx, t, method, declared)
 	switch {
 	case !idem && !keyedWrite:
 		h.notIdempotent.Add(1)
@@ -445,10 +475,11 @@ func (p *grpcAttempts) failure(_ struct{}, err error) error { return err }
 func (p *grpcAttempts) discard(_ struct{}, _ error, cancel context.CancelFunc) { cancel() }
 
 // grpcIdempotent reports whether method (whose target is t, nil when too many
-// targets are known) is declared idempotent, and else whether the call is a keyed
-// write: its outgoing metadata carries an idempotency-key.
-func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string) (idem, keyedWrite bool) {
-	if t != nil && t.idempotent || t == nil && h.declaredIdempotent(method) {
+// targets are known) is declared idempotent (declared: by the client using h), and
+// else whether the call is a keyed write: its outgoing metadata carries an
+// idempotency-key.
+func (h *Hedger) grpcIdempotent(ctx context.Context, t *target, method string, declared bool) (idem, keyedWrite bool) {
+	if declared || t != nil && t.idempotent || t == nil && h.declaredIdempotent(method) {
 		return true, false
 	}
 	return false, idempotency.Keyed(metadata.ValueFromOutgoingContext(ctx, idempotency.Key))

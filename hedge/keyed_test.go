@@ -161,7 +161,7 @@ func TestKeyedWriteGRPC(t *testing.T) {
 
 // TestKeyedWriteRPC: the same through the layer package connectkit uses.
 func TestKeyedWriteRPC(t *testing.T) {
-	layer := rpc.Lookup[func(*hedge.Hedger) rpc.Layer]("hedge")
+	layer := rpc.Lookup[func(*hedge.Hedger, []string) rpc.Layer]("hedge")
 	for _, tc := range keyedCases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -185,7 +185,7 @@ func TestKeyedWriteRPC(t *testing.T) {
 					ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", "pay-1")
 				}
 				c := &rpc.Call{Procedure: "/pay.Payments/Charge", Idempotent: !tc.write}
-				if a := layer(h).Client(ctx, c, send); a.Err != nil {
+				if a := layer(h, nil).Client(ctx, c, send); a.Err != nil {
 					t.Fatal(a.Err)
 				}
 				synctest.Wait()

@@ -21,20 +21,24 @@ import (
 // the same verdicts of the same codes; each copy is a send of its own, whose answer
 // (the framework's response) is the call's when it wins.
 func init() {
-	rpc.Register("hedge", func(h *Hedger) rpc.Layer {
+	// idempotent: the procedures the client declares idempotent beside h's own.
+	rpc.Register("hedge", func(h *Hedger, idempotent []string) rpc.Layer {
+		also := methodSet(idempotent)
 		return rpc.Layer{Client: func(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
 			ctx, span := record.StartCall(ctx, record.GRPC, c.Procedure)
-			a := h.rpcUnary(ctx, c, send)
+			a := h.rpcUnary(ctx, c, send, also[c.Procedure])
 			span.End(a.Err)
 			return a
 		}, Resends: true}
 	})
 }
 
-func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
+// rpcUnary hedges one call; declared says the client declared its procedure
+// idempotent.
+func (h *Hedger) rpcUnary(ctx context.Context, c *rpc.Call, send rpc.Send, declared bool) rpc.Answer {
 	ev := Event{Target: c.Procedure, Attempts: 1}
 	t := h.target(c.Procedure, grpcMethod)
-	idem, keyedWrite := h.grpcIdempotent(ctx, t, c.Procedure)
+	idem, keyedWrite := h.grpcIdempotent(ctx, t, c.Procedure, declared)
 	if c.Idempotent {
 		idem, keyedWrite = true, false
 	}

@@ -137,7 +137,8 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 }
 
 // joinedServer is unary joined into one interceptor (package grpcchain: grpc-go's
-// chain would make a closure per layer on every call), as a list: empty for none.
+// chain would make a closure per layer but the last on every call), as a list:
+// empty for none.
 func joinedServer(unary []grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
 	if len(unary) == 0 {
 		return nil
@@ -188,7 +189,7 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 		stream = append(stream, propagate.StreamClientInterceptor(po...))
 	}
 	// One interceptor for the layers (package grpcchain: grpc-go's chain would make
-	// a closure per layer on every call).
+	// a closure per layer but the last on every call).
 	do := []grpc.DialOption{grpc.WithChainUnaryInterceptor(grpcchain.Client(unary...)), grpc.WithChainStreamInterceptor(stream...)}
 	if c.has(Breaker) {
 		do = append(do, grpc.WithDefaultServiceConfig(breaker.ServiceConfig))

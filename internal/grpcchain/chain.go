@@ -6,7 +6,9 @@
 // layers. The joined interceptor runs the same interceptors in the same order, each
 // given the next as its invoker (handler); the links between them are made once,
 // and the call's final invoker (handler) travels on the call's context, one
-// allocation per call however many interceptors there are.
+// allocation per call however many interceptors there are. A client call's context
+// also has room for the state a layer keeps for the call ([TakeCallState]), which
+// the layer then need not allocate.
 //
 // Every interceptor joined must call its invoker (handler) under the context it was
 // given or one derived from it, as the toolkit's layers do: the last link reads the
@@ -15,8 +17,10 @@ package grpcchain
 
 import (
 	"context"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Client returns ics joined into one client interceptor that runs them in order:
@@ -35,7 +39,7 @@ func Client(ics ...grpc.UnaryClientInterceptor) grpc.UnaryClientInterceptor {
 	// call's final invoker.
 	next := make([]grpc.UnaryInvoker, len(ics))
 	next[len(ics)-1] = func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
-		return ctx.Value(c).(finalInvoker).f(ctx, method, req, reply, cc, opts...)
+		return ctx.Value(c).(*clientCall).final(ctx, method, req, reply, cc, opts...)
 	}
 	for i := len(ics) - 2; i >= 0; i-- {
 		ic, inv := ics[i+1], next[i+1]
@@ -45,17 +49,61 @@ func Client(ics ...grpc.UnaryClientInterceptor) grpc.UnaryClientInterceptor {
 	}
 	first, inv := ics[0], next[0]
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		return first(context.WithValue(ctx, c, finalInvoker{invoker}), method, req, reply, cc, inv, opts...)
+		return first(&clientCall{Context: ctx, chain: c, final: invoker}, method, req, reply, cc, inv, opts...)
 	}
 }
 
-// clientChain is the context key of a joined client chain's final invoker: a
+// clientChain is a joined client chain, the context key of its calls' state: a
 // pointer of its own per chain, so that a call made inside another call's chain
 // (by an interceptor beneath it) finds its own.
 type clientChain struct{ _ byte }
 
-// finalInvoker is a call's final invoker, on its context.
-type finalInvoker struct{ f grpc.UnaryInvoker }
+// clientCall is a call's context in a joined client chain, which carries its final
+// invoker and the [CallState] a layer may take.
+type clientCall struct {
+	context.Context
+	chain *clientChain
+	final grpc.UnaryInvoker
+	state CallState
+}
+
+// Value answers the call itself for its chain's key and for [TakeCallState]'s, and
+// otherwise asks the context it was made from.
+func (c *clientCall) Value(key any) any {
+	switch k := key.(type) {
+	case *clientChain:
+		if k == c.chain {
+			return c
+		}
+	case callStateKey:
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// CallState is room for what a layer keeps for one unary call: the trailer and the
+// header its attempts write, and the call options it sends them with (the retry
+// layer's). It lives in the call's context in a joined client chain, which the
+// chain allocates anyway: a layer that takes it ([TakeCallState]) allocates none of
+// its own. Like the context, it is never reused: what a layer beneath keeps of the
+// options (a hedge still starting when the call returns) stays the call's.
+type CallState struct {
+	Trailer, Header metadata.MD
+	Opts            [5]grpc.CallOption
+	taken           atomic.Bool
+}
+
+type callStateKey struct{}
+
+// TakeCallState returns the [CallState] of the call of ctx in a joined client
+// chain, to the first layer that asks; nil to any other, and outside such a chain.
+func TakeCallState(ctx context.Context) *CallState {
+	c, _ := ctx.Value(callStateKey{}).(*clientCall)
+	if c == nil || !c.state.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	return &c.state
+}
 
 // Server returns sis joined into one server interceptor that runs them in order:
 // sis[0] first, its handler runs sis[1], and so on; the last one's handler is the

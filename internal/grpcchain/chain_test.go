@@ -196,3 +196,43 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("server: %v allocations per call, want 1", n)
 	}
 }
+
+// TestTakeCallState: the first layer of a joined client chain to ask gets the
+// call's state, the same on every attempt it makes; a second asker gets none, as
+// does a call outside a joined chain; a call made beneath, through a chain of its
+// own, gets its own.
+func TestTakeCallState(t *testing.T) {
+	if grpcchain.TakeCallState(t.Context()) != nil {
+		t.Error("a state outside a joined chain")
+	}
+	var first, second, nested *grpcchain.CallState
+	taker := func(into **grpcchain.CallState) grpc.UnaryClientInterceptor {
+		return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			*into = grpcchain.TakeCallState(ctx)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+	}
+	inner := grpcchain.Client(taker(&nested), taker(new(*grpcchain.CallState)))
+	calling := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		final := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+		if err := inner(ctx, "/inner", nil, nil, nil, final); err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	final := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	outer := grpcchain.Client(taker(&first), calling, taker(&second))
+	seen := map[*grpcchain.CallState]bool{}
+	for range 2 {
+		if err := outer(t.Context(), "/outer", nil, nil, nil, final); err != nil {
+			t.Fatal(err)
+		}
+		if first == nil || second != nil || nested == nil || nested == first {
+			t.Fatalf("first %p, second %p, nested %p: want the first and the nested call's own, none for the second", first, second, nested)
+		}
+		if seen[first] {
+			t.Error("a call's state reused by the next call")
+		}
+		seen[first] = true
+	}
+}

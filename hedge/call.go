@@ -104,18 +104,11 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 	primaryCtx, span := c.startPrimary(ctx)
 	v, err := sendRecovered(primaryCtx, c.adapter, 0, span)
 	// The end from the monotonic clock alone: half the price of time.Now.
-	c.take(result[T]{n: 0, value: v, err: err, start: c.plan.start, end: c.plan.start.Add(time.Since(c.plan.start))})
-	c.await(ctx)
-
-	c.mu.Lock()
-	sent := c.copies - c.unsent
-	c.event.Attempts = sent
-	winner, ok, skip := c.winner, c.hasWinner, c.event.Skipped
-	won := c.hedgeWon()
+	sent, won, skip := c.settle(ctx, result[T]{n: 0, value: v, err: err, start: c.plan.start, end: c.plan.start.Add(time.Since(c.plan.start))})
+	winner, ok = c.winner, c.hasWinner
 	if ok {
 		cancel = c.cancels[winner.n]
 	}
-	c.mu.Unlock()
 	if sent == 1 && skip == "" {
 		skip = SkipNotDue
 	}
@@ -187,11 +180,25 @@ func (c *call[T]) primaryContext(ctx context.Context) (context.Context, context.
 // Round(0) would strip.
 func inBubble(now time.Time) bool { return now == now.Round(0) }
 
-// await returns once the call is decided, or decides it without a winner when ctx
-// ends first. It is called once the primary has returned.
-func (c *call[T]) await(ctx context.Context) {
+// settle takes the primary's result r, waits until the call is decided ([call.await])
+// and returns the copies sent, whether a hedge won and why none was sent, if so:
+// under one hold of c.mu, where a call decided by its primary needs no other.
+// Once it returns the call is decided: its winner and the copies' cancel functions
+// are final, and may be read without c.mu.
+func (c *call[T]) settle(ctx context.Context, r result[T]) (sent int, won bool, skip Skip) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.takeLocked(r)
+	c.await(ctx)
+	sent = c.copies - c.unsent
+	c.event.Attempts = sent
+	return sent, c.hedgeWon(), c.event.Skipped
+}
+
+// await returns once the call is decided, or decides it without a winner when ctx
+// ends first. It is called once the primary has returned, with c.mu held, which it
+// lets go of while it waits.
+func (c *call[T]) await(ctx context.Context) {
 	if c.decided {
 		return
 	}
@@ -302,6 +309,11 @@ func (c *call[T]) unsendable(n int) {
 func (c *call[T]) take(r result[T]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.takeLocked(r)
+}
+
+// takeLocked is [call.take] with c.mu held.
+func (c *call[T]) takeLocked(r result[T]) {
 	c.returned[r.n] = true
 	c.outstanding--
 	span := c.spans[r.n]

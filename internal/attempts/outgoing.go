@@ -29,32 +29,28 @@ func Outgoing(ctx context.Context, n int) context.Context {
 
 // WithMark returns ctx with the chain rule's mark ([CoveredKey]: [CoveredValue])
 // added to its outgoing gRPC metadata, as metadata.AppendToOutgoingContext would add
-// it. A context with no outgoing metadata (the usual call) gets metadata that holds
-// the mark alone, shared by every such call and never written to (grpc-go reads
-// outgoing metadata; its readers get copies), under the context value that
-// metadata.NewOutgoingContext would make of it, made once: one allocation (the
-// context) instead of the append's four.
+// it. A context with no outgoing metadata (the usual call) gets the context value
+// AppendToOutgoingContext would give it, made once and shared by every such call
+// (its metadata is never written to: grpc-go reads outgoing metadata, and its
+// readers get copies): one allocation (the context) instead of the append's four.
+// The mark is held there as an appended pair, as the append holds it, not as a map:
+// a later lookup of another key in the call's metadata (propagate's level, on every
+// call) looks at one pair instead of walking a map.
 func WithMark(ctx context.Context) context.Context {
-	if HasOutgoing(ctx) {
+	if HasOutgoing(ctx) || markOnlyValue == nil {
 		return metadata.AppendToOutgoingContext(ctx, CoveredKey, CoveredValue)
-	}
-	if markOnlyValue == nil {
-		return metadata.NewOutgoingContext(ctx, markOnly)
 	}
 	return context.WithValue(ctx, outgoingKey, markOnlyValue)
 }
 
-// markOnly is the outgoing metadata of a call that had none, with the mark.
-var markOnly = metadata.MD{CoveredKey: {CoveredValue}}
-
-// markOnlyValue is the context value under outgoingKey of a context that
-// metadata.NewOutgoingContext gave markOnly, taken from one such context; nil when
-// the key was not learnt.
+// markOnlyValue is the context value under outgoingKey of a context without
+// outgoing metadata to which metadata.AppendToOutgoingContext added the mark, taken
+// from one such context; nil when the key was not learnt.
 var markOnlyValue = func() any {
 	if outgoingKey == nil {
 		return nil
 	}
-	return metadata.NewOutgoingContext(context.Background(), markOnly).Value(outgoingKey)
+	return metadata.AppendToOutgoingContext(context.Background(), CoveredKey, CoveredValue).Value(outgoingKey)
 }()
 
 // HasOutgoing reports whether ctx carries outgoing gRPC metadata (set by

@@ -8,7 +8,6 @@ import (
 	"github.com/deadlinekit/deadlinekit/breaker"
 	"github.com/deadlinekit/deadlinekit/dedup"
 	"github.com/deadlinekit/deadlinekit/hedge"
-	"github.com/deadlinekit/deadlinekit/internal/grpcchain"
 	"github.com/deadlinekit/deadlinekit/internal/rpc"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -135,17 +134,7 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 		unary = append(unary, edgeUnaryInner)
 		stream = append(stream, edgeStreamInner)
 	}
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(joinedServer(unary)...), grpc.ChainStreamInterceptor(stream...)}
-}
-
-// joinedServer is unary joined into one interceptor (package grpcchain: grpc-go's
-// chain would make a closure per layer but the last on every call), as a list:
-// empty for none.
-func joinedServer(unary []grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
-	if len(unary) == 0 {
-		return nil
-	}
-	return []grpc.UnaryServerInterceptor{grpcchain.Server(unary...)}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
 }
 
 // DialOptions returns the client side of the stack for grpc.NewClient, in the order
@@ -190,9 +179,7 @@ func DialOptions(opts ...Option) []grpc.DialOption {
 		unary = append(unary, propagate.UnaryClientInterceptor(po...))
 		stream = append(stream, propagate.StreamClientInterceptor(po...))
 	}
-	// One interceptor for the layers (package grpcchain: grpc-go's chain would make
-	// a closure per layer but the last on every call).
-	do := []grpc.DialOption{grpc.WithChainUnaryInterceptor(grpcchain.Client(unary...)), grpc.WithChainStreamInterceptor(stream...)}
+	do := []grpc.DialOption{grpc.WithChainUnaryInterceptor(unary...), grpc.WithChainStreamInterceptor(stream...)}
 	if c.has(Breaker) {
 		do = append(do, grpc.WithDefaultServiceConfig(breaker.ServiceConfig))
 	}

@@ -14,7 +14,6 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
-	"github.com/deadlinekit/deadlinekit/internal/grpcchain"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 	"github.com/deadlinekit/deadlinekit/propagate"
 	"github.com/deadlinekit/deadlinekit/retry"
@@ -114,22 +113,8 @@ const stackMethod = "/grpc.testing.TestService/UnaryCall"
 
 // stackInterceptors returns new interceptors of the layers l: the client's in
 // DESIGN's order (retry → hedge → propagate) and the server's (propagate →
-// shortcircuit), each side joined into one interceptor as the root package's
-// DialOptions and ServerOptions join theirs (package grpcchain).
-func stackInterceptors(l layers) ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
-	cis, sis := stackLayers(l)
-	if len(cis) > 1 {
-		cis = []grpc.UnaryClientInterceptor{grpcchain.Client(cis...)}
-	}
-	if len(sis) > 1 {
-		sis = []grpc.UnaryServerInterceptor{grpcchain.Server(sis...)}
-	}
-	return cis, sis
-}
-
-// stackLayers returns new interceptors of the layers l, in the order of
-// stackInterceptors, one per layer.
-func stackLayers(l layers) (cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInterceptor) {
+// shortcircuit).
+func stackInterceptors(l layers) (cis []grpc.UnaryClientInterceptor, sis []grpc.UnaryServerInterceptor) {
 	if l.propagate {
 		sis = append(sis, propagate.UnaryServerInterceptor())
 	}

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
-	"github.com/deadlinekit/deadlinekit/internal/grpcchain"
 	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/keychain"
 	"github.com/deadlinekit/deadlinekit/internal/pushback"
@@ -106,14 +105,16 @@ func dedupConflictGRPC(a grpcAttempt) (decision, bool) {
 	return d, true
 }
 
-// grpcCallState is what a call through UnaryClientInterceptor keeps: the trailer
-// each attempt writes, the header an attempt of a keyed call writes
-// (idempotent-replayed), and room for the attempt's call options. In the root
-// package's joined chain it lives in the call's context (grpcchain.TakeCallState);
-// elsewhere the call allocates it. It is never reused: a hedging layer beneath may
-// still be reading the options of a hedge it is starting when the call returns (the
-// race detector found a pooled state overwritten under it).
-type grpcCallState = grpcchain.CallState
+// grpcCallState is what a call through UnaryClientInterceptor allocates: the trailer
+// each attempt writes, and room for the attempt's call options. It is not reused: a
+// hedging layer beneath may still be reading the options of a hedge it is starting
+// when the call returns (the race detector found a pooled state overwritten under
+// it).
+type grpcCallState struct {
+	trailer metadata.MD
+	header  metadata.MD // the attempt's header metadata, for a keyed call (idempotent-replayed)
+	opts    [5]grpc.CallOption
+}
 
 // UnaryClientInterceptor returns a gRPC client interceptor that retries failed
 // attempts of unary calls. One interceptor is one client: its calls share one
@@ -167,35 +168,31 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 
 // unary is the interceptor's call, under ctx, the call's context.
 func (c *config) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts []grpc.CallOption) (err error) {
-	// The trailer (for pushback) and the attempt's options in one allocation, or in
-	// none under the root package's joined chain.
-	cs := grpcchain.TakeCallState(ctx)
-	if cs == nil {
-		cs = &grpcCallState{}
-	}
+	// The trailer (for pushback) and the attempt's options in one allocation.
+	cs := &grpcCallState{}
 	defer func() {
 		// The last attempt's pushback travels with the error, for a handler that
 		// relays it (deadlinekit.FromGRPC) without capturing the trailer.
 		if err == nil {
 			return
 		}
-		if v := cs.Trailer.Get(pushback.Key); len(v) > 0 {
+		if v := cs.trailer.Get(pushback.Key); len(v) > 0 {
 			err = &pushback.Error{Err: err, Value: v[0]}
 		}
 	}()
 	l := loop[struct{}, grpcCall]{c: c, proto: record.GRPC, method: method}
 	l.begin(ctx)
 	ctx = c.withCallKey(ctx, method, false)
-	opts := cs.Opts[:0]
-	if len(callOpts)+1 >= len(cs.Opts) {
+	opts := cs.opts[:0]
+	if len(callOpts)+1 >= len(cs.opts) {
 		opts = make([]grpc.CallOption, 0, len(callOpts)+2)
 	}
-	opts = append(append(opts, callOpts...), grpc.Trailer(&cs.Trailer))
+	opts = append(append(opts, callOpts...), grpc.Trailer(&cs.trailer))
 	key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key)
 	keyed := idempotency.Keyed(key)
 	if keyed {
 		record.IdempotencyKey(ctx, key[0])
-		opts = append(opts, grpc.Header(&cs.Header))
+		opts = append(opts, grpc.Header(&cs.header))
 	}
 	l.p = grpcCall{c: c, cs: cs, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: opts, keyed: keyed}
 	_, err = l.run(ctx)
@@ -218,11 +215,11 @@ type grpcCall struct {
 
 func (g grpcCall) send(actx context.Context, n int, _ bool) (struct{}, error, bool) {
 	actx = attempts.Outgoing(actx, n-1)
-	g.cs.Trailer, g.cs.Header = nil, nil
+	g.cs.trailer, g.cs.header = nil, nil
 	return struct{}{}, g.invoker(actx, g.method, g.req, g.reply, g.cc, g.opts...), true
 }
 
-func (g grpcCall) replied(struct{}) bool { return len(g.cs.Trailer.Get(pushback.Key)) > 0 }
+func (g grpcCall) replied(struct{}) bool { return len(g.cs.trailer.Get(pushback.Key)) > 0 }
 
 func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut bool) outcome {
 	if err == nil {
@@ -232,7 +229,7 @@ func (g grpcCall) judge(ctx context.Context, _ struct{}, err error, timedOut boo
 	idem := g.c.idempotentCall(g.method, g.keyed)
 	// grpc-go fills the trailer only for an attempt that got a transport stream: a
 	// nil one is an attempt that never left the client.
-	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.Trailer, timedOut: timedOut, idem: idem, keyed: g.keyed, callEnded: ctx.Err() != nil, unsent: g.cs.Trailer == nil})
+	d := classifyGRPC(grpcAttempt{err: err, status: st, trailer: g.cs.trailer, timedOut: timedOut, idem: idem, keyed: g.keyed, callEnded: ctx.Err() != nil, unsent: g.cs.trailer == nil})
 	return outcome{d: d, err: err, idempotent: idem}
 }
 
@@ -260,7 +257,7 @@ func (g grpcCall) dedup(_ context.Context, _ struct{}, d decision) (record.Dedup
 	if !g.keyed {
 		return record.DedupAnswer{}, false
 	}
-	return dedupAnswer(g.cs.Header.Get(idempotency.ReplayedKey), d), true
+	return dedupAnswer(g.cs.header.Get(idempotency.ReplayedKey), d), true
 }
 
 // dedupAnswer is the dedup answer of an attempt whose idempotent-replayed values

@@ -319,20 +319,7 @@ func TestCriticalityGRPCServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := &levelChain{seen: map[string][]string{}}
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs := grpc.NewServer(deadlinekit.ServerOptions(tc.opts...)...)
-			testgrpc.RegisterTestServiceServer(gs, &levelGRPC{ch: ch})
-			go gs.Serve(lis)
-			defer gs.Stop()
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			client := testgrpc.NewTestServiceClient(conn)
+			client := testService(t, &levelGRPC{ch: ch}, deadlinekit.ServerOptions(tc.opts...))
 			ctx := metadata.AppendToOutgoingContext(context.Background(), tc.md...)
 			if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
 				t.Fatal(err)

@@ -2,11 +2,8 @@ package deadlinekit_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit"
@@ -18,23 +15,9 @@ import (
 // shared one, to read its delays, saw every call counted not idempotent and none
 // hedged).
 func TestSharedHedgerKeepsTheStacksIdempotentMethods(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(gs, okService{})
-	go gs.Serve(lis)
-	defer gs.Stop()
 	h := hedge.New()
-	conn, err := grpc.NewClient(lis.Addr().String(), append(deadlinekit.DialOptions(
-		deadlinekit.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall"), deadlinekit.WithSharedHedger(h)),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := testgrpc.NewTestServiceClient(conn)
+	client := testService(t, okService{}, nil, deadlinekit.DialOptions(
+		deadlinekit.WithIdempotentMethods("/grpc.testing.TestService/UnaryCall"), deadlinekit.WithSharedHedger(h))...)
 	for range 3 {
 		if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
 			t.Fatal(err)

@@ -2,12 +2,9 @@ package deadlinekit_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
@@ -38,21 +35,8 @@ func (s inboundService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest
 // Inbound (its budget and where it came from) on its context, and the chain rule's
 // mark when the caller sent it, whichever way the layers carry them.
 func TestServerOptionsInbound(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	svc := inboundService{seen: make(chan inboundSeen, 1)}
-	gs := grpc.NewServer(deadlinekit.ServerOptions()...)
-	testgrpc.RegisterTestServiceServer(gs, svc)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := testgrpc.NewTestServiceClient(conn)
+	client := testService(t, svc, deadlinekit.ServerOptions())
 	for _, mark := range []string{"", attempts.CoveredValue, attempts.LastCopyValue} {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		if mark != "" {

@@ -187,8 +187,9 @@ func (b *faultBackend) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testg
 type downstream struct {
 	addr string
 	stop func()
-	// restarts runs the kill/restart cycles; it returns when they are done.
-	restarts func(t *testing.T)
+	// restarts runs the kill/restart cycles, paced by the calls that end (ended); it
+	// returns when they are done.
+	restarts func(t *testing.T, ended *tally)
 	accepted func() int64
 }
 
@@ -232,11 +233,11 @@ func startDownstream(t *testing.T, sc faultScenario, serve func(addr string) (*t
 		}
 		return total
 	}
-	d.restarts = func(t *testing.T) {
+	d.restarts = func(t *testing.T, ended *tally) {
 		for range 3 {
-			time.Sleep(80 * time.Millisecond)
+			ended.wait(cycleCalls) // up: calls are answered
 			d.stop()
-			time.Sleep(80 * time.Millisecond) // down: connections are refused
+			ended.wait(cycleCalls) // down: connections are refused
 			var err error
 			for try := 0; try < 50; try++ { // the port may take a moment to be free
 				var l *trackingListener
@@ -247,16 +248,51 @@ func startDownstream(t *testing.T, sc faultScenario, serve func(addr string) (*t
 					mu.Unlock()
 					break
 				}
-				time.Sleep(10 * time.Millisecond)
+				ended.wait(1)
 			}
 			if err != nil {
 				t.Errorf("restart on %s: %v", d.addr, err)
 				return
 			}
 		}
-		time.Sleep(80 * time.Millisecond)
+		ended.wait(cycleCalls)
 	}
 	return d
+}
+
+// cycleCalls is how many calls end in each phase of a restart cycle (the server up,
+// then down): the phases follow the traffic, not the clock, so that a loaded
+// machine's slow calls lengthen them instead of leaving them empty.
+const cycleCalls = 100
+
+// tally counts the calls that have ended, for a goroutine that waits on them.
+type tally struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	n    int64
+}
+
+// add counts one call ended.
+func (t *tally) add() {
+	t.mu.Lock()
+	t.n++
+	t.cond.Broadcast()
+	t.mu.Unlock()
+}
+
+func newTally() *tally {
+	t := &tally{}
+	t.cond.L = &t.mu
+	return t
+}
+
+// wait returns once k more calls have ended.
+func (t *tally) wait(k int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for end := t.n + k; t.n < end; {
+		t.cond.Wait()
+	}
 }
 
 // faultCall makes one call of the given kind; the runner measures its lateness.
@@ -267,12 +303,13 @@ var faultKinds = [...]string{"get", "post-nokey", "post-key"}
 // runFault drives the scenario's calls and checks what every scenario must hold.
 func runFault(t *testing.T, sc faultScenario, d *downstream, b *faultBackend, call faultCall, stack string) {
 	var late lateness
+	ended := newTally()
 	var mu sync.Mutex
 	outcomes := map[string]int{}
 	samples := map[string]string{} // the first error of each outcome, for the log
 	done := make(chan struct{})
 	if d.restarts != nil && sc.restart {
-		go func() { defer close(done); d.restarts(t) }()
+		go func() { defer close(done); d.restarts(t, ended) }()
 	} else {
 		close(done)
 	}
@@ -298,6 +335,7 @@ func runFault(t *testing.T, sc faultScenario, d *downstream, b *faultBackend, ca
 				err := call(ctx, kind, id)
 				late.end(ctx)
 				cancel()
+				ended.add()
 				if err != nil && time.Since(start) < time.Millisecond {
 					// Pace fast failures (a downstream that is down fails in
 					// microseconds), so that the calls span the whole scenario.

@@ -479,7 +479,7 @@ func TestAttemptTimeout(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 || f.attempts() != 2 {
 			t.Fatalf("got %v, %v after %d attempts", resp, err, f.attempts())
 		}
-		time.Sleep(500 * time.Millisecond)
+		<-time.After(500 * time.Millisecond) // past the attempt's timeout, in the bubble's time
 		if _, err := io.ReadAll(resp.Body); err != nil {
 			t.Fatalf("body unreadable after the call returned: %v", err)
 		}

@@ -250,14 +250,21 @@ func WithNonFatalGRPC(cs ...codes.Code) Option {
 // WithIdempotentMethods declares gRPC methods idempotent, by full name
 // ("/package.Service/Method"), whatever their descriptor says. Repeated uses add up.
 func WithIdempotentMethods(methods ...string) Option {
-	return optionFunc(func(c *config) {
-		if c.idempotent == nil {
-			c.idempotent = make(map[string]bool, len(methods))
-		}
-		for _, m := range methods {
-			c.idempotent[m] = true
-		}
-	})
+	return optionFunc(func(c *config) { c.idempotent = addMethods(c.idempotent, methods) })
+}
+
+// addMethods adds methods to set, made when nil and there are some, and returns it.
+func addMethods(set map[string]bool, methods []string) map[string]bool {
+	if len(methods) == 0 {
+		return set
+	}
+	if set == nil {
+		set = make(map[string]bool, len(methods))
+	}
+	for _, m := range methods {
+		set[m] = true
+	}
+	return set
 }
 
 // WithObserver adds f to the functions called once per call, when it ends, with

@@ -73,20 +73,8 @@ func (h *Hedger) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 // declaration is the client's, whichever Hedger it uses.
 func init() {
 	rpc.Register("hedge.grpc", func(h *Hedger, idempotent []string) grpc.UnaryClientInterceptor {
-		return h.unaryInterceptor(methodSet(idempotent))
+		return h.unaryInterceptor(addMethods(nil, idempotent))
 	})
-}
-
-// methodSet returns the set of methods, nil when there are none.
-func methodSet(methods []string) map[string]bool {
-	if len(methods) == 0 {
-		return nil
-	}
-	set := make(map[string]bool, len(methods))
-	for _, m := range methods {
-		set[m] = true
-	}
-	return set
 }
 
 // unaryInterceptor is [Hedger.UnaryClientInterceptor], with the methods in also

@@ -23,7 +23,7 @@ import (
 func init() {
 	// idempotent: the procedures the client declares idempotent beside h's own.
 	rpc.Register("hedge", func(h *Hedger, idempotent []string) rpc.Layer {
-		also := methodSet(idempotent)
+		also := addMethods(nil, idempotent)
 		return rpc.Layer{Client: func(ctx context.Context, c *rpc.Call, send rpc.Send) rpc.Answer {
 			ctx, span := record.StartCall(ctx, record.GRPC, c.Procedure)
 			a := h.rpcUnary(ctx, c, send, also[c.Procedure])

@@ -67,7 +67,10 @@ type loop[T any, P protocol[T]] struct {
 	max    int               // attempts allowed
 	single record.StopReason // why max was cut to one, when it was
 	in     *inbound          // the server-side state of the request being served, if any
-	token  time.Duration     // when the budget gave the latest retry its token: its refund's receipt
+	// token is when the budget gave the attempt under way, a retry, its token: the
+	// receipt its refund needs; held says it has not been given back.
+	token time.Duration
+	held  bool
 }
 
 // begin sets the attempts of a call under ctx: one only when the request being
@@ -147,7 +150,8 @@ func (l *loop[T, P]) run(ctx context.Context) (T, error) {
 		if action == Stop {
 			return zero, stopErr
 		}
-		if err := l.c.waitToRetry(ctx, n, wait, fail, l.token); err != nil {
+		if err := l.c.waitToRetry(ctx, n, wait, fail); err != nil {
+			l.giveBack()
 			l.gaveUp()
 			if haveKept {
 				return l.p.deliver(kept, nil, nil)
@@ -192,17 +196,13 @@ func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
 		if localRefusal(a.err) {
 			// Refused beneath before anything was sent: not a transport failure, and
 			// another attempt would have less time still. A retry's token comes back.
-			if e.Attempt > 1 {
-				l.c.budget.refund(l.token)
-			}
+			l.giveBack()
 			return decision{verdict: Failed, reason: "refused before sending, for lack of budget"}
 		}
 		if d, ok := l.c.localPushback(a.err, e.Attempt); ok && !l.p.replied(a.v) {
 			// Refused beneath before anything was sent, too (an open circuit): a
 			// retry's token comes back, and another is taken should the call retry.
-			if e.Attempt > 1 {
-				l.c.budget.refund(l.token)
-			}
+			l.giveBack()
 			return d
 		}
 	}
@@ -263,9 +263,7 @@ func (l *loop[T, P]) unsent(ctx context.Context, a try[T], n int, last error) er
 	if a.cancel != nil {
 		a.cancel()
 	}
-	if n > 1 {
-		l.c.budget.refund(l.token)
-	}
+	l.giveBack()
 	a.span.End(record.OutcomeFailure, a.err)
 	record.RetryCall(ctx, n-1, record.StopNotRetryable)
 	return &StopError{Attempts: n - 1, Reason: a.err.Error(), Cause: a.err, Last: last, stop: record.StopNotRetryable}
@@ -322,16 +320,25 @@ func (l *loop[T, P]) withdraw(ctx context.Context, n int, wait time.Duration, la
 	if !ok {
 		return Stop, 0, &StopError{Attempts: n, Reason: "budget exhausted", Cause: ErrBudgetExhausted, Last: last, stop: record.StopBudgetEmpty}
 	}
-	l.token = at
+	l.token, l.held = at, true
 	return Retry, wait, nil
 }
 
-// waitToRetry waits d before retry n+1, whose token was taken at token. It returns
-// nil when the retry may be sent; otherwise the context ended during the wait: the
-// token is given back, and the call's stop reason recorded.
-func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error, token time.Duration) error {
+// giveBack gives the budget back the token of the retry under way, which was not
+// sent after all; it does nothing when the attempt is the first, or its token was
+// given back already.
+func (l *loop[T, P]) giveBack() {
+	if l.held {
+		l.c.budget.refund(l.token)
+		l.held = false
+	}
+}
+
+// waitToRetry waits d before retry n+1. It returns nil when the retry may be sent;
+// otherwise the context ended during the wait (the retry's token is the caller's to
+// give back), and the call's stop reason is recorded.
+func (c *config) waitToRetry(ctx context.Context, n int, d time.Duration, last error) error {
 	if err := sleep(ctx, d); err != nil {
-		c.budget.refund(token)
 		stop := ctxStop(ctx)
 		record.RetryCall(ctx, n, stop)
 		return &StopError{Attempts: n, Reason: "context ended while waiting to retry", Cause: context.Cause(ctx), Last: last, stop: stop}

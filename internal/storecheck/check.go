@@ -242,8 +242,14 @@ func (k *checker) waitedOut(o *op) {
 	if f := last.fin; f != nil && f.end.at.Before(stopped) {
 		stopped = f.end.at
 	}
-	// The machine's lateness meanwhile delays the store's noticing as well.
-	if late := k.h.lag(stopped, o.deadline); stopped.Add(k.c.notice + k.c.slack + late).Before(o.deadline) {
+	// A Wait that starts after the stop must still ask the store, which may take up
+	// to notice (plus slack) to answer: it is judged from its own start then. The
+	// machine's lateness meanwhile delays the store's noticing as well.
+	from := stopped
+	if o.start.at.After(from) {
+		from = o.start.at
+	}
+	if late := k.h.lag(from, o.deadline); from.Add(k.c.notice + k.c.slack + late).Before(o.deadline) {
 		k.fail(o, "waited out its context (until %s) though the record stopped running at %s (the machine woke goroutines up to %v late meanwhile)",
 			k.rel(o.deadline), k.rel(stopped), late)
 	}

@@ -302,3 +302,33 @@ func TestLagCountsWakeUpsThatOverlap(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitStartedLateMayEndWithItsContext: a Wait on a record that stopped running
+// long before it started must answer within notice (and the slack) of its own
+// start, not of the stop: one whose context ends sooner (CI's run: 31 µs after
+// its start, 100 ms after the record was completed) may end with it, while one
+// given longer must not.
+func TestWaitStartedLateMayEndWithItsContext(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms float64) stamp {
+		return stamp{seq: int64(ms * 1000), at: t0.Add(time.Duration(ms * float64(time.Millisecond)))}
+	}
+	for _, c := range []struct {
+		name   string
+		budget time.Duration
+		fails  bool
+	}{
+		{"context ended at once", 31 * time.Microsecond, false},
+		{"context long enough to answer", 200 * time.Millisecond, true},
+	} {
+		acq := &op{kind: opAcquire, key: "k", token: "t", ttl: 120 * time.Millisecond, acquired: true, start: at(0), end: at(1)}
+		done := &op{kind: opComplete, key: "k", token: "t", retain: 90 * time.Millisecond, start: at(5), end: at(6)}
+		wait := &op{kind: opWait, key: "k", start: at(106), end: at(106.5), err: context.DeadlineExceeded}
+		wait.deadline = wait.start.at.Add(c.budget)
+		conf := newConfig(nil)
+		v := check(&conf, &history{ops: []*op{acq, done, wait}, start: t0})
+		if got := len(v) > 0; got != c.fails {
+			t.Errorf("%s: %d violations %v; want a violation: %v", c.name, len(v), v, c.fails)
+		}
+	}
+}

@@ -20,7 +20,10 @@ import (
 // closure per interceptor but the last, per call). What it measures is the
 // interceptors' own code, without the network and grpc-go's noise: the stack's
 // figures less the floor's are what the stack adds, to the nanosecond and the
-// allocation.
+// allocation. "bare" is the harness alone: each variant's figure less bare's is
+// its interceptors' own cost, and the stack's over the floor's ("floor-all", every
+// promise: [BenchmarkStackFloor]'s fused-all) is the ratio the goal is
+// about, without the network's noise.
 //
 //	go test -run '^$' -bench StackCode -count 5 .
 func BenchmarkStackCode(b *testing.B) {
@@ -29,16 +32,20 @@ func BenchmarkStackCode(b *testing.B) {
 		cis   func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor)
 		trace bool
 	}{
+		{"bare/untraced", noInterceptors, false},
 		{"stack/untraced", func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 			return stackInterceptors(allLayers)
 		}, false},
 		{"floor/untraced", floorInterceptors(recordNone, false), false},
 		{"floor-wire/untraced", floorInterceptors(recordNone, true), false},
+		{"floor-all/untraced", floorAllInterceptors(recordNone), false},
+		{"bare/traced", noInterceptors, true},
 		{"stack/traced", func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 			return stackInterceptors(allLayers)
 		}, true},
 		{"floor/traced", floorInterceptors(recordSpan, false), true},
 		{"floor-wire/traced", floorInterceptors(recordSpan, true), true},
+		{"floor-all/traced", floorAllInterceptors(recordSpan), true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			cis, sis := v.cis()
@@ -67,6 +74,19 @@ func floorInterceptors(rec floorRecord, wire bool) func() ([]grpc.UnaryClientInt
 		c := newFloorClient(rec)
 		c.wire = wire
 		return []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}
+	}
+}
+
+// noInterceptors is the call of the harness alone, whose price the others include.
+func noInterceptors() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
+	return nil, nil
+}
+
+func floorAllInterceptors(rec floorRecord) func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
+	return func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
+		c := newFloorClient(rec)
+		c.wire, c.all = true, true
+		return []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServerAll}
 	}
 }
 

@@ -3,6 +3,7 @@ package deadlinekit_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +15,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/deadlinekit/deadlinekit/criticality"
+	"github.com/deadlinekit/deadlinekit/deadline"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 )
@@ -36,6 +40,19 @@ import (
 // chain rule's mark on the call's metadata (hedge) and the trailer asked for
 // (retry's pushback), each done the cheapest way (one allocation for the trailer and
 // the options).
+// "fused-all" adds the rest of what the client and server stacks of [BenchmarkStack]
+// promise and the floor leaves out, each done the cheapest way: on the client, the
+// method's idempotency (a declared set), the call's idempotency-key (one lookup of
+// the outgoing metadata: a keyed call is judged and recorded apart), the request
+// being served (one context lookup for the chain rule, the one-layer rule and the
+// level to pass on), a latency window per method (a lookup), the hedge cap's token
+// account (an atomic add), and, traced, the call span DESIGN has the stack own, the
+// attempt span's parent, with the call's attributes on it rather than on the
+// caller's span; on the server, the level, the chain rule's mark and the
+// idempotency-key (a dedup replay beneath the guard is no handler work) read from
+// the metadata, and put with the inbound budget on the handler's context (one
+// allocation) for its own calls and for propagate.InboundFromContext. The floor's
+// doc above still holds of it: what it leaves out only makes it cheaper.
 // "passthrough" runs five interceptors that only call the next, three on the client
 // and two on the server, as the real stack has: the price of composing layers.
 //
@@ -52,11 +69,17 @@ func BenchmarkStackFloor(b *testing.B) {
 		{"fused/traced-span", true, recordSpan},
 		{"fused-wire/untraced", false, recordNone},
 		{"fused-wire/traced-span", true, recordSpan},
+		{"fused-all/untraced", false, recordNone},
+		{"fused-all/traced-span", true, recordSpan},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			c := newFloorClient(v.rec)
 			c.wire = strings.HasPrefix(v.name, "fused-wire/")
-			pairCall(b, []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServer}, v.traced, 0)
+			server := floorServer
+			if strings.HasPrefix(v.name, "fused-all/") {
+				c.all, c.wire, server = true, true, floorServerAll
+			}
+			pairCall(b, []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{server}, v.traced, 0)
 		})
 	}
 	b.Run("passthrough", func(b *testing.B) {
@@ -92,13 +115,41 @@ const (
 type floorClient struct {
 	rec      floorRecord
 	wire     bool // the mark and the trailer, as "fused-wire"
+	all      bool // every promise, as "fused-all"
 	w        *quantile.Window
 	armed    atomic.Bool
 	deposits atomic.Int64
+	// "fused-all": the methods declared idempotent, a window per method, the hedge
+	// cap's token account.
+	idempotent map[string]bool
+	windows    map[string]*quantile.Window
+	tokens     atomic.Int64
+	// "fused-all" on HTTP: a window and a circuit per host.
+	hosts, circuits sync.Map
 }
 
 func newFloorClient(rec floorRecord) *floorClient {
-	return &floorClient{rec: rec, w: quantile.New(quantile.Config{Quantile: 0.99})}
+	w := quantile.New(quantile.Config{Quantile: 0.99})
+	return &floorClient{rec: rec, w: w, idempotent: map[string]bool{stackMethod: true}, windows: map[string]*quantile.Window{stackMethod: w}}
+}
+
+// floorInbound is what the "fused-all" server puts on the handler's context, in one
+// allocation: the inbound budget, the caller's level and the chain rule's mark.
+type floorInbound struct {
+	context.Context
+	budget  time.Duration
+	level   string
+	covered bool
+	keyed   bool // a dedup replay beneath is no handler work: the guard must know
+}
+
+type floorInboundKey struct{}
+
+func (c *floorInbound) Value(key any) any {
+	if _, ok := key.(floorInboundKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // floorDelay is the hedge delay the real stack runs with in BenchmarkStack (hedge's
@@ -112,7 +163,22 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	if has && left <= 0 {
 		return status.Error(codes.DeadlineExceeded, "no time left")
 	}
-	_, _ = c.w.Tracked(start) // the hedge delay
+	w, hedged := c.w, true
+	if c.all {
+		// What the stack reads of the call and of the request being served.
+		w = c.windows[method]
+		key := metadata.ValueFromOutgoingContext(ctx, idempotency.Key)
+		keyed := len(key) > 0 && key[0] != ""
+		in, _ := ctx.Value(floorInboundKey{}).(*floorInbound)
+		hedged = (c.idempotent[method] || keyed) && (in == nil || !in.covered)
+		if in != nil && in.level != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, criticality.MetadataKey, in.level)
+		}
+		c.tokens.Add(1)
+	}
+	if hedged {
+		_, _ = w.Tracked(start) // the hedge delay
+	}
 	if c.wire {
 		ctx = attempts.WithMark(ctx)
 		w := &floorWire{}
@@ -120,6 +186,11 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	}
 	span := trace.SpanFromContext(ctx)
 	recording := span.IsRecording()
+	if recording && c.all {
+		// The call span the stack owns: the call's attributes go on it.
+		ctx, span = span.TracerProvider().Tracer(otelattr.ScopeName).Start(ctx, method, trace.WithSpanKind(trace.SpanKindClient))
+		defer span.End()
+	}
 	actx, cancel := context.WithCancel(ctx)
 	if c.armed.CompareAndSwap(false, true) {
 		time.AfterFunc(floorDelay, func() { c.armed.Store(false) })
@@ -134,7 +205,7 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	end := time.Now()
 	cancel()
 	if err == nil {
-		c.w.Add(end, end.Sub(start))
+		w.Add(end, end.Sub(start))
 		c.deposits.Add(1)
 	}
 	if !recording {
@@ -154,6 +225,21 @@ func (c *floorClient) intercept(ctx context.Context, method string, req, reply a
 	span.SetAttributes(otelattr.AttemptsKey.Int(1), otelattr.RetryCountKey.Int(0), otelattr.RetryStopReasonKey.String("success"),
 		otelattr.HedgeCountKey.Int(0), otelattr.HedgeWonKey.Bool(false))
 	return err
+}
+
+// floorServerAll is [floorServer] with what "fused-all" adds on the server: the
+// caller's level, the chain rule's mark and the idempotency-key read from the
+// metadata, and, with the budget, put on the handler's context.
+func floorServerAll(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	left, _ := deadline.Remaining(ctx)
+	in := &floorInbound{Context: ctx, budget: left, level: attempts.FirstIncoming(ctx, criticality.MetadataKey),
+		keyed: attempts.FirstIncoming(ctx, idempotency.Key) != ""}
+	if mark := attempts.FirstIncoming(ctx, attempts.CoveredKey); mark != "" {
+		in.covered = attempts.Covers(mark, "")
+	} else {
+		in.covered = attempts.Covers("", attempts.FirstIncoming(ctx, attempts.Key))
+	}
+	return floorServer(in, req, info, handler)
 }
 
 // floorWire is the trailer a "fused-wire" call asks for and its call options, in one

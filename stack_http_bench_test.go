@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/internal/attempts"
+	"github.com/deadlinekit/deadlinekit/internal/idempotency"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
+	"github.com/deadlinekit/deadlinekit/internal/quantile"
 	"github.com/deadlinekit/deadlinekit/otelattr"
 	"github.com/deadlinekit/deadlinekit/propagate"
 )
@@ -46,19 +49,28 @@ func BenchmarkStackHTTP(b *testing.B) {
 // [BenchmarkStackHTTP]: the least work the promises need, in one transport and one
 // middleware (floorTransport, floorHandler), untraced and traced with an attempt
 // span per attempt; "fused-wire" adds the chain rule's mark to the request's header,
-// as [BenchmarkStackFloor]'s does to the call's metadata.
+// as [BenchmarkStackFloor]'s does to the call's metadata; "fused-all" adds the rest
+// of what deadlinekit.NewTransport and NewHandler promise, as [BenchmarkStackFloor]'s
+// does, and their breaker's circuit per host (a lookup and an outcome counted) and
+// retry's server side (the attempt count read, for the one-layer rule). Traced,
+// otelhttp's client span is the call's: the stack starts none of its own.
 //
 //	go test -run '^$' -bench 'StackFloorHTTP' -benchtime 20000x -count 3 .
 func BenchmarkStackFloorHTTP(b *testing.B) {
 	for _, v := range []struct {
 		name   string
 		traced bool
-	}{{"fused/untraced", false}, {"fused/traced-span", true}, {"fused-wire/untraced", false}, {"fused-wire/traced-span", true}} {
+	}{{"fused/untraced", false}, {"fused/traced-span", true}, {"fused-wire/untraced", false}, {"fused-wire/traced-span", true},
+		{"fused-all/untraced", false}, {"fused-all/traced-span", true}} {
 		b.Run(v.name, func(b *testing.B) {
 			c := newFloorClient(recordSpan)
 			c.wire = strings.HasPrefix(v.name, "fused-wire/")
+			server := floorHandler
+			if strings.HasPrefix(v.name, "fused-all/") {
+				c.all, c.wire, server = true, true, floorHandlerAll
+			}
 			bare := startHTTPCall(b, nil, nil, v.traced)
-			with := startHTTPCall(b, func(rt http.RoundTripper) http.RoundTripper { return &floorTransport{c: c, base: rt} }, floorHandler, v.traced)
+			with := startHTTPCall(b, func(rt http.RoundTripper) http.RoundTripper { return &floorTransport{c: c, base: rt} }, server, v.traced)
 			b.ReportAllocs()
 			pairbench.Run(b, bare, with)
 		})
@@ -134,7 +146,21 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if has && left <= 0 {
 		return nil, context.DeadlineExceeded
 	}
-	_, _ = c.w.Tracked(start)
+	w, hedged, host := c.w, true, req.URL.Host
+	var circuit *atomic.Int64
+	var in *floorInbound
+	if c.all {
+		// What the stack reads of the request and of the request being served.
+		w = c.hostWindow(host)
+		circuit = c.circuit(host)
+		keyed := req.Header.Get(idempotency.Header) != ""
+		in, _ = ctx.Value(floorInboundKey{}).(*floorInbound)
+		hedged = (req.Method == http.MethodGet || req.Method == http.MethodHead || keyed) && (in == nil || !in.covered)
+		c.tokens.Add(1)
+	}
+	if hedged {
+		_, _ = w.Tracked(start)
+	}
 	span := trace.SpanFromContext(ctx)
 	recording := span.IsRecording()
 	actx, cancel := context.WithCancel(ctx)
@@ -146,6 +172,9 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	h[propagate.HeaderGRPCTimeout] = []string{propagate.EncodeGRPCTimeout(left)}
 	if c.wire {
 		h[attempts.CoveredHeader] = floorMark
+	}
+	if in != nil && in.level != "" {
+		h[propagate.HeaderCriticality] = []string{in.level}
 	}
 	var attempt trace.Span
 	if recording {
@@ -159,8 +188,11 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(out)
 	end := time.Now()
 	if err == nil && resp.StatusCode < 500 {
-		c.w.Add(end, end.Sub(start))
+		w.Add(end, end.Sub(start))
 		c.deposits.Add(1)
+		if circuit != nil {
+			circuit.Add(1)
+		}
 	}
 	if recording {
 		attempt.SetAttributes(otelattr.AttemptOutcomeKey.String("success"))
@@ -174,6 +206,44 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil
+}
+
+// hostWindow is the latency window of the host's calls: a lookup, as a window per
+// target costs.
+func (c *floorClient) hostWindow(host string) *quantile.Window {
+	if w, ok := c.hosts.Load(host); ok {
+		return w.(*quantile.Window)
+	}
+	w, _ := c.hosts.LoadOrStore(host, quantile.New(quantile.Config{Quantile: 0.99}))
+	return w.(*quantile.Window)
+}
+
+// circuit is the host's circuit, as the breaker keeps one per host: here only the
+// count of its successes.
+func (c *floorClient) circuit(host string) *atomic.Int64 {
+	if v, ok := c.circuits.Load(host); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := c.circuits.LoadOrStore(host, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
+// floorHandlerAll is [floorHandler] with what "fused-all" adds on the server: the
+// caller's level, the chain rule's mark, the attempt count and the idempotency key
+// read from the header,
+// and, with the budget, put on the handler's context.
+func floorHandlerAll(next http.Handler) http.Handler {
+	inner := floorHandler(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		in := &floorInbound{Context: ctx, level: r.Header.Get(propagate.HeaderCriticality), keyed: r.Header.Get(idempotency.Header) != ""}
+		if mark := r.Header.Get(attempts.CoveredHeader); mark != "" {
+			in.covered = attempts.Covers(mark, "")
+		} else {
+			in.covered = attempts.Covers("", r.Header.Get(attempts.Header))
+		}
+		inner.ServeHTTP(w, r.WithContext(in))
+	})
 }
 
 // floorMark is the chain rule's mark as a header's values, shared by every request

@@ -51,9 +51,12 @@ func BenchmarkStackHTTP(b *testing.B) {
 // span per attempt; "fused-wire" adds the chain rule's mark to the request's header,
 // as [BenchmarkStackFloor]'s does to the call's metadata; "fused-all" adds the rest
 // of what deadlinekit.NewTransport and NewHandler promise, as [BenchmarkStackFloor]'s
-// does, and their breaker's circuit per host (a lookup and an outcome counted) and
-// retry's server side (the attempt count read, for the one-layer rule). Traced,
-// otelhttp's client span is the call's: the stack starts none of its own.
+// does, and what these two add by default: the reserve (the attempt's deadline and
+// the budget it sends both short of the call's by deadlinekit.DefaultReserve), the
+// breaker's circuit per host (a lookup and an outcome counted), retry's server side
+// (the attempt count read, for the one-layer rule) and the guard's learned floor (a
+// window of the route's handler durations). Traced, otelhttp's client span is the
+// call's: the stack starts none of its own.
 //
 //	go test -run '^$' -bench 'StackFloorHTTP' -benchtime 20000x -count 3 .
 func BenchmarkStackFloorHTTP(b *testing.B) {
@@ -163,7 +166,17 @@ func (t *floorTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	span := trace.SpanFromContext(ctx)
 	recording := span.IsRecording()
-	actx, cancel := context.WithCancel(ctx)
+	var actx context.Context
+	var cancel context.CancelFunc
+	if c.all && has {
+		// The stack's reserve (deadlinekit.DefaultReserve, at most a tenth of the time
+		// left): the attempt gives up that much before the call, and tells the next hop.
+		reserve := min(deadlinekit.DefaultReserve, time.Duration(float64(left)*deadlinekit.DefaultReserveFraction))
+		left -= reserve
+		actx, cancel = context.WithDeadline(ctx, dl.Add(-reserve))
+	} else {
+		actx, cancel = context.WithCancel(ctx)
+	}
 	if c.armed.CompareAndSwap(false, true) {
 		time.AfterFunc(floorDelay, func() { c.armed.Store(false) })
 	}
@@ -230,19 +243,26 @@ func (c *floorClient) circuit(host string) *atomic.Int64 {
 
 // floorHandlerAll is [floorHandler] with what "fused-all" adds on the server: the
 // caller's level, the chain rule's mark, the attempt count and the idempotency key
-// read from the header,
-// and, with the budget, put on the handler's context.
+// read from the header and put with the budget on the handler's context, and the
+// handler's duration fed to its route's window, from which the guard learns its
+// floor (NewHandler's default).
 func floorHandlerAll(next http.Handler) http.Handler {
 	inner := floorHandler(next)
+	var routes sync.Map // route → the window of its handler's durations (the learned floor)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		win, ok := routes.Load(r.URL.Path)
+		if !ok {
+			win, _ = routes.LoadOrStore(r.URL.Path, quantile.New(quantile.Config{Quantile: 0.99}))
+		}
+		_, _ = win.(*quantile.Window).Tracked(start)
 		ctx := r.Context()
 		in := &floorInbound{Context: ctx, level: r.Header.Get(propagate.HeaderCriticality), keyed: r.Header.Get(idempotency.Header) != ""}
-		if mark := r.Header.Get(attempts.CoveredHeader); mark != "" {
-			in.covered = attempts.Covers(mark, "")
-		} else {
-			in.covered = attempts.Covers("", r.Header.Get(attempts.Header))
-		}
+		// retry's server side reads the count whatever the mark says.
+		in.covered = attempts.Covers(r.Header.Get(attempts.CoveredHeader), r.Header.Get(attempts.Header))
 		inner.ServeHTTP(w, r.WithContext(in))
+		end := time.Now()
+		win.(*quantile.Window).Add(end, end.Sub(start))
 	})
 }
 

@@ -78,6 +78,11 @@ func floorInterceptors(rec floorRecord, wire bool) func() ([]grpc.UnaryClientInt
 	}
 }
 
+// layerInterceptors returns new interceptors of the layers l ([stackInterceptors]).
+func layerInterceptors(l layers) func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
+	return func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) { return stackInterceptors(l) }
+}
+
 // noInterceptors is the call of the harness alone, whose price the others include.
 func noInterceptors() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 	return nil, nil
@@ -173,7 +178,9 @@ func clientLink(cis []grpc.UnaryClientInterceptor, i int, inv grpc.UnaryInvoker)
 // and it times each call alone. It reports the median call ("call-ns"), less the
 // harness's ("bare"), so that code and data a call touches count as they do over
 // the network: [BenchmarkStack]'s loopback figures are two to three times
-// [BenchmarkStackCode]'s warm ones, for the stack much more than for the floor.
+// [BenchmarkStackCode]'s warm ones, for the stack much more than for the floor. The
+// "layers" variants add the stack's layers one at a time, to show whose footprint
+// it is.
 //
 //	go test -run '^$' -bench StackCodeCold -benchtime 3000x -count 3 .
 func BenchmarkStackCodeCold(b *testing.B) {
@@ -183,10 +190,13 @@ func BenchmarkStackCodeCold(b *testing.B) {
 		cis  func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor)
 	}{
 		{"bare", noInterceptors},
-		{"stack", func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
-			return stackInterceptors(allLayers)
-		}},
+		{"stack", layerInterceptors(allLayers)},
 		{"floor-all", floorAllInterceptors(recordNone)},
+		// The layers one at a time, as [BenchmarkStackLayers] adds them.
+		{"layers/propagate", layerInterceptors(layers{propagate: true})},
+		{"layers/+shortcircuit", layerInterceptors(layers{propagate: true, shortcircuit: true})},
+		{"layers/+retry", layerInterceptors(layers{propagate: true, shortcircuit: true, retry: true})},
+		{"layers/hedge-only", layerInterceptors(layers{hedge: true})},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			cis, sis := v.cis()

@@ -66,7 +66,7 @@ func BenchmarkStackCodeHTTP(b *testing.B) {
 type inProcessTransport struct{ h http.Handler }
 
 func (t inProcessTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	sreq := req.Clone(context.Background()) //deadlinekit:detached the server side starts afresh, as net/http's does; its budget comes in the header
+	sreq := req.Clone(context.Background()) //deadlinevet:detached the server side starts afresh, as net/http's does; its budget comes in the header
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, sreq)
 	resp := rec.Result()

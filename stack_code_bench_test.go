@@ -175,9 +175,9 @@ func clientLink(cis []grpc.UnaryClientInterceptor, i int, inv grpc.UnaryInvoker)
 // BenchmarkStackCodeCold is [BenchmarkStackCode] untraced with the caches cold: before
 // each call the benchmark writes over 8 MiB, as a real call finds the caches after
 // the network stack, the runtime and other requests have run since the last one,
-// and it times each call alone. It reports the median call ("call-ns"), less the
-// harness's ("bare"), so that code and data a call touches count as they do over
-// the network: [BenchmarkStack]'s loopback figures are two to three times
+// and it times each call alone. It reports each variant's median call ("call-ns");
+// less the harness's ("bare"), it is what the interceptors cost when the code and
+// data a call touches have to be fetched again, as over the network: [BenchmarkStack]'s loopback figures are two to three times
 // [BenchmarkStackCode]'s warm ones, for the stack much more than for the floor. The
 // "layers" variants add the stack's layers one at a time, to show whose footprint
 // it is.

@@ -56,7 +56,10 @@ func NewTransport(base http.RoundTripper, opts ...Option) http.RoundTripper {
 // The winner's context lives until its
 // response body is closed or read to the end (a 101's body keeps its Write); losers
 // are cancelled and their bodies drained (at most 64 KiB, at most 100 ms) and closed,
-// so that their connections are reused or released.
+// so that their connections are reused or released. A loser cancelled before its
+// answer came costs its connection over HTTP/1.1, which has no other way to abandon
+// a request: net/http closes it, and a later request dials (and, over TLS, shakes
+// hands) again; over HTTP/2 only the loser's stream is reset.
 func (h *Hedger) Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

@@ -164,7 +164,10 @@ type history struct {
 	failed map[string][]time.Duration
 	bad    []violation // broken by a store call
 	// killed is when each killed replica process (by incarnation) was killed.
-	killed   map[int]time.Duration
+	killed map[int]time.Duration
+	// lastLine is when each replica process (by incarnation) wrote its last line
+	// that the history read.
+	lastLine map[int]time.Duration
 	restarts []storeRestart
 	probeAt  time.Duration  // when the final probe began
 	faults   map[string]int // faults injected by the test's process, by kind
@@ -173,7 +176,24 @@ type history struct {
 func newHistory() *history {
 	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
 		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]keyEvent{},
-		saved: map[string][]time.Duration{}, failed: map[string][]time.Duration{}, killed: map[int]time.Duration{}, faults: map[string]int{}}
+		saved: map[string][]time.Duration{}, failed: map[string][]time.Duration{}, killed: map[int]time.Duration{}, lastLine: map[int]time.Duration{}, faults: map[string]int{}}
+}
+
+// processOf says, for the report of an execution p of a replica process, when that
+// process was killed and when it last wrote, against p's end and its lease's: a
+// completion never made within the lease by a process that lived on past it (a
+// stall, or a completion never called) reads differently from one cut short by a
+// kill. Empty for an execution of the test's own process. h.mu is held (check).
+func (h *history) processOf(p *execution) string {
+	if p.Inc == 0 {
+		return ""
+	}
+	killed := "not killed"
+	if k, ok := h.killed[p.Inc]; ok {
+		killed = fmt.Sprintf("killed at %v", k)
+	}
+	return fmt.Sprintf(" at %v (lease until %v); its process, incarnation %d, %s, its last line at %v",
+		p.End, p.LeaseEnd, p.Inc, killed, h.lastLine[p.Inc])
 }
 
 func sk(scope, key string) string { return scope + "\x00" + key }
@@ -425,7 +445,7 @@ func (h *history) checkKey(es []*execution, bad func(inv, scope, key, format str
 			case p.Released == "" && h.neverStored(p, e):
 				p.Released = "its answer was never stored (its process killed, or the store down)"
 			case p.Released == "":
-				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed", e.ID, p.ID)
+				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed%s", e.ID, p.ID, h.processOf(p))
 			}
 		}
 		if e.Released == "" && !e.Killed && h.overran(e, bad) {

@@ -205,6 +205,7 @@ func (h *history) merge(path string, inc int, final bool) error {
 
 func (h *history) mergeLine(l logLine, at, lease time.Duration, inc int, final bool) {
 	h.mu.Lock()
+	h.lastLine[inc] = max(h.lastLine[inc], at)
 	switch l.T {
 	case "begin":
 		h.execs[l.ID] = &execution{ID: l.ID, Scope: l.Scope, Key: l.Key, Proto: l.Proto, Replica: l.Replica,

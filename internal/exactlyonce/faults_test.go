@@ -349,12 +349,15 @@ func (s *faultStore) checkLease(key string, l dedup.Lease, most time.Duration) {
 }
 
 func (s *faultStore) Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error {
+	scope, k := splitKey(key)
+	// Noted before the call, so that a report tells a completion never made from
+	// one cut short by its process's death, which notes nothing after.
+	s.h.event(scope, k, "store complete called (%d bytes)", len(answer))
 	if err := s.once(ctx, "complete", key, token); err != nil {
 		return err
 	}
 	began := time.Now()
 	err := s.Store.Complete(ctx, key, token, answer, retain)
-	scope, k := splitKey(key)
 	switch {
 	case err == nil:
 		s.h.stored(scope, k)

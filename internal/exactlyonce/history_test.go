@@ -163,8 +163,9 @@ type history struct {
 	// unreachable: not an injected fault)
 	failed map[string][]time.Duration
 	bad    []violation // broken by a store call
-	// killed is when each killed replica process (by incarnation) was killed.
-	killed map[int]time.Duration
+	// killed is when each killed replica process (by incarnation) was reaped, dead
+	// for sure; killSent, when its kill was sent. It died in between.
+	killed, killSent map[int]time.Duration
 	// lastLine is when each replica process (by incarnation) wrote its last line
 	// that the history read.
 	lastLine map[int]time.Duration
@@ -176,7 +177,15 @@ type history struct {
 func newHistory() *history {
 	return &history{start: time.Now(), execs: map[int64]*execution{}, logs: map[int]*logical{},
 		byKey: map[string]int{}, nth: map[string]int{}, lost: map[string][]time.Duration{}, evs: map[string][]keyEvent{},
-		saved: map[string][]time.Duration{}, failed: map[string][]time.Duration{}, killed: map[int]time.Duration{}, lastLine: map[int]time.Duration{}, faults: map[string]int{}}
+		saved: map[string][]time.Duration{}, failed: map[string][]time.Duration{}, killed: map[int]time.Duration{}, killSent: map[int]time.Duration{}, lastLine: map[int]time.Duration{}, faults: map[string]int{}}
+}
+
+// killedWithin reports whether the replica process of incarnation inc may have died
+// between from and to: it died after its kill was sent and before it was reaped,
+// which on a loaded machine may be much later.
+func (h *history) killedWithin(inc int, from, to time.Duration) bool {
+	reaped, ok := h.killed[inc]
+	return ok && inc != 0 && reaped >= from && h.killSent[inc] <= to
 }
 
 // processOf says, for the report of an execution p of a replica process, when that
@@ -190,7 +199,7 @@ func (h *history) processOf(p *execution) string {
 	}
 	killed := "not killed"
 	if k, ok := h.killed[p.Inc]; ok {
-		killed = fmt.Sprintf("killed at %v", k)
+		killed = fmt.Sprintf("sent its kill at %v, reaped at %v", h.killSent[p.Inc], k)
 	}
 	return fmt.Sprintf(" at %v (lease until %v); its process, incarnation %d, %s, its last line at %v",
 		p.End, p.LeaseEnd, p.Inc, killed, h.lastLine[p.Inc])
@@ -503,7 +512,7 @@ func (h *history) neverStored(p, e *execution) bool {
 	if e.Start < p.LeaseEnd-killSlack {
 		return false
 	}
-	if k, ok := h.killed[p.Inc]; ok && p.Inc != 0 && k >= p.End && k <= p.LeaseEnd {
+	if h.killedWithin(p.Inc, p.End, p.LeaseEnd) {
 		return true
 	}
 	for _, r := range h.restarts {

@@ -43,3 +43,25 @@ func TestACompletionFailedLateCountsFromItsStart(t *testing.T) {
 		}
 	})
 }
+
+// A replica process is dead somewhere between the kill being sent and its reaping,
+// which may come much later on a loaded machine: a completion cut short by a kill
+// sent within the lease was never stored, however late the process was reaped. CI
+// (-race, loaded) saw the checker call a re-run after the lease a second execution:
+// the execution had completed 620 ms before its lease ended, nothing of its key was
+// ever stored, and its process was killed, as reaped, after the lease's end.
+func TestAKillSentWithinTheLeaseCountsFromItsSending(t *testing.T) {
+	h := newHistory()
+	p := &execution{Scope: "a", Key: "k", Start: 0, End: 10 * time.Millisecond, LeaseEnd: 100 * time.Millisecond, Inc: 7}
+	h.killSent[7], h.killed[7] = 90*time.Millisecond, 400*time.Millisecond
+	e := &execution{Scope: "a", Key: "k", Start: 500 * time.Millisecond}
+	if !h.neverStored(p, e) {
+		t.Fatalf("a re-run at %v, after an execution that ended at %v within its lease (to %v) and whose process was sent its kill at %v (reaped at %v), is judged a second execution",
+			e.Start, p.End, p.LeaseEnd, h.killSent[7], h.killed[7])
+	}
+	// A process that lived past the lease without storing is still caught.
+	h.killSent[7], h.killed[7] = 300*time.Millisecond, 310*time.Millisecond
+	if h.neverStored(p, e) {
+		t.Fatalf("a re-run after an execution whose process was killed only after its lease (at %v) is allowed", h.killSent[7])
+	}
+}

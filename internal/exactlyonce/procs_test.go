@@ -110,16 +110,18 @@ func (p *replicaProcs) start(i int) error {
 	return nil
 }
 
-// kill SIGKILLs replica i's process and notes when it was dead.
+// kill SIGKILLs replica i's process and notes when the kill was sent and when the
+// process was reaped, dead for sure.
 func (p *replicaProcs) kill(i int) {
 	p.mu.Lock()
 	pr := p.cur[i]
 	p.mu.Unlock()
+	sent := p.h.since()
 	_ = pr.cmd.Process.Kill()
 	<-pr.done
 	at := p.h.since()
 	p.h.mu.Lock()
-	p.h.killed[pr.inc] = at
+	p.h.killSent[pr.inc], p.h.killed[pr.inc] = sent, at
 	p.h.mu.Unlock()
 	p.h.count("replica process killed")
 }
@@ -319,8 +321,7 @@ func (h *history) killedLease(k string) time.Time {
 		if e.Scope != scope || e.Key != key {
 			continue
 		}
-		kill, ok := h.killed[e.Inc]
-		if e.Killed || ok && e.Inc != 0 && kill >= e.End && kill <= e.LeaseEnd {
+		if e.Killed || h.killedWithin(e.Inc, e.End, e.LeaseEnd) {
 			end = max(end, e.LeaseEnd)
 		}
 	}

@@ -286,6 +286,15 @@ func newTally() *tally {
 	return t
 }
 
+// reach returns once n calls in all have ended.
+func (t *tally) reach(n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.n < n {
+		t.cond.Wait()
+	}
+}
+
 // wait returns once k more calls have ended.
 func (t *tally) wait(k int64) {
 	t.mu.Lock()
@@ -317,9 +326,11 @@ func runFault(t *testing.T, sc faultScenario, d *downstream, b *faultBackend, ca
 	var wg sync.WaitGroup
 	for c := range faultCallers {
 		wg.Go(func() {
-			// The callers start one after the other, so that their deadlines are
-			// spread over the deadline's length rather than all due at once.
-			time.Sleep(time.Duration(c) * faultTimeout / faultCallers)
+			// The callers start one after the other, caller c once c calls have
+			// ended, so that when calls run to their deadlines the deadlines are
+			// spread out rather than all due at once; paced by the calls, not by
+			// the clock, so that a loaded machine spreads them the same way.
+			ended.reach(int64(c))
 			for i := 0; i < sc.perCaller*40; i++ {
 				if i >= sc.perCaller {
 					select {
@@ -331,16 +342,10 @@ func runFault(t *testing.T, sc faultScenario, d *downstream, b *faultBackend, ca
 				kind := (c + i) % len(faultKinds)
 				id := fmt.Sprintf("%s-%d-%d", faultKinds[kind], c, i)
 				ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
-				start := time.Now()
 				err := call(ctx, kind, id)
 				late.end(ctx)
 				cancel()
 				ended.add()
-				if err != nil && time.Since(start) < time.Millisecond {
-					// Pace fast failures (a downstream that is down fails in
-					// microseconds), so that the calls span the whole scenario.
-					time.Sleep(time.Millisecond)
-				}
 				k := faultKinds[kind] + " " + errKind(err)
 				mu.Lock()
 				outcomes[k]++

@@ -11,7 +11,7 @@ import (
 
 // testService serves svc on a loopback gRPC server built with srv, and returns a
 // client of it dialled with dial (plaintext added); both stop when t ends.
-func testService(t *testing.T, svc testgrpc.TestServiceServer, srv []grpc.ServerOption, dial ...grpc.DialOption) testgrpc.TestServiceClient {
+func testService(t testing.TB, svc testgrpc.TestServiceServer, srv []grpc.ServerOption, dial ...grpc.DialOption) testgrpc.TestServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,7 +2,6 @@ package deadlinekit_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/deadlinekit/deadlinekit/hedge"
@@ -151,7 +149,6 @@ func startCall(b testing.TB, cis []grpc.UnaryClientInterceptor, sis []grpc.Unary
 // startCallWith is [startCall] with the server's and the client's options given
 // whole (the root package's ServerOptions and DialOptions, say).
 func startCallWith(b testing.TB, sopts []grpc.ServerOption, copts []grpc.DialOption, traced bool, work time.Duration) func() error {
-	copts = append(copts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	var tp *sdktrace.TracerProvider
 	if traced {
 		tp = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
@@ -159,20 +156,7 @@ func startCallWith(b testing.TB, sopts []grpc.ServerOption, copts []grpc.DialOpt
 		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 		copts = append(copts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gs := grpc.NewServer(sopts...)
-	testgrpc.RegisterTestServiceServer(gs, okService{work: work})
-	go gs.Serve(lis)
-	b.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), copts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	client := testgrpc.NewTestServiceClient(conn)
+	client := testService(b, okService{work: work}, sopts, copts...)
 	req := &testgrpc.SimpleRequest{}
 	return func() error {
 		// A budget under the servers' 5-minute clamp, as real budgets are.

@@ -90,9 +90,7 @@ func noInterceptors() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerIntercep
 
 func floorAllInterceptors(rec floorRecord) func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
 	return func() ([]grpc.UnaryClientInterceptor, []grpc.UnaryServerInterceptor) {
-		c := newFloorClient(rec)
-		c.wire, c.all = true, true
-		return []grpc.UnaryClientInterceptor{c.intercept}, []grpc.UnaryServerInterceptor{floorServerAll}
+		return []grpc.UnaryClientInterceptor{newFloorAllClient(rec).intercept}, []grpc.UnaryServerInterceptor{floorServerAll}
 	}
 }
 

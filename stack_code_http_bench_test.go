@@ -28,20 +28,13 @@ func BenchmarkStackCodeHTTP(b *testing.B) {
 		{"bare", func(rt http.RoundTripper) http.RoundTripper { return rt }, func(h http.Handler) http.Handler { return h }},
 		{"stack", func(rt http.RoundTripper) http.RoundTripper { return deadlinekit.NewTransport(rt) },
 			func(h http.Handler) http.Handler { return deadlinekit.NewHandler(h) }},
-		{"floor-all", nil, floorHandlerAll},
+		{"floor-all", func(rt http.RoundTripper) http.RoundTripper {
+			return &floorTransport{c: newFloorAllClient(recordNone), base: rt}
+		}, floorHandlerAll},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
-			h = v.server(h)
-			var rt http.RoundTripper = inProcessTransport{h}
-			if v.client != nil {
-				rt = v.client(rt)
-			} else {
-				c := newFloorClient(recordNone)
-				c.wire, c.all = true, true
-				rt = &floorTransport{c: c, base: rt}
-			}
-			client := &http.Client{Transport: rt}
+			client := &http.Client{Transport: v.client(inProcessTransport{v.server(h)})}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			b.ReportAllocs()

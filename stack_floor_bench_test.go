@@ -133,6 +133,13 @@ func newFloorClient(rec floorRecord) *floorClient {
 	return &floorClient{rec: rec, w: w, idempotent: map[string]bool{stackMethod: true}, windows: map[string]*quantile.Window{stackMethod: w}}
 }
 
+// newFloorAllClient is the client of "fused-all": every promise, the wire's included.
+func newFloorAllClient(rec floorRecord) *floorClient {
+	c := newFloorClient(rec)
+	c.wire, c.all = true, true
+	return c
+}
+
 // floorInbound is what the "fused-all" server puts on the handler's context, in one
 // allocation: the inbound budget, the caller's level and the chain rule's mark.
 type floorInbound struct {

@@ -290,16 +290,19 @@ func newTally() *tally {
 func (t *tally) reach(n int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for t.n < n {
-		t.cond.Wait()
-	}
+	t.until(n)
 }
 
 // wait returns once k more calls have ended.
 func (t *tally) wait(k int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for end := t.n + k; t.n < end; {
+	t.until(t.n + k)
+}
+
+// until waits, t.mu held, until n calls in all have ended.
+func (t *tally) until(n int64) {
+	for t.n < n {
 		t.cond.Wait()
 	}
 }

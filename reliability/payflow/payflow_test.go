@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -51,9 +52,10 @@ type scenario struct {
 	name    string
 	seconds float64 // of arrivals
 	drop    float64 // the share of answers the client's transport drops
-	// fault injects the scenario's fault at at, and returns the outage it caused
-	// (down == back for a moment's fault; zero for none).
-	fault func(t *testing.T, c *chain, at time.Time) (down, back time.Time)
+	// fault injects the scenario's fault once the client's arrivals reach faultAt
+	// (at waits until the payment due then was sent), and returns the outage it
+	// caused (down == back for a moment's fault; zero for none).
+	fault func(t *testing.T, c *chain, at func(time.Duration)) (down, back time.Time)
 }
 
 var scenarios = []scenario{
@@ -233,7 +235,7 @@ func runScenario(t *testing.T, sc scenario, rate float64) figures {
 	go func() {
 		defer close(faultDone)
 		if sc.fault != nil {
-			f.down, f.back = sc.fault(t, c, start.Add(faultAt))
+			f.down, f.back = sc.fault(t, c, func(d time.Duration) { client.sent(int(math.Ceil(d.Seconds() * rate))) })
 			f.outage = f.back.After(f.down)
 			if !f.down.IsZero() {
 				f.faultNote = fmt.Sprintf("fault at +%v", f.down.Sub(start).Round(time.Millisecond))
@@ -348,38 +350,38 @@ var (
 	figuresRE = regexp.MustCompile(`-?[0-9]+(\.[0-9]+)? ?(µs|ms|s)\b`)
 )
 
-func killReplica(t *testing.T, c *chain, at time.Time) (time.Time, time.Time) {
-	time.Sleep(time.Until(at))
+func killReplica(t *testing.T, c *chain, at func(time.Duration)) (time.Time, time.Time) {
+	at(faultAt)
 	c.kill("payments-0")
 	now := time.Now()
 	return now, now
 }
 
-func killRedis(t *testing.T, c *chain, at time.Time) (time.Time, time.Time) {
+func killRedis(t *testing.T, c *chain, at func(time.Duration)) (time.Time, time.Time) {
 	rs := c.rs
-	time.Sleep(time.Until(at))
+	at(faultAt)
 	rs.Stop()
 	down := time.Now()
-	time.Sleep(outageFor)
+	at(faultAt + outageFor)
 	if err := rs.RestartErr(); err != nil {
 		t.Errorf("restarting Redis: %v", err)
 	}
 	return down, time.Now()
 }
 
-func pauseRedis(t *testing.T, c *chain, at time.Time) (time.Time, time.Time) {
+func pauseRedis(t *testing.T, c *chain, at func(time.Duration)) (time.Time, time.Time) {
 	pid, err := redisPID(c.rs.Addr)
 	if err != nil {
 		t.Errorf("Redis's process id: %v", err)
 		return time.Time{}, time.Time{}
 	}
-	time.Sleep(time.Until(at))
+	at(faultAt)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Errorf("pausing Redis: %v", err)
 		return time.Time{}, time.Time{}
 	}
 	down := time.Now()
-	time.Sleep(outageFor)
+	at(faultAt + outageFor)
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Errorf("resuming Redis: %v", err)
 	}
@@ -418,6 +420,7 @@ type proc struct {
 	name   string
 	cmd    *exec.Cmd
 	mu     sync.Mutex
+	wrote  sync.Cond // broadcast on each write to out, and when the process ends
 	out    bytes.Buffer
 	done   chan struct{}
 	err    error
@@ -427,7 +430,25 @@ type proc struct {
 func (p *proc) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.wrote.Broadcast()
 	return p.out.Write(b)
+}
+
+// sent returns once the client has written that it sent payment i (clientSent):
+// a fault is timed by the client's own arrivals, however late a loaded machine
+// runs them, or once the client has ended.
+func (p *proc) sent(i int) {
+	line := []byte(fmt.Sprintf(clientSent+"\n", i))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !bytes.Contains(p.out.Bytes(), line) {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		p.wrote.Wait()
+	}
 }
 
 func (p *proc) output() string {
@@ -454,6 +475,7 @@ func listen(t *testing.T) (*os.File, string) {
 // start runs this test binary as role, with listener l (none for the client).
 func (c *chain) start(name, role string, l *os.File, env ...string) *proc {
 	p := &proc{name: name, done: make(chan struct{})}
+	p.wrote.L = &p.mu
 	p.cmd = exec.Command(os.Args[0])
 	p.cmd.Env = append(append(os.Environ(), envRole+"="+role), env...)
 	if l != nil {
@@ -464,7 +486,13 @@ func (c *chain) start(name, role string, l *os.File, env ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+		p.mu.Lock()
+		p.wrote.Broadcast()
+		p.mu.Unlock()
+	}()
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()

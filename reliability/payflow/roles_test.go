@@ -363,6 +363,9 @@ const resendAfter = 1500 * time.Millisecond
 // clientStarted is the line the client writes as it sends its first payment.
 const clientStarted = "payflow client: sending"
 
+// clientSent is the line the client writes as it sends payment i (its format).
+const clientSent = "payflow client: sent %d"
+
 // runClient sends payments at a fixed arrival rate (open loop), each with its own
 // Idempotency-Key and a 3 s budget, through the root client stack, whose retries
 // resend a payment whose answer was lost or refused. A share of the answers is
@@ -383,10 +386,11 @@ func runClient(tp trace.TracerProvider) error {
 	client := &http.Client{Transport: tracedTransport(tp, deadlinekit.NewTransport(d))}
 	recs := make([]record, n)
 	var wg sync.WaitGroup
-	fmt.Println(clientStarted) // the test times its fault from here
+	fmt.Println(clientStarted)
 	start := time.Now()
 	for i := range n {
 		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+		fmt.Printf(clientSent+"\n", i) // the test times its faults by these
 		wg.Go(func() {
 			recs[i] = pay(client, url, fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("key-%s-%d-%d", prefix, i, seed))
 		})

@@ -21,6 +21,25 @@ func TestMedian(t *testing.T) {
 	}
 }
 
+func TestQuantile(t *testing.T) {
+	ten := []time.Duration{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}
+	for _, tc := range []struct {
+		in   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{nil, 0.1, 0},
+		{ten, 0.1, 2},
+		{ten, 0, 1},
+		{ten, 0.99, 10},
+		{[]time.Duration{7}, 0.1, 7},
+	} {
+		if got := quantile(tc.in, tc.q); got != tc.want {
+			t.Errorf("quantile(%v, %v) = %v; want %v", tc.in, tc.q, got, tc.want)
+		}
+	}
+}
+
 func BenchmarkSame(b *testing.B) {
 	f := func() error { return nil }
 	Run(b, f, f)

@@ -59,19 +59,26 @@ func BenchmarkHedgeNoFire(b *testing.B) {
 			}
 		})
 	}
-	b.Run("grpc", func(b *testing.B) {
-		invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
-			return nil
-		}
-		ic := hedge.UnaryClientInterceptor(hedge.WithDelay(hedge.Delay{Initial: time.Second}), hedge.WithIdempotentMethods("/s/m"))
-		req, reply := &wrapperspb.StringValue{}, &wrapperspb.StringValue{}
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := ic(b.Context(), "/s/m", req, reply, nil, invoker); err != nil {
-				b.Fatal(err)
+	// "grpc" starts the call in a slot; "grpc-full" as a full call, as it did
+	// before slots (see slot.go).
+	for _, v := range []struct {
+		name string
+		opts []hedge.Option
+	}{{"grpc", nil}, {"grpc-full", []hedge.Option{hedge.WithoutFastPath()}}} {
+		b.Run(v.name, func(b *testing.B) {
+			invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+				return nil
 			}
-		}
-	})
+			ic := hedge.UnaryClientInterceptor(append(v.opts, hedge.WithDelay(hedge.Delay{Initial: time.Second}), hedge.WithIdempotentMethods("/s/m"))...)
+			req, reply := &wrapperspb.StringValue{}, &wrapperspb.StringValue{}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ic(b.Context(), "/s/m", req, reply, nil, invoker); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // TestObserverAllocs: an observer adds no allocation to a call (the event goes by

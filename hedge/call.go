@@ -104,7 +104,13 @@ func (c *call[T]) run(ctx context.Context) (winner result[T], cancel context.Can
 	primaryCtx, span := c.startPrimary(ctx)
 	v, err := sendRecovered(primaryCtx, c.adapter, 0, span)
 	// The end from the monotonic clock alone: half the price of time.Now.
-	sent, won, skip := c.settle(ctx, result[T]{n: 0, value: v, err: err, start: c.plan.start, end: c.plan.start.Add(time.Since(c.plan.start))})
+	return c.finish(ctx, result[T]{n: 0, value: v, err: err, start: c.plan.start, end: c.plan.start.Add(time.Since(c.plan.start))})
+}
+
+// finish takes the primary's result r, once the primary has returned, and ends the
+// call as [call.run] says.
+func (c *call[T]) finish(ctx context.Context, r result[T]) (winner result[T], cancel context.CancelFunc, ok bool) {
+	sent, won, skip := c.settle(ctx, r)
 	winner, ok = c.winner, c.hasWinner
 	if ok {
 		cancel = c.cancels[winner.n]
@@ -241,7 +247,11 @@ func (c *call[T]) next() (ctx context.Context, n int, ok bool) {
 	c.copies++
 	c.outstanding++
 	if c.copies < limit {
-		c.timer.Reset(c.plan.delay)
+		if c.timer == nil { // a call taken over from its primary's slot (grpcSlot)
+			c.timer = time.AfterFunc(c.plan.delay, c.fireFunc)
+		} else {
+			c.timer.Reset(c.plan.delay)
+		}
 	}
 	return ctx, n, true
 }
@@ -424,7 +434,7 @@ func (c *call[T]) end() {
 	c.decided = true
 	// A timer stopped before it fired never will: then, with no hedge given an
 	// index, nothing but the caller refers to the call any more.
-	c.reusable = c.timer.Stop() && c.copies == 1
+	c.reusable = c.timer != nil && c.timer.Stop() && c.copies == 1
 	if c.hasFailure && (!c.hasWinner || c.lastFailure.n != c.winner.n) {
 		c.adapter.discard(c.lastFailure.value, c.lastFailure.err, c.cancels[c.lastFailure.n])
 	}

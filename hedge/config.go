@@ -101,6 +101,9 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
+	// noFastPath: every hedgeable gRPC call starts as a full call, not in a slot
+	// (grpcSlot); for tests that compare the two.
+	noFastPath   bool
 	percentile   float64
 	extraLoad    float64 // WithExtraLoad's share; 0: the percentile holds
 	maxExtraLoad float64

@@ -141,10 +141,14 @@ func (h *Hedger) unary(ctx context.Context, method string, req, reply any, cc *g
 		h.observe(ctx, &ev)
 		return err
 	}
+	keyed := keyedWrite || idempotency.Keyed(metadata.ValueFromOutgoingContext(caller, idempotency.Key))
+	if !keyed && !h.cfg.noFastPath && !hasOnFinish(opts) {
+		return h.slotUnary(ctx, p, grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts})
+	}
 	gc := grpcCalls.Get().(*grpcCall)
 	// The reply's type is read now: once the primary runs, it writes to the reply.
 	gc.attempts = grpcAttempts{cfg: h.cfg, method: method, req: req, reply: msg, replyType: msg.ProtoReflect().Type(), cc: cc, invoker: invoker, opts: opts, keyedWrite: keyedWrite}
-	if keyedWrite || idempotency.Keyed(metadata.ValueFromOutgoingContext(caller, idempotency.Key)) {
+	if keyed {
 		gc.attempts.watchPrimaryTrailer()
 	}
 	return h.hedgedUnary(ctx, gc, p)
@@ -159,6 +163,17 @@ func (h *Hedger) hedgedUnary(ctx context.Context, gc *grpcCall, p plan) error {
 	gc.event = Event{Target: gc.attempts.method, Attempts: 1, Delay: p.delay}
 	gc.call.callSetup = callSetup[struct{}]{hedger: h, protocol: record.GRPC, plan: p, adapter: &gc.attempts, event: &gc.event}
 	r, cancel, ok := gc.call.run(ctx)
+	err := h.ended(ctx, gc, r, cancel, ok)
+	for _, f := range onFinish {
+		f(err)
+	}
+	return err
+}
+
+// ended is the end of a hedged call, once gc.call has run: its winner r (ok false:
+// none, the caller gave up) is adopted, its cancel called, the observers told, and
+// gc released when nothing else refers to it. It returns the call's error.
+func (h *Hedger) ended(ctx context.Context, gc *grpcCall, r result[struct{}], cancel context.CancelFunc, ok bool) error {
 	var err error
 	if !ok {
 		err = status.FromContextError(ctx.Err()).Err()
@@ -174,10 +189,17 @@ func (h *Hedger) hedgedUnary(ctx context.Context, gc *grpcCall, p plan) error {
 			gc.release()
 		}
 	}
-	for _, f := range onFinish {
-		f(err)
-	}
 	return err
+}
+
+// hasOnFinish reports whether opts has a grpc.OnFinish callback.
+func hasOnFinish(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		if _, ok := o.(grpc.OnFinishCallOption); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // splitOnFinish takes the grpc.OnFinish callbacks out of opts. Without any, opts is

@@ -151,7 +151,8 @@ func ServerOptions(opts ...Option) []grpc.ServerOption {
 // [breaker.BalancerName] as the default service config: each endpoint of the target
 // gets a circuit of its own, and an open one is skipped while the others serve. This
 // replaces grpc-go's default policy, pick_first (every call to one endpoint), with
-// round robin over the endpoints; a target with one endpoint behaves as before. A
+// round robin over the endpoints, a hedge going to another endpoint than its call's
+// primary; a target with one endpoint behaves as before. A
 // service config from the resolver takes precedence, as does the user's own
 // grpc.WithDefaultServiceConfig placed after these options.
 //

@@ -36,6 +36,13 @@ import (
 // not go through a Breaker's interceptor, and every call of a target with one
 // endpoint, is picked by round_robin alone. Streams are counted when they end,
 // probes included.
+//
+// A later copy of a call (a hedge, sent by a hedging layer beneath the Breaker's
+// interceptor, as in deadlinekit.DialOptions) goes to an endpoint none of the
+// call's earlier copies went to, when one is ready and its circuit admits the
+// call: a hedge of a call stuck on a slow replica does not join it there. (Round
+// robin alone sent about half of them back, with two replicas and calls made
+// concurrently.) A retry's attempt is a call of its own, picked afresh.
 const BalancerName = "deadlinekit_breaker"
 
 // ServiceConfig is a service config selecting [BalancerName], for
@@ -56,7 +63,7 @@ func (endpointBuilder) Name() string { return BalancerName }
 
 func (endpointBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	endpointsInUse.Store(true)
-	eb := &endpointBalancer{addrs: map[balancer.SubConn]string{}}
+	eb := &endpointBalancer{addrs: map[balancer.SubConn]string{}, ready: map[balancer.SubConn]bool{}}
 	eb.child = balancer.Get(roundrobin.Name).Build(&endpointConn{ClientConn: cc, eb: eb}, opts)
 	return eb
 }
@@ -68,6 +75,7 @@ type endpointBalancer struct {
 	endpoints atomic.Int64 // in the resolver's last state
 	mu        sync.Mutex
 	addrs     map[balancer.SubConn]string
+	ready     map[balancer.SubConn]bool
 }
 
 func (eb *endpointBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -87,6 +95,23 @@ func (eb *endpointBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubCon
 func (eb *endpointBalancer) Close()    { eb.child.Close() }
 func (eb *endpointBalancer) ExitIdle() { eb.child.ExitIdle() }
 
+// elsewhere returns a ready endpoint that no copy of n's call was sent to, whose
+// circuit b admits calls to and whose throttle did not refuse this pick (rs).
+func (eb *endpointBalancer) elsewhere(n *note, rs *pickRefusals) (balancer.SubConn, string, bool) {
+	eb.mu.Lock()
+	defer eb.mu.Unlock()
+	for sc, addr := range eb.addrs {
+		if !eb.ready[sc] || n.wasSentTo(addr) {
+			continue
+		}
+		if c := n.b.circuit(key{kind: keyEndpoint, a: n.target, b: addr}); c != nil && (c.sleeping(int64(time.Since(c.epoch))) > 0 || rs.throttledBy(c)) {
+			continue
+		}
+		return sc, addr, true
+	}
+	return nil, "", false
+}
+
 func (eb *endpointBalancer) addr(sc balancer.SubConn) (string, bool) {
 	eb.mu.Lock()
 	a, ok := eb.addrs[sc]
@@ -105,11 +130,14 @@ func (c *endpointConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSub
 	var sc balancer.SubConn
 	if l := opts.StateListener; l != nil {
 		opts.StateListener = func(s balancer.SubConnState) {
+			eb.mu.Lock()
 			if s.ConnectivityState == connectivity.Shutdown {
-				eb.mu.Lock()
 				delete(eb.addrs, sc)
-				eb.mu.Unlock()
+				delete(eb.ready, sc)
+			} else {
+				eb.ready[sc] = s.ConnectivityState == connectivity.Ready
 			}
+			eb.mu.Unlock()
 			l(s)
 		}
 	}
@@ -143,6 +171,38 @@ type note struct {
 	// probe is, for a stream admitted as its endpoint's probe, the ticket to judge
 	// at its first answer.
 	probe atomic.Pointer[streamTicket]
+	// sent are the endpoints the call's copies were sent to (a hedge layer beneath
+	// the Breaker's interceptor sends its copies under the call's note): a later
+	// copy goes to another endpoint when one is up, so that a hedge of a call stuck
+	// on a slow replica does not join it there.
+	sentMu sync.Mutex
+	nsent  atomic.Int32
+	sent   [4]string
+}
+
+// sentTo notes that a copy of the call was sent to the endpoint addr.
+func (n *note) sentTo(addr string) {
+	n.sentMu.Lock()
+	defer n.sentMu.Unlock()
+	if k := int(n.nsent.Load()); k < len(n.sent) {
+		n.sent[k] = addr
+		n.nsent.Store(int32(k + 1))
+	}
+}
+
+// wasSentTo reports whether a copy of the call was sent to the endpoint addr.
+func (n *note) wasSentTo(addr string) bool {
+	if n.nsent.Load() == 0 {
+		return false
+	}
+	n.sentMu.Lock()
+	defer n.sentMu.Unlock()
+	for _, a := range n.sent[:n.nsent.Load()] {
+		if a == addr {
+			return true
+		}
+	}
+	return false
 }
 
 type noteKey struct{}
@@ -162,6 +222,8 @@ type endpointPicker struct {
 // call, at most once per endpoint: one whose circuit is open, or whose adaptive
 // throttle refuses the call, is skipped for the next. When every endpoint refused,
 // the call fails with the throttle's refusal if one refused it, else the circuits'.
+// A later copy of a call (a hedge) goes to a ready endpoint its earlier copies did
+// not go to, when there is one whose circuit admits it.
 func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	n := noteOf(info.Ctx)
 	if n == nil || p.endpoints < 2 {
@@ -177,6 +239,16 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 		addr, ok := p.eb.addr(res.SubConn)
 		if !ok {
 			return res, nil
+		}
+		if n.wasSentTo(addr) {
+			// An earlier copy of the call is there: another endpoint, if one is
+			// ready and admits calls, else this one all the same.
+			if sc, a, ok := p.eb.elsewhere(n, &rs); ok {
+				if res.Done != nil {
+					res.Done(balancer.DoneInfo{})
+				}
+				res, addr = balancer.PickResult{SubConn: sc}, a
+			}
 		}
 		c := b.circuit(key{kind: keyEndpoint, a: n.target, b: addr})
 		if c == nil {
@@ -204,6 +276,7 @@ func (p *endpointPicker) Pick(info balancer.PickInfo) (balancer.PickResult, erro
 			n.probe.Store(st)
 		}
 		n.judged.Store(true)
+		n.sentTo(addr)
 		res.Done = b.endpointDone(ctx, st, res.Done)
 		return res, nil
 	}

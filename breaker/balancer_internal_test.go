@@ -134,3 +134,74 @@ func TestPickerSkipsOpenEndpoints(t *testing.T) {
 		}
 	})
 }
+
+// A later copy of a call (a hedge, under the call's note) goes to an endpoint its
+// earlier copies did not, while round_robin offers one; a call's first copy takes
+// round_robin's pick, and so does a copy whose call has been everywhere.
+func TestPickerSendsALaterCopyElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fixed(WithConsecutiveFailures(5))
+		a, z := &fakeSubConn{addr: "10.0.0.1:443"}, &fakeSubConn{addr: "10.0.0.2:443"}
+		eb := &endpointBalancer{addrs: map[balancer.SubConn]string{a: a.addr, z: z.addr}, ready: map[balancer.SubConn]bool{a: true, z: true}}
+		rr := &rrPicker{scs: []balancer.SubConn{a, z}}
+		p := &endpointPicker{child: rr, eb: eb, endpoints: 2}
+		pick := func(n *note) *fakeSubConn {
+			t.Helper()
+			res, err := p.Pick(balancer.PickInfo{Ctx: context.WithValue(context.Background(), noteKey{}, n), FullMethodName: "/s/m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Done(balancer.DoneInfo{BytesSent: true, BytesReceived: true})
+			return res.SubConn.(*fakeSubConn)
+		}
+		for round := range 4 {
+			n := &note{b: b, target: "dkt:///svc"}
+			// The call's first copy takes round_robin's pick; then round_robin's
+			// next pick is the same endpoint again (another call took one between).
+			first := pick(n)
+			if want := rr.scs[(rr.next-1)%2]; first != want {
+				t.Fatalf("round %d: first copy to %v; round_robin picked %v", round, first.addr, want)
+			}
+			rr.next--
+			if got := pick(n); got == first {
+				t.Fatalf("round %d: the hedge went to %v, where its primary is", round, got.addr)
+			}
+			// A third copy: both endpoints have one; it goes where round_robin says.
+			rr.next = 0
+			if got := pick(n); got != a {
+				t.Fatalf("round %d: a third copy went to %v; want round_robin's pick, %v", round, got.addr, a.addr)
+			}
+		}
+	})
+}
+
+// A later copy whose call's other endpoints are open goes where an earlier copy
+// went, rather than being refused.
+func TestPickerSendsALaterCopyBackWhenTheOthersAreOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fixed(WithConsecutiveFailures(1), WithOpenFor(time.Second))
+		a, z := &fakeSubConn{addr: "10.0.0.1:443"}, &fakeSubConn{addr: "10.0.0.2:443"}
+		eb := &endpointBalancer{addrs: map[balancer.SubConn]string{a: a.addr, z: z.addr}, ready: map[balancer.SubConn]bool{a: true, z: true}}
+		rr := &rrPicker{scs: []balancer.SubConn{a, z}}
+		p := &endpointPicker{child: rr, eb: eb, endpoints: 2}
+		pick := func(n *note, err error) (*fakeSubConn, error) {
+			res, perr := p.Pick(balancer.PickInfo{Ctx: context.WithValue(context.Background(), noteKey{}, n), FullMethodName: "/s/m"})
+			if perr != nil {
+				return nil, perr
+			}
+			res.Done(balancer.DoneInfo{Err: err, BytesSent: true, BytesReceived: err == nil})
+			return res.SubConn.(*fakeSubConn), nil
+		}
+		rr.next = 1
+		if sc, err := pick(&note{b: b, target: "dkt:///svc"}, errFail); err != nil || sc != z {
+			t.Fatalf("z's failing call went to %v, %v", sc, err)
+		}
+		n := &note{b: b, target: "dkt:///svc"}
+		if sc, err := pick(n, nil); err != nil || sc != a {
+			t.Fatalf("first copy: %v, %v; want a (z is open)", sc, err)
+		}
+		if sc, err := pick(n, nil); err != nil || sc != a {
+			t.Fatalf("later copy: %v, %v; want a again (z is open)", sc, err)
+		}
+	})
+}

@@ -1,10 +1,12 @@
 package deadlinekit_test
 
 import (
+	"net/http"
 	"testing"
 
 	"google.golang.org/grpc"
 
+	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/internal/pairbench"
 )
 
@@ -65,6 +67,28 @@ func BenchmarkStackWithout(b *testing.B) {
 				all, _ := stackInterceptors(allLayers)
 				less, _ := stackInterceptors(v.less)
 				without, with := startCall(b, less, floorServers, traced, 0), startCall(b, all, floorServers, traced, 0)
+				b.ReportAllocs()
+				pairbench.Run(b, without, with)
+			})
+		})
+	}
+}
+
+// BenchmarkStackWithoutHTTP is [BenchmarkStackWithout] on the call of
+// [BenchmarkStackHTTP]: deadlinekit.NewTransport and NewHandler with their defaults,
+// paired call by call with the same built Without one layer (on whichever side has
+// it), untraced and traced.
+//
+//	go test -run '^$' -bench StackWithoutHTTP -benchtime 20000x -count 3 .
+func BenchmarkStackWithoutHTTP(b *testing.B) {
+	for _, l := range []deadlinekit.Layer{deadlinekit.Retry, deadlinekit.Breaker, deadlinekit.Hedge, deadlinekit.Propagate, deadlinekit.ShortCircuit, deadlinekit.Keys} {
+		b.Run(l.String(), func(b *testing.B) {
+			untracedAndTraced(b, func(b *testing.B, traced bool) {
+				stack := func(opts ...deadlinekit.Option) func() error {
+					return startHTTPCall(b, func(rt http.RoundTripper) http.RoundTripper { return deadlinekit.NewTransport(rt, opts...) },
+						func(h http.Handler) http.Handler { return deadlinekit.NewHandler(h, opts...) }, traced)
+				}
+				without, with := stack(deadlinekit.Without(l)), stack()
 				b.ReportAllocs()
 				pairbench.Run(b, without, with)
 			})

@@ -120,13 +120,17 @@ func (c *core) fingerprintGRPC(ctx context.Context, method string, req any, t *t
 // (see seal) and refuses more, so that what a replay carries is what the first
 // caller received.
 //
-// A stream that is done (the caller left: its context ended) refuses metadata too,
-// but that refusal is the caller's absence, not the answer's: what the handler sets
-// then is kept, so that a repeat gets the handler's whole answer, as over HTTP a
-// body written after the connection broke is kept.
+// A stream that is done (the caller left) refuses metadata too, but that refusal
+// is the caller's absence, not the answer's: what the handler sets then is kept, so
+// that a repeat gets the handler's whole answer, as over HTTP a body written after
+// the connection broke is kept. The two are told apart by what grpc-go refuses for:
+// a unary handler's header is sent only by SendHeader (the answer's header goes
+// after the handler returns), so a header refused before one was sent, and any
+// trailer refused, was refused because the stream is done. (Not by the call's
+// context: grpc-go marks a stream done before it cancels the context, and metadata
+// set in between would be lost.)
 type captureStream struct {
 	grpc.ServerTransportStream
-	ctx             context.Context // the call's: ended when the caller left
 	mu              sync.Mutex
 	header, trailer metadata.MD
 	headerSent      bool // SendHeader succeeded: later header metadata is never sent
@@ -147,8 +151,8 @@ func (s *captureStream) keep(into *metadata.MD, md metadata.MD, header bool, set
 		return errSealed
 	}
 	err := set(md)
-	if err != nil && (s.ctx.Err() == nil || header && s.headerSent) {
-		return err // refused for the answer's sake: the caller is there, or the header went
+	if err != nil && header && s.headerSent {
+		return err // refused for the answer's sake: the header went
 	}
 	*into = metadata.Join(*into, md)
 	return err
@@ -187,7 +191,7 @@ func (c *core) runGRPC(ctx context.Context, req any, t *ticket, handler grpc.Una
 	handler = c.workGRPC(ctx, rc, handler)
 	var cs *captureStream
 	if st := grpc.ServerTransportStreamFromContext(ctx); st != nil {
-		cs = &captureStream{ServerTransportStream: st, ctx: ctx}
+		cs = &captureStream{ServerTransportStream: st}
 		hctx = grpc.NewContextWithServerTransportStream(hctx, cs)
 	}
 	completed := false

@@ -318,12 +318,12 @@ func (h *history) violated(v violation) {
 // handler ran past its deadline plus the margin (a process paused, a loaded
 // machine), and deduplication does not promise to keep its answer. A lease lost
 // before its end breaks an invariant.
-func (h *history) overran(e *execution, bad func(inv, scope, key, format string, args ...any)) bool {
+func (h *history) overran(e *execution, es []*execution, bad func(inv, scope, key, format string, args ...any)) bool {
 	for _, t := range h.lost[sk(e.Scope, e.Key)] {
 		if t < e.End {
 			continue
 		}
-		if h.storedIn(e, t) {
+		if h.storedIn(e, t, es) {
 			// e's answer was stored first: the completion that found its lease
 			// lost is another's (an earlier execution's, whose lease went with the
 			// store's records, tried again late) or a retry of e's own.
@@ -347,10 +347,23 @@ func (h *history) overran(e *execution, bad func(inv, scope, key, format string,
 	return false
 }
 
-// storedIn reports whether a completion of e's key was stored between e's end and t.
-func (h *history) storedIn(e *execution, t time.Duration) bool {
+// storedIn reports whether a completion that may be e's was stored between e's end
+// and t: one stored after another execution of the key (of es) ended is that
+// one's, or may be (seen under -race: a store delay held e's completion past its
+// lease, the key ran again, and its completion was stored before e's was refused).
+func (h *history) storedIn(e *execution, t time.Duration, es []*execution) bool {
 	for _, at := range h.saved[sk(e.Scope, e.Key)] {
-		if at >= e.End && at <= t {
+		if at < e.End || at > t {
+			continue
+		}
+		another := false
+		for _, x := range es {
+			if x != e && x.End >= e.End && x.End <= at {
+				another = true
+				break
+			}
+		}
+		if !another {
 			return true
 		}
 	}
@@ -457,7 +470,7 @@ func (h *history) checkKey(es []*execution, bad func(inv, scope, key, format str
 				bad("at most one execution per key, none after a completed one", e.Scope, e.Key, "exec %d ran after exec %d completed%s", e.ID, p.ID, h.processOf(p))
 			}
 		}
-		if e.Released == "" && !e.Killed && h.overran(e, bad) {
+		if e.Released == "" && !e.Killed && h.overran(e, es, bad) {
 			e.Released = "lease ended before its completion"
 		}
 	}

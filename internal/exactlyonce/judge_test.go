@@ -3,6 +3,8 @@ package exactlyonce_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -63,5 +65,42 @@ func TestAKillSentWithinTheLeaseCountsFromItsSending(t *testing.T) {
 	h.killSent[7], h.killed[7] = 300*time.Millisecond, 310*time.Millisecond
 	if h.neverStored(p, e) {
 		t.Fatalf("a re-run after an execution whose process was killed only after its lease (at %v) is allowed", h.killSent[7])
+	}
+}
+
+// An execution whose completion the store held up past its lease (a store delay)
+// lost its lease, and the key's next execution, once that lease ended, is no second
+// run of a completed one; the next's own completion, stored before the first's
+// found its lease lost, is not the first's (seen in CI under -race: exec 39000030
+// stored at 19.640 s, exec 40000007's completion, called at 19.378 s, refused at
+// 19.712 s, its lease ended at 19.590 s).
+func TestAStoredCompletionIsNotTakenForAnEarlierExecutions(t *testing.T) {
+	h := newHistory()
+	first := &execution{ID: 1, Scope: "a", Key: "k", Start: 0, End: 100 * time.Millisecond, LeaseEnd: 310 * time.Millisecond}
+	next := &execution{ID: 2, Scope: "a", Key: "k", Start: 340 * time.Millisecond, End: 360 * time.Millisecond, LeaseEnd: 30 * time.Second}
+	h.saved[sk("a", "k")] = []time.Duration{362 * time.Millisecond}
+	h.lost[sk("a", "k")] = []time.Duration{435 * time.Millisecond}
+	var violations []string
+	h.checkKey([]*execution{first, next}, func(inv, scope, key, format string, args ...any) {
+		violations = append(violations, inv+": "+fmt.Sprintf(format, args...))
+	})
+	if len(violations) > 0 {
+		t.Fatalf("violations %q", violations)
+	}
+	if first.Released == "" {
+		t.Fatal("the first execution, whose completion found its lease lost, counts as completed")
+	}
+	// The first's own completion stored before a late retry of it found the lease
+	// lost still counts as the first's: the next execution then ran twice.
+	h = newHistory()
+	first.Released, next.Released = "", ""
+	h.saved[sk("a", "k")] = []time.Duration{150 * time.Millisecond}
+	h.lost[sk("a", "k")] = []time.Duration{435 * time.Millisecond}
+	violations = nil
+	h.checkKey([]*execution{first, next}, func(inv, scope, key, format string, args ...any) {
+		violations = append(violations, inv)
+	})
+	if !slices.Contains(violations, "at most one execution per key, none after a completed one") {
+		t.Fatalf("violations %q; want the second execution of a completed key", violations)
 	}
 }

@@ -333,12 +333,7 @@ func (c *call[T]) takeLocked(r result[T]) {
 		return
 	}
 	v := c.adapter.verdict(r.n, r.value, r.err)
-	if v == success || v == answer && r.err == nil {
-		span.End(record.OutcomeSuccess, nil)
-	} else {
-		// A copy cut short because the caller left is canceled, not failed.
-		span.End(record.Cut(c.ctx, record.OutcomeFailure), c.adapter.failure(r.value, r.err))
-	}
+	endSpan(c.ctx, span, v, r.err, func() error { return c.adapter.failure(r.value, r.err) })
 	switch {
 	case v == success:
 		c.learn(r.end, r.end.Sub(r.start))
@@ -350,6 +345,17 @@ func (c *call[T]) takeLocked(r result[T]) {
 	default:
 		c.failed(r, v)
 	}
+}
+
+// endSpan ends the span of a copy that brought err, judged v, under the caller's
+// ctx: a success, or an answer with no error, succeeded; another copy failed
+// (failure is its error), or, cut short because the caller left, was canceled.
+func endSpan(ctx context.Context, span record.Attempt, v verdict, err error, failure func() error) {
+	if v == success || v == answer && err == nil {
+		span.End(record.OutcomeSuccess, nil)
+		return
+	}
+	span.End(record.Cut(ctx, record.OutcomeFailure), failure())
 }
 
 // refusedHedge takes a hedge refused for lack of budget: the primary decides the

@@ -193,25 +193,22 @@ func (h *Hedger) ended(ctx context.Context, gc *grpcCall, r result[struct{}], ca
 }
 
 // hasOnFinish reports whether opts has a grpc.OnFinish callback.
-func hasOnFinish(opts []grpc.CallOption) bool {
-	for _, o := range opts {
+func hasOnFinish(opts []grpc.CallOption) bool { return firstOnFinish(opts) >= 0 }
+
+// firstOnFinish is the index of the first grpc.OnFinish callback in opts, -1 for none.
+func firstOnFinish(opts []grpc.CallOption) int {
+	for i, o := range opts {
 		if _, ok := o.(grpc.OnFinishCallOption); ok {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // splitOnFinish takes the grpc.OnFinish callbacks out of opts. Without any, opts is
 // returned as it is, with nothing allocated.
 func splitOnFinish(opts []grpc.CallOption) ([]grpc.CallOption, []func(error)) {
-	first := -1
-	for i, o := range opts {
-		if _, ok := o.(grpc.OnFinishCallOption); ok {
-			first = i
-			break
-		}
-	}
+	first := firstOnFinish(opts)
 	if first < 0 {
 		return opts, nil
 	}

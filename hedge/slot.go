@@ -89,12 +89,7 @@ func (s *grpcSlot) arm() {
 // by its primary ends it.
 func (s *grpcSlot) end(r result[struct{}], v verdict) error {
 	stopped := s.timer.Stop()
-	if v == success || v == answer && r.err == nil {
-		s.span.End(record.OutcomeSuccess, nil)
-	} else {
-		// A primary cut short because the caller left is canceled, not failed.
-		s.span.End(record.Cut(s.ctx, record.OutcomeFailure), r.err)
-	}
+	endSpan(s.ctx, s.span, v, r.err, func() error { return s.attempts.failure(struct{}{}, r.err) })
 	if v == success {
 		if w := s.plan.window; w != nil {
 			w.Add(r.end, r.end.Sub(r.start))

@@ -7,7 +7,7 @@ import (
 
 // tokens is the account that caps hedges: each primary deposits ratio of a token,
 // each hedge withdraws one. The balance is kept in millionths of a token, at most
-// Burst tokens; a new account is full.
+// Burst tokens; a new account is full or empty.
 type tokens struct {
 	balance atomic.Int64
 	deposit int64
@@ -15,9 +15,9 @@ type tokens struct {
 
 const tokenUnit = 1_000_000
 
-func newTokens(ratio float64) *tokens {
+func newTokens(ratio float64, full bool) *tokens {
 	t := &tokens{deposit: int64(math.Round(ratio * tokenUnit))}
-	if t.deposit > 0 {
+	if t.deposit > 0 && full {
 		t.balance.Store(Burst * tokenUnit)
 	}
 	return t

@@ -18,12 +18,16 @@ const (
 	DefaultPercentile = 0.99
 	// DefaultMaxExtraLoad is the largest share of the primaries that hedges may add.
 	DefaultMaxExtraLoad = 0.15
+	// MinShareCap is the least share of the primaries that the hedges of a learned
+	// delay may add, whatever its percentile (see [WithMaxExtraLoad]).
+	MinShareCap = 0.01
 	// DefaultMaxAttempts is the number of copies of a call, the primary included.
 	DefaultMaxAttempts = 2
 	// MaxAttempts is the most [WithMaxAttempts] accepts.
 	MaxAttempts = 5
-	// Burst is the number of hedges a new [Hedger] may send before its primaries
-	// have paid for any, and the most its token account holds.
+	// Burst is the most a [Hedger]'s token account holds, and the number of hedges
+	// a new Hedger with a fixed or initial delay may send before its primaries
+	// have paid for any.
 	Burst = 10
 )
 
@@ -107,6 +111,7 @@ type config struct {
 	percentile   float64
 	extraLoad    float64 // WithExtraLoad's share; 0: the percentile holds
 	maxExtraLoad float64
+	capSet       bool // WithMaxExtraLoad was given
 	maxAttempts  int
 	delay        Delay
 	floor        time.Duration
@@ -138,6 +143,24 @@ func newConfig(opts []Option) *config {
 	}
 	return c
 }
+
+// share is the share of the primaries that hedges may add: the cap, and unless
+// the user set it, for a learned delay at most twice its percentile's share (at
+// least MinShareCap).
+func (c *config) share() float64 {
+	if c.capSet || !c.learns() {
+		return c.maxExtraLoad
+	}
+	return min(c.maxExtraLoad, max(2*(1-c.percentile), MinShareCap))
+}
+
+// learns reports whether the delay is read from the window's percentile, not fixed
+// by Delay's bounds.
+func (c *config) learns() bool { return c.delay.Max <= 0 || c.delay.Max > c.delay.Min }
+
+// hedgesAtOnce reports whether calls may be hedged from the first one, before the
+// window holds any latency: the delay is fixed, or there is an initial one.
+func (c *config) hedgesAtOnce() bool { return !c.learns() || c.delay.Initial > 0 }
 
 // markOf is the chain rule's mark on copy n ≥ 1 of a hedged call: the last copy the
 // layer may send is not covered by it ([attempts.LastCopyValue]), the others are;
@@ -192,23 +215,35 @@ func WithExtraLoad(f float64) Option {
 
 // WithMaxExtraLoad sets the largest share of the primary requests that hedges may
 // add, in [0, 1]: 0.15 lets 15 hedges go out per 100 primaries. 0 disables hedging.
-// Values outside are clamped (NaN: the default). Default [DefaultMaxExtraLoad] (0.15).
+// Values outside are clamped (NaN: the default).
+//
+// Default: for a learned delay, twice the share of calls its percentile hedges, at
+// least [MinShareCap] and at most [DefaultMaxExtraLoad] (2% for the P99, 3% for
+// WithExtraLoad(0.015), 10% for the P95, 15% from the P92.5 down); for a fixed
+// delay (Delay's Max at or below its Min), DefaultMaxExtraLoad (15%). A percentile
+// hedges its share once its window knows the calls' latencies. Until then (a new
+// target, or a tail that has moved beyond what the window holds) the delay lies
+// below the true percentile and more calls want a hedge; twice the share bounds
+// what that costs, as Finagle's backup requests keep theirs within their share,
+// and the slow calls left unhedged teach the window their full latencies.
 //
 // A token account enforces it: each primary deposits that share of a token, each
 // hedge withdraws a whole one, and a hedge that finds less than a token is not sent.
-// The account starts with [Burst] tokens, which is also the most it holds, so over
-// any stretch of calls, hedges ≤ share × primaries + Burst. When every call turns
-// slow at once, the delay still reflects the old latencies for a while and every call
-// wants a hedge: the account runs dry and the hedges stay at the cap until the window
-// has learned the new latencies. Hedging pays when the slowness lies with one
-// replica, not with the request or with every replica; the cap bounds what it costs
-// when it does not pay.
+// The account holds at most [Burst] tokens. It starts full when calls may be hedged
+// from the first one (a fixed delay, or Delay.Initial); otherwise it starts empty,
+// and the primaries sent while the window warms up fill it. So over any stretch of
+// calls, hedges ≤ share × primaries + Burst, and from a learned delay's start,
+// hedges ≤ share × primaries. When every call turns slow at once, the delay still
+// reflects the old latencies for a while and every call wants a hedge: the account
+// runs dry and the hedges stay at the cap until the window has learned the new
+// latencies. Hedging pays when the slowness lies with one replica, not with the
+// request or with every replica; the cap bounds what it costs when it does not pay.
 func WithMaxExtraLoad(f float64) Option {
 	return optionFunc(func(c *config) {
 		if math.IsNaN(f) {
 			return
 		}
-		c.maxExtraLoad = min(max(f, 0), 1)
+		c.maxExtraLoad, c.capSet = min(max(f, 0), 1), true
 	})
 }
 

@@ -67,3 +67,80 @@ func TestCutPrimariesDoNotPinTheDelay(t *testing.T) {
 		t.Errorf("P95: delay %v; want about %v", delay, want)
 	}
 }
+
+// shareRun sends n calls one at a time through a Hedger made with opts to a backend
+// whose primaries take 5 ms until the warm-up ends (call 100) and then take 100 ms
+// once in every 20 calls, its hedges 1 ms: the window's percentile lies far below
+// the new tail, and every slow primary wants a hedge, 5% of the calls. It reports
+// the first call after which the hedges sent exceed share × primaries, or -1, the
+// Hedger's Stats and its delay at the end.
+func shareRun(t *testing.T, n int, share float64, opts ...hedge.Option) (over int, s hedge.Stats, delay time.Duration) {
+	t.Helper()
+	over = -1
+	synctest.Test(t, func(t *testing.T) {
+		var primaries atomic.Int64
+		b := &latencyBackend{latency: func(attempt, _ int) time.Duration {
+			if attempt > 0 {
+				return time.Millisecond
+			}
+			if p := primaries.Add(1); p > 100 && p%20 == 0 {
+				return 100 * time.Millisecond
+			}
+			return 5 * time.Millisecond
+		}}
+		h := hedge.New(opts...)
+		rt := h.Transport(b)
+		for i := range n {
+			get(context.Background(), rt)
+			synctest.Wait()
+			if s = h.Stats(); over < 0 && float64(s.Hedges) > share*float64(s.Primaries) {
+				over = i
+			}
+		}
+		delay, _ = h.Delay("backend.test")
+	})
+	return over, s, delay
+}
+
+// A learned percentile spends at most twice its share (2% at the P99) over any
+// stretch of calls from the start, whatever the window says: when the tail moves
+// beyond what the window has seen, the delay lags and every slow call wants a hedge
+// until it catches up. The cap's account starts empty, filled by the warm-up's
+// primaries. The primaries the cap leaves alone teach the window the new tail.
+func TestAPercentileSpendsAtMostTwiceItsShare(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []hedge.Option
+		share float64
+	}{
+		{"P99", nil, 0.02},
+		{"extra load 1.5%", []hedge.Option{hedge.WithExtraLoad(0.015)}, 0.03},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			over, s, delay := shareRun(t, 3000, tc.share, tc.opts...)
+			if over >= 0 {
+				t.Errorf("hedges passed %.1f%% of the primaries after call %d; at the end %d hedges for %d primaries", 100*tc.share, over, s.Hedges, s.Primaries)
+			}
+			if s.RefusedByCap == 0 {
+				t.Errorf("no hedge refused by the cap (%d hedges for %d primaries): the run does not test it", s.Hedges, s.Primaries)
+			}
+			if delay < 96*time.Millisecond {
+				t.Errorf("delay at the end %v; want the new tail, 100 ms", delay)
+			}
+		})
+	}
+}
+
+// A fixed delay's cap, and a cap the user set, are 15% and what the user said:
+// every slow call is hedged (5%).
+func TestACapSetOrFixedIsKept(t *testing.T) {
+	d := 10 * time.Millisecond
+	for name, opt := range map[string]hedge.Option{
+		"fixed delay": hedge.WithDelay(hedge.Delay{Initial: d, Min: d, Max: d, MinSamples: 1 << 30}),
+		"cap set":     hedge.WithMaxExtraLoad(0.15),
+	} {
+		if over, s, _ := shareRun(t, 3000, 0.045, opt); over < 0 {
+			t.Errorf("%s: %d hedges for %d primaries; want every slow call hedged (5%%)", name, s.Hedges, s.Primaries)
+		}
+	}
+}

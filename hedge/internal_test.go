@@ -13,10 +13,15 @@ import (
 )
 
 // TestTokensConcurrent: however primaries and hedges interleave, hedges never exceed
-// the reserve plus the share paid by the primaries.
+// the reserve (none for an account that starts empty) plus the share paid by the
+// primaries.
 func TestTokensConcurrent(t *testing.T) {
-	for _, ratio := range []float64{0.15, 0.05, 1, 0} {
-		tk := newTokens(ratio)
+	for _, tc := range []struct {
+		ratio float64
+		full  bool
+	}{{0.15, true}, {0.05, true}, {1, true}, {0, true}, {0.02, false}, {0.15, false}} {
+		ratio := tc.ratio
+		tk := newTokens(ratio, tc.full)
 		var pays, takes atomic.Int64
 		var wg sync.WaitGroup
 		for range 8 {
@@ -31,7 +36,10 @@ func TestTokensConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		limit := int64(ratio*float64(pays.Load())) + Burst
+		limit := int64(ratio * float64(pays.Load()))
+		if tc.full {
+			limit += Burst
+		}
 		if takes.Load() > limit {
 			t.Errorf("ratio %v: %d hedges for %d primaries, limit %d", ratio, takes.Load(), pays.Load(), limit)
 		}
@@ -69,6 +77,40 @@ func TestOptionsClamped(t *testing.T) {
 	if d.percentile != DefaultPercentile || d.maxExtraLoad != DefaultMaxExtraLoad || d.maxAttempts != 2 ||
 		d.delay != DefaultDelay || d.floor != deadline.DefaultFloor || len(d.nonFatalHTTP) != 1 || d.nonFatalGRPC[0] != codes.Unavailable {
 		t.Errorf("defaults = %+v", *d)
+	}
+}
+
+// The default cap of a learned delay is twice its percentile's share, within
+// [MinShareCap, DefaultMaxExtraLoad]; a fixed delay's, and a cap the user set, are
+// what they were. The account starts full only when calls may be hedged from the
+// first one.
+func TestShareOfHedges(t *testing.T) {
+	fixed := Delay{Initial: 10 * time.Millisecond, Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		cap  float64
+		full bool
+	}{
+		{"default", nil, 0.02, false},
+		{"P95", []Option{WithPercentile(0.95)}, 0.10, false},
+		{"P90", []Option{WithPercentile(0.90)}, 0.15, false},
+		{"P99.9", []Option{WithPercentile(0.999)}, MinShareCap, false},
+		{"P100", []Option{WithPercentile(1)}, MinShareCap, false},
+		{"extra load 1.5%", []Option{WithExtraLoad(0.015)}, 0.03, false},
+		{"extra load 10%", []Option{WithExtraLoad(0.10)}, 0.15, false},
+		{"cap set", []Option{WithMaxExtraLoad(0.15)}, 0.15, false},
+		{"cap set below twice the share", []Option{WithMaxExtraLoad(0.05), WithPercentile(0.9)}, 0.05, false},
+		{"no hedges", []Option{WithMaxExtraLoad(0)}, 0, false},
+		{"fixed delay", []Option{WithDelay(fixed)}, DefaultMaxExtraLoad, true},
+		{"fixed delay, cap set", []Option{WithDelay(fixed), WithMaxExtraLoad(0.3)}, 0.3, true},
+		{"initial delay", []Option{WithDelay(Delay{Initial: 10 * time.Millisecond})}, 0.02, true},
+		{"delay bounded, not fixed", []Option{WithDelay(Delay{Min: time.Millisecond, Max: time.Second})}, 0.02, false},
+	} {
+		c := newConfig(tc.opts)
+		if math.Abs(c.share()-tc.cap) > 1e-9 || c.hedgesAtOnce() != tc.full {
+			t.Errorf("%s: share %v, account starts full %v; want %v, %v", tc.name, c.share(), c.hedgesAtOnce(), tc.cap, tc.full)
+		}
 	}
 }
 

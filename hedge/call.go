@@ -67,6 +67,7 @@ type call[T any] struct {
 	decided      bool
 	decidedCh    chan struct{} // made when the caller has to wait; closed when decided
 	noMoreHedges bool          // a hedge was refused, or could not be sent
+	capRefused   bool          // the cap refused a hedge of this call: it tries again after each delay
 	copies       int           // copies given an index, the primary included
 	unsent       int           // of which never sent
 	outstanding  int           // of which not returned yet
@@ -79,10 +80,13 @@ type call[T any] struct {
 	spans        [MaxAttempts]record.Attempt // of the copies in flight
 	started      [MaxAttempts]bool           // the copy was sent (or is being)
 	returned     [MaxAttempts]bool
-	// reusable: the call was decided with no hedge given an index and before its
-	// timer fired. Nothing but the caller refers to it any more, so its memory may be
-	// reused.
+	// reusable: the call was decided with no hedge given an index and its timer
+	// stopped before it fired (again, when its callback re-armed it: see next).
+	// Nothing but the caller refers to it any more, so its memory may be reused.
 	reusable bool
+	// takenOver: the call took over from its primary's slot (grpcSlot), whose
+	// timer's goroutine may still hold it: its memory is never reused.
+	takenOver bool
 }
 
 // callSetup is what the adapter sets in a call before run.
@@ -224,7 +228,7 @@ func (c *call[T]) await(ctx context.Context) {
 // fire sends the next hedge when the delay has passed (on the timer's goroutine).
 func (c *call[T]) fire() {
 	c.mu.Lock()
-	ctx, n, ok := c.next()
+	ctx, n, ok := c.next(false)
 	c.mu.Unlock()
 	if ok {
 		c.sendHedge(ctx, n)
@@ -232,28 +236,52 @@ func (c *call[T]) fire() {
 }
 
 // next decides whether a hedge goes out now; when it does, it gives the hedge an
-// index and a context, and arms the timer of the hedge after it. c.mu is held.
-func (c *call[T]) next() (ctx context.Context, n int, ok bool) {
+// index and a context, and arms the timer of the hedge after it. failed: a copy
+// has just failed non-fatally, and the hedge replaces it at once, with any token
+// the account has (the call cannot wait for one when nothing else is out). c.mu
+// is held.
+func (c *call[T]) next(failed bool) (ctx context.Context, n int, ok bool) {
 	limit := c.hedger.cfg.maxAttempts
 	if c.decided || c.noMoreHedges || c.copies >= limit {
 		return nil, 0, false
 	}
-	if !c.hedger.allow(c.ctx, c.event) {
+	if !c.hedger.allow(c.ctx, c.event, c.capRefused, failed) {
+		if c.event.Skipped == SkipCap {
+			// No token: try again after another delay. A call still out after k
+			// delays has had k tries, and the last token is kept for it, so that a
+			// short account's tokens go to the calls that stay slow, not to
+			// whichever passed the delay first. Only the timer's own callback
+			// re-arms it: re-armed elsewhere, a timer that has just fired, its
+			// callback waiting for c.mu, would look stopped in time (see end).
+			c.capRefused = true
+			if !failed {
+				c.arm()
+			}
+			return nil, 0, false
+		}
 		c.noMoreHedges = true
 		return nil, 0, false
+	}
+	if c.capRefused {
+		c.event.Skipped = "" // a later try found a token
 	}
 	n = c.copies
 	ctx, c.cancels[n] = context.WithCancel(c.ctx)
 	c.copies++
 	c.outstanding++
 	if c.copies < limit {
-		if c.timer == nil { // a call taken over from its primary's slot (grpcSlot)
-			c.timer = time.AfterFunc(c.plan.delay, c.fireFunc)
-		} else {
-			c.timer.Reset(c.plan.delay)
-		}
+		c.arm()
 	}
 	return ctx, n, true
+}
+
+// arm sets the timer to fire after the delay. c.mu is held.
+func (c *call[T]) arm() {
+	if c.timer == nil { // a call taken over from its primary's slot (grpcSlot)
+		c.timer = time.AfterFunc(c.plan.delay, c.fireFunc)
+	} else {
+		c.timer.Reset(c.plan.delay)
+	}
 }
 
 // sendHedge sends hedge n and hands its result over. A hedge that cannot be prepared
@@ -380,7 +408,7 @@ func (c *call[T]) failed(r result[T], v verdict) {
 	}
 	c.lastFailure, c.hasFailure = r, true
 	if v == nonFatal {
-		if ctx, n, ok := c.next(); ok {
+		if ctx, n, ok := c.next(true); ok {
 			go c.sendHedge(ctx, n)
 			return
 		}
@@ -440,7 +468,7 @@ func (c *call[T]) end() {
 	c.decided = true
 	// A timer stopped before it fired never will: then, with no hedge given an
 	// index, nothing but the caller refers to the call any more.
-	c.reusable = c.timer != nil && c.timer.Stop() && c.copies == 1
+	c.reusable = c.timer != nil && c.timer.Stop() && c.copies == 1 && !c.takenOver
 	if c.hasFailure && (!c.hasWinner || c.lastFailure.n != c.winner.n) {
 		c.adapter.discard(c.lastFailure.value, c.lastFailure.err, c.cancels[c.lastFailure.n])
 	}

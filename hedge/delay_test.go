@@ -3,6 +3,8 @@ package hedge_test
 import (
 	"context"
 	"math"
+	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -142,5 +144,85 @@ func TestACapSetOrFixedIsKept(t *testing.T) {
 		if over, s, _ := shareRun(t, 3000, 0.045, opt); over < 0 {
 			t.Errorf("%s: %d hedges for %d primaries; want every slow call hedged (5%%)", name, s.Hedges, s.Primaries)
 		}
+	}
+}
+
+// When the account is short, its tokens go to the calls that stay slow: a call
+// whose hedge found no token tries again after each further delay. Here half the
+// calls pass the delay by a little (a tail that has moved, as after a shift) and
+// 2% stall for a second; the cap has tokens for 5%. Taken first come, first served
+// at the delay, the tokens went to the calls a little slow, and most stalls were
+// never hedged.
+func TestTheCapsTokensGoToTheCallsThatStaySlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var primaries atomic.Int64
+		b := &latencyBackend{latency: func(attempt, _ int) time.Duration {
+			if attempt > 0 {
+				return time.Millisecond
+			}
+			switch p := primaries.Add(1); {
+			case p%50 == 0:
+				return time.Second
+			case p%2 == 0:
+				return 20 * time.Millisecond
+			}
+			return 2 * time.Millisecond
+		}}
+		d := 10 * time.Millisecond
+		h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: d, Min: d, Max: d, MinSamples: 1 << 30}), hedge.WithMaxExtraLoad(0.05))
+		rt := h.Transport(b)
+		var stalled atomic.Int64 // calls that took the stall's second
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				for range 100 {
+					start := time.Now()
+					get(context.Background(), rt)
+					if time.Since(start) >= 900*time.Millisecond {
+						stalled.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		s := h.Stats()
+		if n := stalled.Load(); n > 2 {
+			t.Errorf("%d of the 40 stalled calls waited out their stall; want each hedged (stats %+v)", n, s)
+		}
+		if limit := uint64(0.05*float64(s.Primaries)) + hedge.Burst; s.Hedges > limit {
+			t.Errorf("%d hedges for %d primaries; the cap allows %d", s.Hedges, s.Primaries, limit)
+		}
+	})
+}
+
+// A call whose primary fails non-fatally just as its timer fires, when the cap has
+// no token for the hedge, ends with the failure and its memory is reused only once
+// the timer's callback is done with it: the failure does not re-arm a timer that
+// has just fired. (It did once, and the callback then ran on a call reused for
+// another: a nil dereference.)
+func TestACapRefusalAtTheTimersInstantReusesNothingEarly(t *testing.T) {
+	for _, concurrent := range []int{1, 8} {
+		synctest.Test(t, func(t *testing.T) {
+			d := 10 * time.Millisecond
+			b := &latencyBackend{latency: func(int, int) time.Duration { return d }}
+			failing := http.RoundTripper(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if _, err := b.RoundTrip(r); err != nil {
+					return nil, err
+				}
+				return response(r, 503, nil), nil
+			}))
+			h := hedge.New(hedge.WithDelay(hedge.Delay{Initial: d, Min: d, Max: d, MinSamples: 1 << 30}), hedge.WithMaxExtraLoad(0.001))
+			rt := h.Transport(failing)
+			var wg sync.WaitGroup
+			for range concurrent {
+				wg.Go(func() {
+					for range 200 {
+						get(context.Background(), rt)
+					}
+				})
+			}
+			wg.Wait()
+			synctest.Wait()
+		})
 	}
 }

@@ -97,8 +97,9 @@ type Stats struct {
 	// HedgeWins is the number of calls whose result is a hedge's success. A call
 	// whose copies all failed is no win, whichever failure it returned.
 	HedgeWins uint64
-	// RefusedByCap is the number of hedges not sent because the token account was
-	// empty ([WithMaxExtraLoad]).
+	// RefusedByCap is the number of calls whose hedge, when due, was not sent
+	// because the token account was empty ([WithMaxExtraLoad]). Such a call tries
+	// again after each further delay, and may send its hedge later.
 	RefusedByCap uint64
 	// RefusedByDeadline is the number of hedges not sent because less than the floor
 	// was left before the call's deadline ([WithFloor]).
@@ -297,15 +298,20 @@ func (p *plan) learnLatency() {
 }
 
 // allow decides whether a hedge may go out now and takes its token; the hedge is
-// counted in [Stats] once it is sent.
-func (h *Hedger) allow(ctx context.Context, e *Event) bool {
+// counted in [Stats] once it is sent. waited: the cap refused this call's hedge
+// before (Stats counts a call once). A hedge due after the delay leaves the
+// account's last token to a call that has waited; one that replaces a failed copy
+// (failed) does not.
+func (h *Hedger) allow(ctx context.Context, e *Event, waited, failed bool) bool {
 	if left, has := deadline.Remaining(ctx); has && left < h.cfg.floor {
 		h.refusedDeadline.Add(1)
 		e.Skipped = SkipDeadline
 		return false
 	}
-	if !h.tokens.take() {
-		h.refusedCap.Add(1)
+	if !h.tokens.take(!waited && !failed) {
+		if !waited {
+			h.refusedCap.Add(1)
+		}
 		e.Skipped = SkipCap
 		return false
 	}

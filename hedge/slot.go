@@ -127,7 +127,7 @@ func (s *grpcSlot) takeOver() bool {
 	c.callSetup = callSetup[struct{}]{hedger: s.h, protocol: record.GRPC, plan: s.plan, adapter: &gc.attempts, event: &gc.event}
 	c.ctx, c.cancels[0], c.copies, c.outstanding = s.ctx, s.cancel, 1, 1
 	c.spans[0], c.started[0] = s.span, true
-	c.fireFunc = c.fire
+	c.fireFunc, c.takenOver = c.fire, true
 	return s.taken.CompareAndSwap(nil, gc)
 }
 

@@ -39,17 +39,11 @@ func (t *tokens) pay() {
 	}
 }
 
-// take withdraws a token for a hedge, or reports false when less than one is left,
-// or less than two when keep: the last token is kept for the hedge of a call that
-// has waited a delay more (see call.next).
-func (t *tokens) take(keep bool) bool {
-	need := int64(tokenUnit)
-	if keep {
-		need = 2 * tokenUnit
-	}
+// take withdraws a token for a hedge, or reports false when less than one is left.
+func (t *tokens) take() bool {
 	for {
 		b := t.balance.Load()
-		if b < need {
+		if b < tokenUnit {
 			return false
 		}
 		if t.balance.CompareAndSwap(b, b-tokenUnit) {

@@ -237,25 +237,24 @@ func (c *call[T]) fire() {
 
 // next decides whether a hedge goes out now; when it does, it gives the hedge an
 // index and a context, and arms the timer of the hedge after it. failed: a copy
-// has just failed non-fatally, and the hedge replaces it at once, with any token
-// the account has (the call cannot wait for one when nothing else is out). c.mu
-// is held.
+// has just failed non-fatally (the hedge would replace it at once), and next runs
+// off the timer's callback. c.mu is held.
 func (c *call[T]) next(failed bool) (ctx context.Context, n int, ok bool) {
 	limit := c.hedger.cfg.maxAttempts
 	if c.decided || c.noMoreHedges || c.copies >= limit {
 		return nil, 0, false
 	}
-	if !c.hedger.allow(c.ctx, c.event, c.capRefused, failed) {
+	if !c.hedger.allow(c.ctx, c.event, c.capRefused) {
 		if c.event.Skipped == SkipCap {
 			// No token: try again after another delay. A call still out after k
-			// delays has had k tries, and the last token is kept for it, so that a
-			// short account's tokens go to the calls that stay slow, not to
-			// whichever passed the delay first. Only the timer's own callback
+			// delays has had k tries, so that a short account's tokens go to the
+			// calls that stay slow more than to whichever passed the delay first
+			// and then answered. Only the timer's own callback
 			// re-arms it: re-armed elsewhere, a timer that has just fired, its
 			// callback waiting for c.mu, would look stopped in time (see end).
 			c.capRefused = true
 			if !failed {
-				c.arm()
+				c.arm(c.plan.delay)
 			}
 			return nil, 0, false
 		}
@@ -270,17 +269,17 @@ func (c *call[T]) next(failed bool) (ctx context.Context, n int, ok bool) {
 	c.copies++
 	c.outstanding++
 	if c.copies < limit {
-		c.arm()
+		c.arm(c.plan.delay)
 	}
 	return ctx, n, true
 }
 
-// arm sets the timer to fire after the delay. c.mu is held.
-func (c *call[T]) arm() {
+// arm sets the timer to fire after d. c.mu is held.
+func (c *call[T]) arm(d time.Duration) {
 	if c.timer == nil { // a call taken over from its primary's slot (grpcSlot)
-		c.timer = time.AfterFunc(c.plan.delay, c.fireFunc)
+		c.timer = time.AfterFunc(d, c.fireFunc)
 	} else {
-		c.timer.Reset(c.plan.delay)
+		c.timer.Reset(d)
 	}
 }
 

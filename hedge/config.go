@@ -25,8 +25,9 @@ const (
 	DefaultMaxAttempts = 2
 	// MaxAttempts is the most [WithMaxAttempts] accepts.
 	MaxAttempts = 5
-	// Burst is the most a [Hedger]'s token account holds, and what a new Hedger
-	// with a fixed or initial delay holds before its primaries have paid for any.
+	// Burst is the most a [Hedger]'s token account holds, and the number of hedges
+	// a new Hedger with a fixed or initial delay may send before its primaries
+	// have paid for any.
 	Burst = 10
 )
 
@@ -233,9 +234,8 @@ func WithExtraLoad(f float64) Option {
 // and the primaries sent while the window warms up fill it. So over any stretch of
 // calls, hedges ≤ share × primaries + Burst, and from a learned delay's start,
 // hedges ≤ share × primaries. A call whose hedge finds no token tries again after
-// each further delay, and a hedge due for the first time leaves the last token to
-// such a call: a short account's tokens go to the calls that stay slow, not to
-// whichever passed the delay first. When every call turns slow at once, the delay still
+// each further delay, so that a short account's tokens go to the calls that stay
+// slow more than to those that pass the delay and then answer. When every call turns slow at once, the delay still
 // reflects the old latencies for a while and every call wants a hedge: the account
 // runs dry and the hedges stay at the cap until the window has learned the new
 // latencies. Hedging pays when the slowness lies with one replica, not with the

@@ -299,16 +299,14 @@ func (p *plan) learnLatency() {
 
 // allow decides whether a hedge may go out now and takes its token; the hedge is
 // counted in [Stats] once it is sent. waited: the cap refused this call's hedge
-// before (Stats counts a call once). A hedge due after the delay leaves the
-// account's last token to a call that has waited; one that replaces a failed copy
-// (failed) does not.
-func (h *Hedger) allow(ctx context.Context, e *Event, waited, failed bool) bool {
+// before, and Stats counts a call once.
+func (h *Hedger) allow(ctx context.Context, e *Event, waited bool) bool {
 	if left, has := deadline.Remaining(ctx); has && left < h.cfg.floor {
 		h.refusedDeadline.Add(1)
 		e.Skipped = SkipDeadline
 		return false
 	}
-	if !h.tokens.take(!waited && !failed) {
+	if !h.tokens.take() {
 		if !waited {
 			h.refusedCap.Add(1)
 		}

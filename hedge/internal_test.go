@@ -29,7 +29,7 @@ func TestTokensConcurrent(t *testing.T) {
 				for range 5000 {
 					tk.pay()
 					pays.Add(1)
-					for tk.take(true) {
+					for tk.take() {
 						takes.Add(1)
 					}
 				}

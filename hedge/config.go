@@ -18,9 +18,6 @@ const (
 	DefaultPercentile = 0.99
 	// DefaultMaxExtraLoad is the largest share of the primaries that hedges may add.
 	DefaultMaxExtraLoad = 0.15
-	// MinShareCap is the least share of the primaries that the hedges of a learned
-	// delay may add, whatever its percentile (see [WithMaxExtraLoad]).
-	MinShareCap = 0.01
 	// DefaultMaxAttempts is the number of copies of a call, the primary included.
 	DefaultMaxAttempts = 2
 	// MaxAttempts is the most [WithMaxAttempts] accepts.
@@ -111,7 +108,6 @@ type config struct {
 	percentile   float64
 	extraLoad    float64 // WithExtraLoad's share; 0: the percentile holds
 	maxExtraLoad float64
-	capSet       bool // WithMaxExtraLoad was given
 	maxAttempts  int
 	delay        Delay
 	floor        time.Duration
@@ -142,16 +138,6 @@ func newConfig(opts []Option) *config {
 		c.percentile = 1 - min(c.extraLoad, c.maxExtraLoad)
 	}
 	return c
-}
-
-// share is the share of the primaries that hedges may add: the cap, and unless
-// the user set it, for a learned delay at most twice its percentile's share (at
-// least MinShareCap).
-func (c *config) share() float64 {
-	if c.capSet || !c.learns() {
-		return c.maxExtraLoad
-	}
-	return min(c.maxExtraLoad, max(2*(1-c.percentile), MinShareCap))
 }
 
 // learns reports whether the delay is read from the window's percentile, not fixed
@@ -215,17 +201,7 @@ func WithExtraLoad(f float64) Option {
 
 // WithMaxExtraLoad sets the largest share of the primary requests that hedges may
 // add, in [0, 1]: 0.15 lets 15 hedges go out per 100 primaries. 0 disables hedging.
-// Values outside are clamped (NaN: the default).
-//
-// Default: for a learned delay, twice the share of calls its percentile hedges, at
-// least [MinShareCap] and at most [DefaultMaxExtraLoad] (2% for the P99, 3% for
-// WithExtraLoad(0.015), 10% for the P95, 15% from the P92.5 down); for a fixed
-// delay (Delay's Max at or below its Min), DefaultMaxExtraLoad (15%). A percentile
-// hedges its share once its window knows the calls' latencies. Until then (a new
-// target, or a tail that has moved beyond what the window holds) the delay lies
-// below the true percentile and more calls want a hedge; twice the share bounds
-// what that costs, as Finagle's backup requests keep theirs within their share,
-// and the slow calls left unhedged teach the window their full latencies.
+// Values outside are clamped (NaN: the default). Default [DefaultMaxExtraLoad] (0.15).
 //
 // A token account enforces it: each primary deposits that share of a token, each
 // hedge withdraws a whole one, and a hedge that finds less than a token is not sent.
@@ -235,17 +211,24 @@ func WithExtraLoad(f float64) Option {
 // calls, hedges ≤ share × primaries + Burst, and from a learned delay's start,
 // hedges ≤ share × primaries. A call whose hedge finds no token tries again after
 // each further delay, so that a short account's tokens go to the calls that stay
-// slow more than to those that pass the delay and then answer. When every call turns slow at once, the delay still
-// reflects the old latencies for a while and every call wants a hedge: the account
-// runs dry and the hedges stay at the cap until the window has learned the new
-// latencies. Hedging pays when the slowness lies with one replica, not with the
-// request or with every replica; the cap bounds what it costs when it does not pay.
+// slow more than to those that pass the delay and then answer. When every call
+// turns slow at once, the delay still reflects the old latencies for a while and
+// every call wants a hedge: the account runs dry and the hedges stay at the cap
+// until the window has learned the new latencies. Hedging pays when the slowness
+// lies with one replica, not with the request or with every replica; the cap
+// bounds what it costs when it does not pay.
+//
+// The default leaves room for the lag of a learned delay (see the package doc):
+// when a replica turns slow on a few percent of calls, every slow call is hedged
+// until the window has learned the stall. A cap of twice the percentile's share
+// (0.02 for the P99) keeps a hedger within that share from its start instead,
+// and the window learns the stall sooner, after which it is no longer hedged.
 func WithMaxExtraLoad(f float64) Option {
 	return optionFunc(func(c *config) {
 		if math.IsNaN(f) {
 			return
 		}
-		c.maxExtraLoad, c.capSet = min(max(f, 0), 1), true
+		c.maxExtraLoad = min(max(f, 0), 1)
 	})
 }
 

@@ -5,8 +5,7 @@
 // A call is hedged once it has taken longer than the recent latency of its target at a
 // percentile ([WithPercentile], default P99; see [Delay]) or at the quantile that
 // spends a stated share of extra load ([WithExtraLoad]), and hedges stay within a
-// share of the calls ([WithMaxExtraLoad]; by default twice the percentile's share, 2%
-// for the P99, and 15% for a fixed delay). Put the adapter on the client
+// share of the calls ([WithMaxExtraLoad], default 15%). Put the adapter on the client
 // beneath retry and the breaker, above propagate, which writes into every attempt the
 // time left when that attempt is sent:
 //
@@ -99,9 +98,11 @@
 // hedges spend the slow calls' share, not the percentile's, up to the cap. With
 // 1.5% of calls stalling for 300 ms, the P99 delay went from 32 to 41 ms over 30 s,
 // at 1.6% of extra load, and would have taken minutes more to reach the stall. The
-// same holds after a cold start whose first latencies miss the slow calls. The
-// default cap, twice the percentile's share, bounds that cost: beyond it the slow
-// calls go unhedged, and their full latencies teach the window the tail.
+// same holds after a cold start whose first latencies miss the slow calls. A cap
+// of twice the percentile's share (WithMaxExtraLoad(0.02) for the P99) bounds that
+// cost from the start: beyond it the slow calls go unhedged, their full latencies
+// teach the window the tail, and the delay soon reaches the stall, after which
+// the stall is no longer hedged at all.
 //
 // A percentile is a share of extra load: a hedge after P99 costs 1% more requests,
 // and the P99.9 it buys is about the delay plus a normal latency. [WithExtraLoad]

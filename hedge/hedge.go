@@ -79,7 +79,7 @@ func New(opts ...Option) *Hedger {
 	return &Hedger{
 		cfg:          c,
 		windowConfig: quantile.Config{Length: c.delay.Window, Buckets: c.delay.Buckets, Quantile: c.percentile},
-		tokens:       newTokens(c.share(), c.hedgesAtOnce()),
+		tokens:       newTokens(c.maxExtraLoad, c.hedgesAtOnce()),
 		others:       record.NewHedgeTarget("other"),
 	}
 }

@@ -80,36 +80,22 @@ func TestOptionsClamped(t *testing.T) {
 	}
 }
 
-// The default cap of a learned delay is twice its percentile's share, within
-// [MinShareCap, DefaultMaxExtraLoad]; a fixed delay's, and a cap the user set, are
-// what they were. The account starts full only when calls may be hedged from the
-// first one.
-func TestShareOfHedges(t *testing.T) {
+// The account starts full only when calls may be hedged from the first one: a
+// fixed delay, or an initial one.
+func TestAccountStartsFullWhenHedgingAtOnce(t *testing.T) {
 	fixed := Delay{Initial: 10 * time.Millisecond, Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}
 	for _, tc := range []struct {
 		name string
 		opts []Option
-		cap  float64
 		full bool
 	}{
-		{"default", nil, 0.02, false},
-		{"P95", []Option{WithPercentile(0.95)}, 0.10, false},
-		{"P90", []Option{WithPercentile(0.90)}, 0.15, false},
-		{"P99.9", []Option{WithPercentile(0.999)}, MinShareCap, false},
-		{"P100", []Option{WithPercentile(1)}, MinShareCap, false},
-		{"extra load 1.5%", []Option{WithExtraLoad(0.015)}, 0.03, false},
-		{"extra load 10%", []Option{WithExtraLoad(0.10)}, 0.15, false},
-		{"cap set", []Option{WithMaxExtraLoad(0.15)}, 0.15, false},
-		{"cap set below twice the share", []Option{WithMaxExtraLoad(0.05), WithPercentile(0.9)}, 0.05, false},
-		{"no hedges", []Option{WithMaxExtraLoad(0)}, 0, false},
-		{"fixed delay", []Option{WithDelay(fixed)}, DefaultMaxExtraLoad, true},
-		{"fixed delay, cap set", []Option{WithDelay(fixed), WithMaxExtraLoad(0.3)}, 0.3, true},
-		{"initial delay", []Option{WithDelay(Delay{Initial: 10 * time.Millisecond})}, 0.02, true},
-		{"delay bounded, not fixed", []Option{WithDelay(Delay{Min: time.Millisecond, Max: time.Second})}, 0.02, false},
+		{"default", nil, false},
+		{"fixed delay", []Option{WithDelay(fixed)}, true},
+		{"initial delay", []Option{WithDelay(Delay{Initial: 10 * time.Millisecond})}, true},
+		{"delay bounded, not fixed", []Option{WithDelay(Delay{Min: time.Millisecond, Max: time.Second})}, false},
 	} {
-		c := newConfig(tc.opts)
-		if math.Abs(c.share()-tc.cap) > 1e-9 || c.hedgesAtOnce() != tc.full {
-			t.Errorf("%s: share %v, account starts full %v; want %v, %v", tc.name, c.share(), c.hedgesAtOnce(), tc.cap, tc.full)
+		if c := newConfig(tc.opts); c.hedgesAtOnce() != tc.full {
+			t.Errorf("%s: account starts full %v; want %v", tc.name, c.hedgesAtOnce(), tc.full)
 		}
 	}
 }

@@ -44,6 +44,7 @@ func SweepVariants() []SweepVariant {
 				WithBudget(budget.NewBuilder().WithMaxRate(0.15).Build()).Build()
 			return failsafehttp.NewRoundTripper(base, p), nil
 		}},
+		{"deadlinekit P99, cap 2%", withHedger(func(Oracle) []hedge.Option { return []hedge.Option{hedge.WithMaxExtraLoad(0.02)} })},
 		{"oracle P99", withHedger(func(o Oracle) []hedge.Option { return []hedge.Option{hedge.WithDelay(fixed(o.P99))} })},
 		{"deadlinekit extra load 1.5%", withHedger(func(Oracle) []hedge.Option { return []hedge.Option{hedge.WithExtraLoad(0.015)} })},
 		{"deadlinekit extra load 5%", withHedger(func(Oracle) []hedge.Option { return []hedge.Option{hedge.WithExtraLoad(0.05)} })},

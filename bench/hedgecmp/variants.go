@@ -27,7 +27,7 @@ func Variants() []Variant {
 			return base, "", nil
 		}},
 		{"deadlinekit/hedge", func(base http.RoundTripper, _ time.Duration) (http.RoundTripper, string, error) {
-			return hedge.NewTransport(base), "defaults: P99 of a 30 s window after 100 samples, cap 2% (twice the P99's share)", nil
+			return hedge.NewTransport(base), "defaults: P99 of a 30 s window after 100 samples, cap 15%", nil
 		}},
 		{"cristalhq/hedgedhttp v0.9.2", func(base http.RoundTripper, p99 time.Duration) (http.RoundTripper, string, error) {
 			rt, err := hedgedhttp.NewRoundTripper(p99, 2, base)

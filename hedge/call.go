@@ -248,10 +248,10 @@ func (c *call[T]) next(failed bool) (ctx context.Context, n int, ok bool) {
 		if c.event.Skipped == SkipCap {
 			// No token: try again after another delay. A call still out after k
 			// delays has had k tries, so that a short account's tokens go to the
-			// calls that stay slow more than to whichever passed the delay first
-			// and then answered. Only the timer's own callback
-			// re-arms it: re-armed elsewhere, a timer that has just fired, its
-			// callback waiting for c.mu, would look stopped in time (see end).
+			// calls that stay slow more than to those that pass the delay and
+			// then answer. Only the timer's own callback re-arms it: re-armed
+			// elsewhere, a timer that has just fired, its callback waiting for
+			// c.mu, would look stopped in time to end (see reusable).
 			c.capRefused = true
 			if !failed {
 				c.arm(c.plan.delay)

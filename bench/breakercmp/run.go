@@ -189,8 +189,10 @@ type OutageResult struct {
 	// downstream's 503 by when they were sent: before the breaker first opened, and
 	// after (probes, and calls of a circuit closed again).
 	BeforeOpen, WhileOpen int
-	// WarmupErrors counts the requests sent before the outage that failed, other than
-	// by a 503 (one sent just before the outage may reach the downstream in it).
+	// WarmupErrors counts the requests sent and answered before the outage that
+	// failed, other than by a 503. One sent just before the outage may meet it: reach
+	// the downstream in it, or, on a busy machine, pass the breaker only after an
+	// outage's 503 has opened it.
 	WarmupErrors int
 	// TimeToOpen is from the outage's start to the breaker's first open state.
 	TimeToOpen time.Duration
@@ -247,7 +249,7 @@ func RunOutage(vs []Variant, cfg OutageConfig) ([]OutageResult, error) {
 		for _, rec := range l.records {
 			switch {
 			case rec.sent < down:
-				if rec.kind != kindOK && rec.kind != kindStatus {
+				if rec.kind != kindOK && rec.kind != kindStatus && rec.sent+rec.took < down {
 					r.WarmupErrors++
 				}
 			case rec.sent < up:

@@ -382,10 +382,19 @@ func errKind(err error) string {
 	}
 }
 
-// waitUntil polls cond every 10 ms for up to d, calling nudge (if any) before each
-// look; it reports whether cond became true.
-func waitUntil(d time.Duration, nudge func(), cond func() bool) bool {
-	end := time.Now().Add(d)
+// waitUntil reports whether cond became true before the test binary's deadline
+// (go test -timeout) draws near, looking at each tick of a 10 ms ticker and calling
+// nudge (if any) before each look. No bound of its own: on a loaded machine a
+// connection may take long to close, and only a leak never ends.
+func waitUntil(t testing.TB, nudge func(), cond func() bool) bool {
+	var end <-chan time.Time
+	if tt, ok := t.(*testing.T); ok {
+		if dl, has := tt.Deadline(); has {
+			end = time.After(time.Until(dl) * 9 / 10)
+		}
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		if nudge != nil {
 			nudge()
@@ -393,10 +402,11 @@ func waitUntil(d time.Duration, nudge func(), cond func() bool) bool {
 		if cond() {
 			return true
 		}
-		if time.Now().After(end) {
+		select {
+		case <-tick.C:
+		case <-end:
 			return false
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

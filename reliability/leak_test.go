@@ -215,20 +215,20 @@ func TestLeakHedgedRetriedHTTP(t *testing.T) {
 	// Connections: with the client's idle connections closed, the server holds none.
 	// A loser still draining returns its connection to the pool up to 100 ms after its
 	// call ended, hence the repeated CloseIdleConnections.
-	if !waitUntil(5*time.Second, stack.base.CloseIdleConnections, func() bool { return srv.lis.openConns() == 0 }) {
+	if !waitUntil(t, stack.base.CloseIdleConnections, func() bool { return srv.lis.openConns() == 0 }) {
 		t.Errorf("%d server connections still open after CloseIdleConnections (started with 0)", srv.lis.openConns())
 	} else {
 		t.Logf("server connections after CloseIdleConnections: 0 (started with 0)")
 	}
 	// Goroutines: back to their count before the first call, the server still up.
-	if !waitUntil(5*time.Second, nil, func() bool { return runtime.NumGoroutine() <= g1 }) {
+	if !waitUntil(t, nil, func() bool { return runtime.NumGoroutine() <= g1 }) {
 		t.Errorf("%d goroutines after the calls, %d before the first call", runtime.NumGoroutine(), g1)
 	} else {
 		t.Logf("goroutines after the calls: %d (%d before the first call)", runtime.NumGoroutine(), g1)
 	}
 
 	srv.kill()
-	if !waitUntil(5*time.Second, nil, func() bool { return runtime.NumGoroutine() <= g0 }) {
+	if !waitUntil(t, nil, func() bool { return runtime.NumGoroutine() <= g0 }) {
 		t.Errorf("%d goroutines after the server closed, %d before the test", runtime.NumGoroutine(), g0)
 	}
 	goleak.VerifyNone(t)

@@ -387,9 +387,14 @@ func runClient(tp trace.TracerProvider) error {
 	recs := make([]record, n)
 	var wg sync.WaitGroup
 	fmt.Println(clientStarted)
+	// Open loop: payment i goes at start + i/rate, whatever the earlier ones are
+	// doing; a late timer sends at once, so the schedule does not stretch.
 	start := time.Now()
+	due := time.NewTimer(0)
+	defer due.Stop()
 	for i := range n {
-		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+		due.Reset(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+		<-due.C
 		fmt.Printf(clientSent+"\n", i) // the test times its faults by these
 		wg.Go(func() {
 			recs[i] = pay(client, url, fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("key-%s-%d-%d", prefix, i, seed))
@@ -411,7 +416,9 @@ func runClient(tp trace.TracerProvider) error {
 func pay(client *http.Client, url, id, key string) record {
 	rec := record{ID: id, First: send(client, url, id, key)}
 	if rec.First.retryable() {
-		time.Sleep(time.Until(time.Unix(0, rec.First.Sent).Add(budget + resendAfter)))
+		// The user comes back once the first send's budget and resendAfter have
+		// passed, as a person would, by the clock: a role in its own process.
+		<-time.After(time.Until(time.Unix(0, rec.First.Sent).Add(budget + resendAfter)))
 		o := send(client, url, id, key)
 		rec.Resend = &o
 	}

@@ -140,13 +140,11 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// learns reports whether the delay is read from the window's percentile, not fixed
-// by Delay's bounds.
-func (c *config) learns() bool { return c.delay.Max <= 0 || c.delay.Max > c.delay.Min }
-
 // hedgesAtOnce reports whether calls may be hedged from the first one, before the
-// window holds any latency: the delay is fixed, or there is an initial one.
-func (c *config) hedgesAtOnce() bool { return !c.learns() || c.delay.Initial > 0 }
+// window holds any latency: there is an initial delay, or Delay's bounds fix it.
+func (c *config) hedgesAtOnce() bool {
+	return c.delay.Initial > 0 || c.delay.Max > 0 && c.delay.Max <= c.delay.Min
+}
 
 // markOf is the chain rule's mark on copy n ≥ 1 of a hedged call: the last copy the
 // layer may send is not covered by it ([attempts.LastCopyValue]), the others are;

@@ -386,12 +386,10 @@ func errKind(err error) string {
 // (go test -timeout) draws near, looking at each tick of a 10 ms ticker and calling
 // nudge (if any) before each look. No bound of its own: on a loaded machine a
 // connection may take long to close, and only a leak never ends.
-func waitUntil(t testing.TB, nudge func(), cond func() bool) bool {
+func waitUntil(t *testing.T, nudge func(), cond func() bool) bool {
 	var end <-chan time.Time
-	if tt, ok := t.(*testing.T); ok {
-		if dl, has := tt.Deadline(); has {
-			end = time.After(time.Until(dl) * 9 / 10)
-		}
+	if dl, has := t.Deadline(); has {
+		end = time.After(time.Until(dl) * 9 / 10)
 	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -88,4 +90,71 @@ func TestStoreDownGRPC(t *testing.T) {
 	if svc.n.Load() != 0 {
 		t.Fatalf("the handler ran %d times", svc.n.Load())
 	}
+}
+
+// blinkingStore fails the first fails completions it is asked for, as a store
+// that blinked (a restart, a failover) does, and counts every completion asked of
+// it and when the last was.
+type blinkingStore struct {
+	dedup.Store
+	mu    sync.Mutex
+	fails int
+	calls int
+	last  time.Time
+}
+
+func (s *blinkingStore) Complete(ctx context.Context, key, token string, answer []byte, retain time.Duration) error {
+	s.mu.Lock()
+	s.calls++
+	s.last = time.Now()
+	fail := s.calls <= s.fails
+	s.mu.Unlock()
+	if fail {
+		return &dedup.UnavailableError{RetryIn: 10 * time.Millisecond, Err: errors.New("connection reset by peer")}
+	}
+	return s.Store.Complete(ctx, key, token, answer, retain)
+}
+
+// TestAFailedCompletionIsTriedAgain: a completion the store failed is tried again
+// in the background until it lands, and a repeat then gets the stored answer; one
+// that never lands is tried no longer than its lease (the request's deadline plus
+// the margin, or the margin from its first try), after which the key is free.
+func TestAFailedCompletionIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &blinkingStore{Store: dedup.NewMemoryStore(), fails: 3}
+		ran := 0
+		h := dedup.NewMiddleware(s)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ran++
+			w.WriteHeader(http.StatusCreated)
+		}))
+		if r := call(h, "k", time.Second); r.Code != http.StatusCreated {
+			t.Fatalf("first: %d", r.Code)
+		}
+		time.Sleep(100 * time.Millisecond) // the tries after 5, 10 and 20 ms
+		synctest.Wait()
+		if r := call(h, "k", time.Second); r.Header().Get("Idempotent-Replayed") != "true" || ran != 1 {
+			t.Fatalf("repeat after the store came back: %d replayed=%q, the handler ran %d times", r.Code, r.Header().Get("Idempotent-Replayed"), ran)
+		}
+		if s.calls != 4 {
+			t.Errorf("%d completions asked, want 4 (3 failed, 1 stored)", s.calls)
+		}
+
+		s = &blinkingStore{Store: dedup.NewMemoryStore(), fails: 1 << 30}
+		ran = 0
+		h = dedup.NewMiddleware(s, dedup.WithLeaseMargin(250*time.Millisecond))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ran++
+			w.WriteHeader(http.StatusCreated)
+		}))
+		start := time.Now()
+		call(h, "k", time.Second)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if end := start.Add(time.Second + 250*time.Millisecond); s.last.After(end) || s.last.Before(end.Add(-200*time.Millisecond)) {
+			t.Errorf("the last try was %v after the request began, want within the 200 ms before its lease ended (1.25s)", s.last.Sub(start))
+		}
+		if r := call(h, "k", time.Second); r.Code != http.StatusCreated || ran != 2 {
+			t.Fatalf("repeat after the lease ended: %d, the handler ran %d times, want it run again", r.Code, ran)
+		}
+		time.Sleep(2 * time.Second) // the repeat's completion is tried until its lease ends
+	})
 }

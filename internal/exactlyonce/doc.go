@@ -30,8 +30,9 @@
 //   - an execution killed with its process may be followed by another once its
 //     lease (its deadline plus the margin) has ended, not before;
 //   - an execution that completed but whose answer the store never took (its
-//     process killed, or the store down, before the completion landed) may be
-//     followed by another once its lease has ended;
+//     process killed, or the store down or failing the completion, and no retry
+//     landing before the lease ended) may be followed by another once its lease
+//     has ended;
 //   - after a restart that lost the records, the key may run again at once.
 //
 // Run it with

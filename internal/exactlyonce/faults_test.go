@@ -340,8 +340,7 @@ func (s *faultStore) mostLease(ctx context.Context, key string) time.Duration {
 // (most, read as the call began). A lease asked for and not granted (the store
 // failed, or the context ended first) holds nothing.
 func (s *faultStore) checkLease(key string, l dedup.Lease, most time.Duration) {
-	const slack = 250 * time.Millisecond // the time between the middleware's reading and ours
-	if l.TTL > most+slack {
+	if l.TTL > most+leaseSlack {
 		scope, k := splitKey(key)
 		s.h.violated(violation{"no lease outlives its deadline + margin", scope, k,
 			"lease of " + l.TTL.String() + " for a request with " + (most - s.margin).String() + " left"})
@@ -353,10 +352,15 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 	// Noted before the call, so that a report tells a completion never made from
 	// one cut short by its process's death, which notes nothing after.
 	s.h.event(scope, k, "store complete called (%d bytes)", len(answer))
+	began := time.Now()
 	if err := s.once(ctx, "complete", key, token); err != nil {
+		// A completion failed like a store's own failure: dedup tries it again
+		// until its lease ends, and if no try lands (its process starved past
+		// the lease, seen under -race), the key may run again after the lease.
+		s.h.storeFailed(scope, k, began)
 		return err
 	}
-	began := time.Now()
+	began = time.Now()
 	err := s.Store.Complete(ctx, key, token, answer, retain)
 	switch {
 	case err == nil:

@@ -104,3 +104,33 @@ func TestAStoredCompletionIsNotTakenForAnEarlierExecutions(t *testing.T) {
 		t.Fatalf("violations %q; want the second execution of a completed key", violations)
 	}
 }
+
+// A completion the fault store failed by injection is a failed completion like the
+// store's own: dedup tries it again until its lease ends, and when no try lands a
+// re-run after the lease is allowed. CI (-race, loaded) saw the checker call one a
+// second execution: exec 16000013's completion was failed at 6.268 s, its process
+// made no further try before its lease ended at 6.453 s, and the key ran again at
+// 6.464 s.
+func TestAnInjectedCompletionFailureIsAFailedCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		seed := uint64(1)
+		for ; ; seed++ { // a seed whose first completion of the key fails
+			if f, _ := newFaultStore(nil, newHistory(), seed, 1, 0).draw("complete", "1:a:k", false); f == "error" {
+				break
+			}
+		}
+		h := newHistory()
+		s := newFaultStore(dedup.NewMemoryStore(), h, seed, 1, 0)
+		p := &execution{Scope: "a", Key: "k", Start: 0, End: 10 * time.Millisecond, LeaseEnd: 100 * time.Millisecond}
+		<-time.After(p.End)
+		if err := s.Complete(t.Context(), "1:a:k", "token", []byte("answer"), time.Hour); !errors.Is(err, errInjected) {
+			t.Fatalf("the completion returned %v, want the injected failure", err)
+		}
+		<-time.After(100 * time.Millisecond)
+		e := &execution{Scope: "a", Key: "k", Start: h.since()}
+		if !h.neverStored(p, e) {
+			t.Fatalf("a re-run %v in, after a completion made at %v within the lease (to %v) that the fault store failed, is judged a second execution",
+				e.Start, p.End, p.LeaseEnd)
+		}
+	})
+}

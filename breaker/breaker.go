@@ -154,6 +154,11 @@ type circuit struct {
 	passed   int    // half-open: probes that succeeded
 	lost     int    // half-open: probes lost (MaxLostProbes) since it left open
 	lease    int64  // half-open: the time (ns since epoch) after which probes in flight are given up on
+	// open: the calls refused that were told to come back for the probes due at
+	// promisedFor (until, ns since epoch), at most the number of probes
+	// ([Breaker.promise]).
+	promisedFor int64
+	promised    int
 }
 
 func (b *Breaker) newCircuit(name string) *circuit {
@@ -408,7 +413,41 @@ func (b *Breaker) admitSlow(ctx context.Context, c *circuit, t *ticket, sg uint6
 func (b *Breaker) refuse(ctx context.Context, c *circuit, s State, wait int64) error {
 	b.refused.Add(1)
 	c.tel.RecordRefused(ctx, s.otel(), time.Duration(wait))
-	return &OpenError{Target: c.name, State: s, RetryAfter: time.Duration(wait)}
+	e := &OpenError{Target: c.name, State: s, RetryAfter: time.Duration(wait)}
+	if s == Open {
+		e.taken = !b.promise(ctx, c, wait)
+	}
+	return e
+}
+
+// promise reports whether a call refused while c is open, its next probe wait
+// away, is told to come back for the probe. A call whose deadline leaves no time
+// for the probe's answer (the target's typical latency, once known) is told the
+// time, and takes no promise. Of the others, as many per opening as the circuit
+// has probes are: the rest are told that the probes are taken (no retry), for,
+// come back together at the probe, all but the probes would find them in flight
+// and be refused again, their budget spent waiting.
+func (b *Breaker) promise(ctx context.Context, c *circuit, wait int64) bool {
+	if dl, ok := ctx.Deadline(); ok {
+		need := time.Duration(wait)
+		if typical, n := c.lat.TrackedAt(int64(time.Since(c.epoch))); n >= typicalMinSamples {
+			need += typical
+		}
+		if time.Until(dl) <= need {
+			return true
+		}
+	}
+	until := c.until.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.promisedFor != until {
+		c.promisedFor, c.promised = until, 0
+	}
+	if c.promised >= b.cfg.probes {
+		return false
+	}
+	c.promised++
+	return true
 }
 
 func (b *Breaker) transition(ctx context.Context, c *circuit, from, to State) {

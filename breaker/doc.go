@@ -54,7 +54,10 @@
 //
 // A refusal carries the time until the next probe (gRPC: UNAVAILABLE with
 // grpc-retry-pushback-ms), so that package retry above retries only when the probe
-// comes before its deadline.
+// comes before its deadline. Only as many refused calls per opening as there are
+// probes are told to come back for them; the rest are told the probes are taken
+// (pushback -1) and return at once, their budget left for the caller's next move,
+// instead of all waiting for the probes and all but the probes being refused again.
 //
 // Two rules hold for every layer. Every refusal, at any layer, for a unary call or a
 // stream, ends every span and context that the layers beneath it started, and sends

@@ -20,13 +20,23 @@ var ErrOpen = errors.New("circuit open")
 // lets its next probe through in RetryAfter (zero when the probe is due now but the
 // half-open state's probes are all in flight: then RetryAfter is the time until
 // they are given up on). Over gRPC its status is UNAVAILABLE.
+//
+// While the circuit is open, as many refused calls as it has probes ([WithProbes])
+// are told to come back for them (the pushback, [OpenError.PushbackMs]), among those
+// whose deadline leaves time to; the others are told that the probes are taken
+// (pushback -1, "do not retry"), so that a retry layer above returns them at once
+// instead of spending their budget waiting for probes they would not get.
 type OpenError struct {
 	Target     string
 	State      State
 	RetryAfter time.Duration
+	taken      bool // the next probes are promised to earlier calls
 }
 
 func (e *OpenError) Error() string {
+	if e.taken {
+		return e.Target + ": circuit " + e.State.String() + ", next probe in " + deadline.Format(e.RetryAfter) + ", promised to earlier calls (call not sent)"
+	}
 	return e.Target + ": circuit " + e.State.String() + ", next probe in " + deadline.Format(e.RetryAfter) + " (call not sent)"
 }
 
@@ -40,8 +50,12 @@ func (e *OpenError) GRPCStatus() *status.Status {
 }
 
 // PushbackMs is the grpc-retry-pushback-ms value of the refusal: RetryAfter in
-// milliseconds, rounded up so that a retry honouring it finds the probe due.
+// milliseconds, rounded up so that a retry honouring it finds the probe due, or -1
+// when the next probes are promised to earlier calls.
 func (e *OpenError) PushbackMs() string {
+	if e.taken {
+		return pushback.DoNotRetry
+	}
 	ms := (e.RetryAfter + time.Millisecond - 1) / time.Millisecond
 	return strconv.FormatInt(int64(max(ms, 0)), 10)
 }

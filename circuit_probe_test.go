@@ -14,11 +14,8 @@ import (
 
 	"github.com/deadlinekit/deadlinekit"
 	"github.com/deadlinekit/deadlinekit/breaker"
+	"github.com/deadlinekit/deadlinekit/internal/testkit"
 )
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // A circuit that opened on a dead target lets its next probes through to as many
 // calls as it has probes. Calls refused while it is open are told to come back for
@@ -31,7 +28,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func TestAnOpenCircuitsProbeIsNotWaitedForByEveryCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var up atomic.Bool
-		base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		base := testkit.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if !up.Load() {
 				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 			}

@@ -39,6 +39,7 @@
 //	the first with this key still runs         409 + Retry-After         Aborted + grpc-retry-pushback-ms
 //	the store cannot be reached                503 + Retry-After         Unavailable + grpc-retry-pushback-ms
 //	keyed request body above the limit         413                       (the message is in memory already)
+//	keyed request body cut off by its sender   499                       (the message is in memory already)
 //	repeat of a completed request              the stored answer, with   the stored answer, with
 //	                                           Idempotent-Replayed: true idempotent-replayed: true (header)
 //

@@ -98,6 +98,12 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	t := &ticket{inbound: key}
 	b, how, err := c.fingerprintHTTP(r, t)
+	if err != nil && senderLeft(ctx, err) {
+		c.report(ctx, outCanceled, nil)
+		w.Header().Set(pushback.Key, pushback.DoNotRetry)
+		http.Error(w, "dedup: the caller left while sending the body of its request: "+err.Error(), statusClientClosedRequest)
+		return
+	}
 	if err != nil {
 		c.report(ctx, outMalformed, nil)
 		if errors.Is(err, errBodyTooLarge) {
@@ -176,6 +182,14 @@ func (c *core) fingerprintHTTP(r *http.Request, t *ticket) ([]byte, readBody, er
 	h.Sum(sum[:0])
 	c.setFingerprint(r.Context(), t, &sum)
 	return b, how, nil
+}
+
+// senderLeft reports whether err, reading a request's body, says that its sender
+// went away before the whole body came (the connection ended early: the body's
+// reader returns an unexpected EOF, or EOF before its first byte), or ctx ended:
+// a caller that left, not a malformed request.
+func senderLeft(ctx context.Context, err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || ctx.Err() != nil
 }
 
 // readAll reads at most limit bytes of r (and one more, to tell a larger body):

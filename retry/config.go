@@ -115,9 +115,9 @@ func WithMaxPushback(d time.Duration) Option {
 // its way. An attempt that a layer beneath refused before sending is the layer's to
 // judge: for lack of budget (package propagate's floor, a [*deadline.BudgetError]) it
 // is not retried, spends no token, and is returned as is; with a time to come back
-// (package breaker's open circuit) it spends no token either, and is retried after
-// that time plus a random share of the backoff, when that fits before the deadline,
-// so that the calls refused together do not all come back at the probe's instant.
+// (package breaker's open circuit, which gives one only to as many calls as it has
+// probes) it spends no token either, and is retried after that time, when that fits
+// before the deadline.
 //
 // f gets the attempt as an [Event] whose Verdict and Reason are the layer's own
 // judgement; returning e.Verdict keeps it. Err tells the protocol's outcome apart:

@@ -199,7 +199,7 @@ func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
 			l.giveBack()
 			return decision{verdict: Failed, reason: "refused before sending, for lack of budget"}
 		}
-		if d, ok := l.c.localPushback(a.err, e.Attempt); ok && !l.p.replied(a.v) {
+		if d, ok := l.c.localPushback(a.err); ok && !l.p.replied(a.v) {
 			// Refused beneath before anything was sent, too (an open circuit): a
 			// retry's token comes back, and another is taken should the call retry.
 			l.giveBack()
@@ -362,24 +362,21 @@ func localRefusal(err error) bool {
 	return errors.As(err, &be)
 }
 
-// localPushback reports whether err is a layer beneath refusing attempt n before
+// localPushback reports whether err is a layer beneath refusing an attempt before
 // sending it with a time to come back (package breaker's open circuit: the time until
-// its next probe), and decides it: Retryable after that wait plus a share of the
-// backoff drawn at random, which the deadline rule then weighs like a server's
-// pushback, so that the call is retried only when the next probe comes before the
-// deadline, and otherwise stops without spending a token. The random share keeps the
-// calls refused together from coming back at the probe's instant, where all but the
-// probes would be refused again: spread out, the first become the probes and the
-// others find the circuit closed.
-func (c *config) localPushback(err error, n int) (decision, bool) {
+// its next probe), and decides it: Retryable after that wait, which the deadline rule
+// then weighs like a server's pushback, so that the call is retried only when the
+// next probe comes before the deadline, and otherwise stops without spending a
+// token. The wait is the refusal's own, with no jitter: the breaker tells only as
+// many calls to come back as it has probes (the others get "do not retry"), and
+// they come back at the probe's instant to be its probes, with all the time their
+// deadline leaves for its answer.
+func (c *config) localPushback(err error) (decision, bool) {
 	v, ok := pushback.Of(err)
 	if !ok {
 		return decision{}, false
 	}
 	p, perr := pushback.ParseMs(v)
-	if perr == nil && p > 0 {
-		p += time.Duration(c.random() * float64(c.backoff.Delay(n, 0.5)))
-	}
 	return withPushback(decision{verdict: Retryable, reason: "refused before sending, come back later"}, p, perr), true
 }
 

@@ -22,10 +22,10 @@ func half() float64 { return 0.5 }
 
 var errRefusedLocally = &pushback.Error{Err: status.Error(codes.Unavailable, "breaker: circuit open"), Value: "30"}
 
-// A call refused beneath with a time to come back is retried after that time (plus a
-// random share of the first backoff, 20 ms: half of it with this draw) when it comes
-// before the deadline, whatever the method (nothing was sent); when it comes after,
-// the call stops at once and spends no retry token.
+// A call refused beneath with a time to come back is retried after that time, and
+// no later (no share of the backoff: it comes back for the probe promised to it),
+// when it comes before the deadline, whatever the method (nothing was sent); when it
+// comes after, the call stops at once and spends no retry token.
 func TestLocalRefusalWithPushback(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -33,7 +33,7 @@ func TestLocalRefusalWithPushback(t *testing.T) {
 		attempts int
 		wait     time.Duration
 	}{
-		{"next probe before the deadline", time.Second, 2, 30*time.Millisecond + 10*time.Millisecond},
+		{"next probe before the deadline", time.Second, 2, 30 * time.Millisecond},
 		{"next probe after the deadline", 40 * time.Millisecond, 1, 0},
 	} {
 		t.Run(tc.name+"/HTTP", func(t *testing.T) {

@@ -57,7 +57,7 @@ func TestAnOpenCircuitsProbeIsNotWaitedForByEveryCaller(t *testing.T) {
 			if err := get(100 * time.Millisecond); errors.As(err, &open) {
 				break
 			}
-			time.Sleep(10 * time.Millisecond)
+			<-time.After(10 * time.Millisecond) // on the bubble's clock
 		}
 		if open == nil {
 			t.Fatal("the circuit never opened")
@@ -66,7 +66,7 @@ func TestAnOpenCircuitsProbeIsNotWaitedForByEveryCaller(t *testing.T) {
 		up.Store(true) // the replica is back; the circuit does not know yet
 
 		// 20 callers, each with 3 s, when the next probe is 2.9 s away.
-		time.Sleep(time.Until(probeAt.Add(-2900 * time.Millisecond)))
+		<-time.After(time.Until(probeAt.Add(-2900 * time.Millisecond)))
 		const callers = 20
 		var mu sync.Mutex
 		var ok, failedFast, failedLate int

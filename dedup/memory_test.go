@@ -358,7 +358,7 @@ func (m *memModel) step(t *testing.T, rng *rand.Rand) bool {
 			return false
 		}
 	default:
-		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
+		<-time.After(time.Duration(rng.IntN(1000)) * time.Millisecond) // on the bubble's clock: step runs in synctest
 	}
 	return m.check(t)
 }

@@ -34,10 +34,11 @@ type OpenError struct {
 }
 
 func (e *OpenError) Error() string {
+	s := e.Target + ": circuit " + e.State.String() + ", next probe in " + deadline.Format(e.RetryAfter)
 	if e.taken {
-		return e.Target + ": circuit " + e.State.String() + ", next probe in " + deadline.Format(e.RetryAfter) + ", promised to earlier calls (call not sent)"
+		s += ", promised to earlier calls"
 	}
-	return e.Target + ": circuit " + e.State.String() + ", next probe in " + deadline.Format(e.RetryAfter) + " (call not sent)"
+	return s + " (call not sent)"
 }
 
 // Is reports whether target is [ErrOpen].

@@ -98,18 +98,19 @@ func (c *core) serveHTTP(w http.ResponseWriter, r *http.Request, vs []string, ne
 	}
 	t := &ticket{inbound: key}
 	b, how, err := c.fingerprintHTTP(r, t)
-	if err != nil && senderLeft(ctx, err) {
+	switch {
+	case err == nil:
+	case senderLeft(ctx, err):
 		c.report(ctx, outCanceled, nil)
 		w.Header().Set(pushback.Key, pushback.DoNotRetry)
 		http.Error(w, "dedup: the caller left while sending the body of its request: "+err.Error(), statusClientClosedRequest)
 		return
-	}
-	if err != nil {
+	case errors.Is(err, errBodyTooLarge):
 		c.report(ctx, outMalformed, nil)
-		if errors.Is(err, errBodyTooLarge) {
-			http.Error(w, "dedup: the body of a request with an Idempotency-Key is above "+strconv.FormatInt(c.c.maxRequest, 10)+" bytes", http.StatusRequestEntityTooLarge)
-			return
-		}
+		http.Error(w, "dedup: the body of a request with an Idempotency-Key is above "+strconv.FormatInt(c.c.maxRequest, 10)+" bytes", http.StatusRequestEntityTooLarge)
+		return
+	default:
+		c.report(ctx, outMalformed, nil)
 		http.Error(w, "dedup: reading the request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}

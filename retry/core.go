@@ -199,7 +199,7 @@ func (l *loop[T, P]) judge(ctx context.Context, a try[T], e *Event) decision {
 			l.giveBack()
 			return decision{verdict: Failed, reason: "refused before sending, for lack of budget"}
 		}
-		if d, ok := l.c.localPushback(a.err); ok && !l.p.replied(a.v) {
+		if d, ok := localPushback(a.err); ok && !l.p.replied(a.v) {
 			// Refused beneath before anything was sent, too (an open circuit): a
 			// retry's token comes back, and another is taken should the call retry.
 			l.giveBack()
@@ -371,7 +371,7 @@ func localRefusal(err error) bool {
 // many calls to come back as it has probes (the others get "do not retry"), and
 // they come back at the probe's instant to be its probes, with all the time their
 // deadline leaves for its answer.
-func (c *config) localPushback(err error) (decision, bool) {
+func localPushback(err error) (decision, bool) {
 	v, ok := pushback.Of(err)
 	if !ok {
 		return decision{}, false

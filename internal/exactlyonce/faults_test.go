@@ -352,7 +352,7 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 	// Noted before the call, so that a report tells a completion never made from
 	// one cut short by its process's death, which notes nothing after.
 	s.h.event(scope, k, "store complete called (%d bytes)", len(answer))
-	began := time.Now()
+	began := time.Now() // an injected delay is the store's slowness: the call began here
 	if err := s.once(ctx, "complete", key, token); err != nil {
 		// A completion failed like a store's own failure: dedup tries it again
 		// until its lease ends, and if no try lands (its process starved past
@@ -360,7 +360,6 @@ func (s *faultStore) Complete(ctx context.Context, key, token string, answer []b
 		s.h.storeFailed(scope, k, began)
 		return err
 	}
-	began = time.Now()
 	err := s.Store.Complete(ctx, key, token, answer, retain)
 	switch {
 	case err == nil:
